@@ -1,0 +1,54 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// One list of settings for every Swift target, so the whole package builds the same way.
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+]
+
+let package = Package(
+    name: "Flare",
+    products: [
+        .executable(name: "flared", targets: ["flared"]),
+        .executable(name: "flare", targets: ["flare"]),
+    ],
+    targets: [
+        // C libraries from Debian, one systemLibrary each: a modulemap and a shim.h, nothing else.
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        // One Swift module per C boundary.
+        .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        .target(name: "FlareMQTT", dependencies: ["CMosquitto"], swiftSettings: swiftSettings),
+        .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore"], swiftSettings: swiftSettings),
+        .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+
+        // The domain: plain Swift, tested in memory.
+        .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
+
+        // The service's two halves.
+        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT"], swiftSettings: swiftSettings),
+        .target(
+            name: "FlareGateway",
+            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP"],
+            resources: [.copy("Viewer")],
+            swiftSettings: swiftSettings
+        ),
+
+        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto"], swiftSettings: swiftSettings),
+
+        // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
+        .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
+
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport"], swiftSettings: swiftSettings),
+    ]
+)

@@ -1,0 +1,150 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real Debian `mosquitto` on a free loopback port with its own config and data directory.
+/// Tests talk to this, never to a mock. `stop()` (or deinit) terminates it.
+public final class TestBroker: @unchecked Sendable {
+    public let port: Int
+    public let directory: URL
+    public let configURL: URL
+    private var process: Process?
+
+    /// Starts mosquitto with `allow_anonymous true` on 127.0.0.1 and waits until it accepts connections.
+    /// `extraConfig` lines are appended to the generated config file.
+    public init(port: Int? = nil, directory: URL? = nil, persistence: Bool = true, extraConfig: [String] = []) throws {
+        self.port = try port ?? FreePort.next()
+        self.directory = try directory ?? TempDirectory.make(prefix: "flare-broker")
+        self.configURL = self.directory.appendingPathComponent("mosquitto.conf")
+        var lines = [
+            "listener \(self.port) 127.0.0.1",
+            "allow_anonymous true",
+            "persistence \(persistence)",
+            "persistence_location \(self.directory.path)/",
+            "log_dest stderr",
+            "log_type error",
+            "log_type warning",
+        ]
+        lines += extraConfig
+        try (lines.joined(separator: "\n") + "\n").write(to: configURL, atomically: true, encoding: .utf8)
+        try start()
+    }
+
+    /// (Re)starts the broker process on the same port, directory and config.
+    public func start() throws {
+        precondition(process == nil, "broker already running")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: TestBroker.mosquittoPath)
+        process.arguments = ["-c", configURL.path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else {
+            process.terminate()
+            self.process = nil
+            throw TestSupportError("mosquitto did not start listening on port \(port)")
+        }
+    }
+
+    /// Stops the broker (SIGTERM, which lets it write its persistence file) and waits for it to exit.
+    public func stop() {
+        guard let process else { return }
+        process.terminate()
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// Kills the broker without letting it save anything.
+    public func kill() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    public var isRunning: Bool { process?.isRunning ?? false }
+
+    deinit { stop() }
+
+    public static var mosquittoPath: String {
+        for candidate in ["/usr/sbin/mosquitto", "/usr/bin/mosquitto", "/usr/local/sbin/mosquitto"]
+        where FileManager.default.isExecutableFile(atPath: candidate) {
+            return candidate
+        }
+        return "/usr/sbin/mosquitto"
+    }
+}
+
+public struct TestSupportError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+public enum TempDirectory {
+    /// A fresh, uniquely named directory under the system temp dir.
+    public static func make(prefix: String = "flare-test") throws -> URL {
+        let url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("\(prefix)-\(UUID().uuidString.prefix(12))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}
+
+public enum FreePort {
+    /// Asks the kernel for a free loopback TCP port (bind to port 0, read it back, close).
+    public static func next() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestSupportError("socket() failed") }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw TestSupportError("bind() failed") }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        guard named == 0 else { throw TestSupportError("getsockname() failed") }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    /// Polls until something accepts TCP connections on 127.0.0.1:`port`, or the timeout passes.
+    public static func waitUntilAccepting(port: Int, timeout: Duration) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if canConnect(port: port) { return true }
+            usleep(20_000)
+        }
+        return false
+    }
+
+    public static func canConnect(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+}
+
+/// Polls `condition` until it is true or `timeout` passes. For waiting on real processes, not for timing assertions.
+public func eventually(timeout: Duration = .seconds(10), _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try condition() { return true }
+        usleep(10_000)
+    }
+    return try condition()
+}
