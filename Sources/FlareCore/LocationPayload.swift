@@ -1,0 +1,90 @@
+/// Why a message on a location topic did not become a stored fix. The raw value is the metrics label and the
+/// log word; none of them carries the payload or a coordinate.
+public enum RejectReason: String, Sendable, CaseIterable, Error {
+    case tooLarge = "too_large"
+    case malformed = "malformed"
+    case ignoredType = "ignored_type"          // OwnTracks lwt, transition, status, waypoint, …: counted, not an error
+    case missingCoordinates = "missing_coordinates"
+    case invalidCoordinates = "invalid_coordinates"
+    case futureTimestamp = "future_timestamp"
+    case staleTimestamp = "stale_timestamp"
+    case badTopic = "bad_topic"
+    case unknownShare = "unknown_share"
+    case shareEnded = "share_ended"
+
+    public var message: String {
+        switch self {
+        case .tooLarge: "payload exceeds the size limit"
+        case .malformed: "payload is not a JSON object"
+        case .ignoredType: "message type is not a location"
+        case .missingCoordinates: "lat and lon are required numbers"
+        case .invalidCoordinates: "lat must be within ±90 and lon within ±180"
+        case .futureTimestamp: "tst is too far in the future (check the device clock, tst is Unix seconds)"
+        case .staleTimestamp: "tst is older than the share"
+        case .badTopic: "topic is not flare/v1/shares/{share_id}/location"
+        case .unknownShare: "no such share"
+        case .shareEnded: "the share has ended"
+        }
+    }
+}
+
+/// Turns an OwnTracks `location` object or a bare `{"lat":…,"lon":…}` into a `Fix`.
+public struct LocationPayloadParser: Sendable {
+    public var maximumBytes: Int
+    /// How far ahead of the server's clock a device timestamp may be.
+    public var allowedFutureSkewSeconds: Int64
+    /// How long before a share's creation a fix may be timestamped (a tracker's last fix before SOS).
+    public var allowedPastSkewSeconds: Int64
+
+    public init(maximumBytes: Int = 4096, allowedFutureSkewSeconds: Int64 = 300, allowedPastSkewSeconds: Int64 = 600) {
+        self.maximumBytes = maximumBytes
+        self.allowedFutureSkewSeconds = allowedFutureSkewSeconds
+        self.allowedPastSkewSeconds = allowedPastSkewSeconds
+    }
+
+    /// - Parameters:
+    ///   - receivedAt: the server's time of receipt; the fix time when the payload has no `tst`.
+    ///   - shareCreatedAt: fixes timestamped long before the share began are refused.
+    public func parse(_ payload: [UInt8], receivedAt: UnixMillis, shareCreatedAt: UnixMillis) -> Result<Fix, RejectReason> {
+        guard payload.count <= maximumBytes else { return .failure(.tooLarge) }
+        guard let object = (try? JSONValue.parse(payload))?.objectValue else { return .failure(.malformed) }
+        if let type = object["_type"] {
+            guard type.stringValue == "location" else { return .failure(.ignoredType) }
+        }
+        guard let latitude = object["lat"]?.doubleValue ?? Self.numericString(object["lat"]),
+              let longitude = object["lon"]?.doubleValue ?? Self.numericString(object["lon"])
+        else { return .failure(.missingCoordinates) }
+        guard latitude.isFinite, longitude.isFinite, abs(latitude) <= 90, abs(longitude) <= 180 else {
+            return .failure(.invalidCoordinates)
+        }
+        let nowSeconds = receivedAt / 1000
+        var timestamp = nowSeconds
+        if let tst = object["tst"] {
+            guard let seconds = tst.doubleValue, seconds.isFinite, seconds >= 0, seconds < 1e11 else { return .failure(.malformed) }
+            timestamp = Int64(seconds)
+        }
+        guard timestamp <= nowSeconds + allowedFutureSkewSeconds else { return .failure(.futureTimestamp) }
+        guard timestamp >= shareCreatedAt / 1000 - allowedPastSkewSeconds else { return .failure(.staleTimestamp) }
+
+        // Optional fields that are out of range are dropped, not fatal: a bad battery reading must never cost a position.
+        var fix = Fix(latitude: latitude, longitude: longitude, timestamp: timestamp)
+        fix.accuracy = Self.number(object["acc"], in: 0...1_000_000)
+        fix.altitude = Self.number(object["alt"], in: -20_000...100_000)
+        fix.velocity = Self.number(object["vel"], in: 0...5_000)
+        fix.course = Self.number(object["cog"], in: 0...360)
+        fix.battery = Self.number(object["batt"], in: 0...100).map { Int($0) }
+        if let tid = object["tid"]?.stringValue, tid.utf8.count <= 8 { fix.trackerID = tid }
+        return .success(fix)
+    }
+
+    private static func number(_ value: JSONValue?, in range: ClosedRange<Double>) -> Double? {
+        guard let number = value?.doubleValue, number.isFinite, range.contains(number) else { return nil }
+        return number
+    }
+
+    /// Some HTTP clients send coordinates as strings ("48.13"); accept those, nothing looser.
+    private static func numericString(_ value: JSONValue?) -> Double? {
+        guard let text = value?.stringValue, text.utf8.count <= 32 else { return nil }
+        return Double(text)
+    }
+}

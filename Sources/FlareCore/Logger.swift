@@ -1,0 +1,47 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A value-type logger. Messages are autoclosures, so nothing is built below the level. By rule, callers never
+/// pass a secret, a token or a coordinate: log share ids, counts and reasons.
+public struct Logger: Sendable {
+    public enum Level: Int, Sendable, Comparable, CaseIterable {
+        case debug, info, warning, error
+        public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
+        public init?(name: String) {
+            switch name.lowercased() {
+            case "debug": self = .debug
+            case "info": self = .info
+            case "warning", "warn": self = .warning
+            case "error": self = .error
+            default: return nil
+            }
+        }
+        var word: String { switch self { case .debug: "debug"; case .info: "info"; case .warning: "warn"; case .error: "error" } }
+    }
+
+    public let label: String
+    public var level: Level
+    private let clock: any WallClock
+
+    public init(label: String, level: Level = .info, clock: any WallClock = SystemWallClock()) {
+        self.label = label
+        self.level = level
+        self.clock = clock
+    }
+
+    public func with(label: String) -> Logger { Logger(label: label, level: level, clock: clock) }
+
+    public func debug(_ message: @autoclosure () -> String) { log(.debug, message) }
+    public func info(_ message: @autoclosure () -> String) { log(.info, message) }
+    public func warning(_ message: @autoclosure () -> String) { log(.warning, message) }
+    public func error(_ message: @autoclosure () -> String) { log(.error, message) }
+
+    private func log(_ at: Level, _ message: () -> String) {
+        guard at >= level else { return }
+        let line = "\(RFC3339.format(millis: clock.now())) \(at.word) \(label): \(message())\n"
+        // One write(2) per line, so lines from different threads never interleave.
+        var bytes = Array(line.utf8)
+        _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+    }
+}

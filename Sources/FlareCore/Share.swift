@@ -1,0 +1,82 @@
+/// How a share ended.
+public enum EndReason: String, Sendable {
+    case expired, stopped
+}
+
+/// A share as stored: who may see it (by view-token hash), until when, and whether it has ended.
+public struct Share: Sendable, Equatable {
+    public let id: ShareID
+    public let viewTokenHash: SecretHash
+    public var name: String
+    public let createdAt: UnixMillis
+    public var expiresAt: UnixMillis
+    public var endedAt: UnixMillis?
+    public var endReason: EndReason?
+    /// Set once the share's history has been deleted after it ended.
+    public var historyPurged: Bool
+
+    public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
+                endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false) {
+        self.id = id
+        self.viewTokenHash = viewTokenHash
+        self.name = name
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.endedAt = endedAt
+        self.endReason = endReason
+        self.historyPurged = historyPurged
+    }
+
+    public var isActive: Bool { endedAt == nil }
+}
+
+/// Durations a caller may ask for, and what an extension means.
+public struct SharePolicy: Sendable {
+    public var defaultDurationSeconds: Int64
+    public var maximumDurationSeconds: Int64
+    /// How long after a share ends its positions are kept (0 = deleted at once).
+    public var historyRetentionSeconds: Int64
+    public static let maximumNameLength = 80
+
+    public init(defaultDurationSeconds: Int64 = 3600, maximumDurationSeconds: Int64 = 86_400, historyRetentionSeconds: Int64 = 86_400) {
+        self.defaultDurationSeconds = defaultDurationSeconds
+        self.maximumDurationSeconds = maximumDurationSeconds
+        self.historyRetentionSeconds = historyRetentionSeconds
+    }
+
+    public enum Violation: Error, Equatable, CustomStringConvertible {
+        case durationOutOfRange(maximum: Int64)
+        case nameTooLong
+        public var description: String {
+            switch self {
+            case .durationOutOfRange(let maximum): "duration_s must be a whole number of seconds from 1 to \(maximum)"
+            case .nameTooLong: "name must be at most \(SharePolicy.maximumNameLength) characters"
+            }
+        }
+    }
+
+    /// The duration to use for a request that may or may not name one.
+    public func duration(requested: Double?) throws(Violation) -> Int64 {
+        guard let requested else { return defaultDurationSeconds }
+        guard requested.isFinite, requested == requested.rounded(), requested >= 1, requested <= Double(maximumDurationSeconds) else {
+            throw .durationOutOfRange(maximum: maximumDurationSeconds)
+        }
+        return Int64(requested)
+    }
+
+    public func validName(_ name: String?) throws(Violation) -> String {
+        let trimmed = (name ?? "").trimmingWhitespace
+        guard trimmed.count <= Self.maximumNameLength else { throw .nameTooLong }
+        // Control characters have no place in a name shown on a page.
+        return String(String.UnicodeScalarView(trimmed.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
+    }
+}
+
+extension String {
+    var trimmingWhitespace: String {
+        var scalars = Substring(self)
+        while let first = scalars.first, first.isWhitespace { scalars.removeFirst() }
+        while let last = scalars.last, last.isWhitespace { scalars.removeLast() }
+        return String(scalars)
+    }
+}

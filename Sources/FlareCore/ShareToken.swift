@@ -1,0 +1,98 @@
+import FlareCrypto
+
+/// The publish (device) and subscribe (watch) capabilities for one share: an HS256 JWT whose `exp` is the
+/// share's expiry and whose EMQX-5-style `acl` claim lists exactly the topics it may use, so a clustered
+/// broker can verify it natively with no callback to Flare.
+public struct ShareToken: Sendable, Equatable {
+    public enum Role: String, Sendable { case device, watch }
+
+    public let shareID: ShareID
+    public let role: Role
+    public let issuedAt: Int64   // Unix seconds
+    public let expiresAt: Int64  // Unix seconds
+
+    public init(shareID: ShareID, role: Role, issuedAt: Int64, expiresAt: Int64) {
+        self.shareID = shareID
+        self.role = role
+        self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
+    }
+
+    public struct ACLRule: Sendable, Equatable {
+        public let action: String  // "publish" | "subscribe"
+        public let topic: String
+    }
+
+    public var acl: [ACLRule] {
+        switch role {
+        case .device:
+            return [ACLRule(action: "publish", topic: Topics.location(shareID) + "/#"),
+                    ACLRule(action: "subscribe", topic: Topics.status(shareID))]
+        case .watch:
+            return [ACLRule(action: "subscribe", topic: Topics.shareRoot(shareID) + "/#")]
+        }
+    }
+
+    public func signed(with key: [UInt8]) -> String {
+        var claims = JSONWriter()
+        claims.beginObject()
+        claims.field("sub", shareID.rawValue)
+        claims.field("role", role.rawValue)
+        claims.field("iat", issuedAt)
+        claims.field("exp", expiresAt)
+        claims.key("acl")
+        claims.beginArray()
+        for rule in acl {
+            claims.beginObject()
+            claims.field("permission", "allow")
+            claims.field("action", rule.action)
+            claims.field("topic", rule.topic)
+            claims.endObject()
+        }
+        claims.endArray()
+        claims.endObject()
+        let signingInput = Self.encodedHeader + "." + Base64URL.encode(claims.bytes)
+        return signingInput + "." + Base64URL.encode(Crypto.hmacSHA256(key: key, message: Array(signingInput.utf8)))
+    }
+
+    private static let encodedHeader = Base64URL.encode(#"{"alg":"HS256","typ":"JWT"}"#)
+    /// Longer tokens are refused before any parsing: a real one is under 600 bytes.
+    public static let maximumLength = 2048
+
+    public enum VerificationError: Error, Equatable, CustomStringConvertible {
+        case malformed, unsupportedAlgorithm, badSignature, expired, wrongShare
+        public var description: String {
+            switch self {
+            case .malformed: "malformed token"
+            case .unsupportedAlgorithm: "token algorithm is not HS256"
+            case .badSignature: "token signature does not verify"
+            case .expired: "token has expired"
+            case .wrongShare: "token is for another share"
+            }
+        }
+    }
+
+    /// Verifies signature (constant time), algorithm (HS256 only, never `none`), expiry, and optionally the share.
+    public static func verify(_ token: String, key: [UInt8], nowSeconds: Int64, expectedShare: ShareID? = nil) throws(VerificationError) -> ShareToken {
+        guard token.utf8.count <= maximumLength else { throw .malformed }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+              let headerBytes = Base64URL.decode(parts[0]),
+              let claimBytes = Base64URL.decode(parts[1]),
+              let signature = Base64URL.decode(parts[2]),
+              let header = try? JSONValue.parse(headerBytes)
+        else { throw .malformed }
+        guard header["alg"]?.stringValue == "HS256" else { throw .unsupportedAlgorithm }
+        let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
+        guard Crypto.constantTimeEquals(signature, Crypto.hmacSHA256(key: key, message: signingInput)) else { throw .badSignature }
+        guard let claims = try? JSONValue.parse(claimBytes),
+              let subject = claims["sub"]?.stringValue, let shareID = ShareID(subject),
+              let roleText = claims["role"]?.stringValue, let role = Role(rawValue: roleText),
+              let exp = claims["exp"]?.doubleValue, exp.isFinite, abs(exp) < 1e12,
+              let iat = claims["iat"]?.doubleValue, iat.isFinite, abs(iat) < 1e12
+        else { throw .malformed }
+        guard Int64(exp) > nowSeconds else { throw .expired }
+        if let expectedShare, expectedShare != shareID { throw .wrongShare }
+        return ShareToken(shareID: shareID, role: role, issuedAt: Int64(iat), expiresAt: Int64(exp))
+    }
+}

@@ -1,0 +1,18 @@
+/// MQTT topic names of the v1 contract.
+public enum Topics {
+    public static let prefix = "flare/v1/shares/"
+    /// What the bridge subscribes to.
+    public static let allLocations = "flare/v1/shares/+/location"
+
+    public static func shareRoot(_ id: ShareID) -> String { prefix + id.rawValue }
+    public static func location(_ id: ShareID) -> String { prefix + id.rawValue + "/location" }
+    public static func status(_ id: ShareID) -> String { prefix + id.rawValue + "/status" }
+
+    /// The share of a `flare/v1/shares/{id}/location` topic; nil for anything else.
+    public static func shareID(fromLocationTopic topic: String) -> ShareID? {
+        guard topic.hasPrefix(prefix), topic.hasSuffix("/location") else { return nil }
+        let middle = topic.utf8.dropFirst(prefix.utf8.count).dropLast("/location".utf8.count)
+        guard let text = String(middle) else { return nil }
+        return ShareID(text)
+    }
+}
