@@ -1,0 +1,152 @@
+internal import CSQLite
+
+/// A failed SQLite call: the operation, the result code and SQLite's message. Bound values are never included,
+/// because they may be positions.
+public struct StoreError: Error, CustomStringConvertible {
+    public let operation: String
+    public let code: Int32
+    public let message: String
+
+    public var description: String { "\(operation) failed: \(message) (sqlite code \(code))" }
+
+    /// The disk is full or the file cannot be written: the caller may retry later.
+    public var isStorageUnavailable: Bool {
+        let primary = code & 0xFF
+        return primary == SQLITE_FULL || primary == SQLITE_READONLY || primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN || primary == SQLITE_BUSY
+    }
+}
+
+/// Owns one `sqlite3*` connection. Not thread-safe by itself: `ShareStore` serialises access.
+final class SQLiteDatabase {
+    private let handle: OpaquePointer
+    private var statements: [String: SQLiteStatement] = [:]
+
+    init(path: String) throws(StoreError) {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &db, flags, nil)
+        guard code == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close(db)
+            throw StoreError(operation: "open \(path)", code: code, message: message)
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    func execute(_ sql: String) throws(StoreError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        guard code == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? lastMessage
+            sqlite3_free(errorMessage)
+            throw StoreError(operation: "exec", code: code, message: message)
+        }
+    }
+
+    /// A prepared statement, cached by its SQL text: hot statements are compiled once.
+    func statement(_ sql: String) throws(StoreError) -> SQLiteStatement {
+        if let cached = statements[sql] {
+            cached.reset()
+            return cached
+        }
+        var raw: OpaquePointer?
+        let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &raw, nil)
+        guard code == SQLITE_OK, let raw else { throw error("prepare", code) }
+        let statement = SQLiteStatement(raw, database: self)
+        statements[sql] = statement
+        return statement
+    }
+
+    func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    var changes: Int { Int(sqlite3_changes(handle)) }
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    func error(_ operation: String, _ code: Int32) -> StoreError {
+        StoreError(operation: operation, code: code, message: lastMessage)
+    }
+}
+
+/// One prepared statement. Binding is 1-based, columns 0-based, as in SQLite.
+final class SQLiteStatement {
+    private let handle: OpaquePointer
+    private unowned let database: SQLiteDatabase
+
+    init(_ handle: OpaquePointer, database: SQLiteDatabase) {
+        self.handle = handle
+        self.database = database
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(handle, index, value) }
+    func bind(_ index: Int32, _ value: Double) { sqlite3_bind_double(handle, index, value) }
+    func bind(_ index: Int32, _ value: String) {
+        var value = value
+        value.withUTF8 { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { _ = flare_sqlite3_bind_text(handle, index, $0.baseAddress, Int32($0.count)) }
+        }
+    }
+    func bind(_ index: Int32, _ value: [UInt8]) {
+        value.withUnsafeBytes { _ = flare_sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count)) }
+    }
+    func bind(_ index: Int32, _ value: Double?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
+    func bind(_ index: Int32, _ value: Int64?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
+    func bind(_ index: Int32, _ value: String?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
+
+    /// Steps once: true while a row is available.
+    func step() throws(StoreError) -> Bool {
+        let code = sqlite3_step(handle)
+        switch code {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let error = database.error("step", code)
+            sqlite3_reset(handle)
+            throw error
+        }
+    }
+
+    func run() throws(StoreError) {
+        while try step() {}
+    }
+
+    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    func double(_ column: Int32) -> Double { sqlite3_column_double(handle, column) }
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    func optionalDouble(_ column: Int32) -> Double? { isNull(column) ? nil : double(column) }
+    func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
+    func string(_ column: Int32) -> String {
+        guard let text = sqlite3_column_text(handle, column) else { return "" }
+        return String(cString: text)
+    }
+    func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
+    func blob(_ column: Int32) -> [UInt8] {
+        let count = Int(sqlite3_column_bytes(handle, column))
+        guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
+}

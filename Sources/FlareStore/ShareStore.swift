@@ -1,0 +1,281 @@
+public import FlareCore
+import Synchronization
+
+/// A share row and its store key.
+public struct StoredShare: Sendable, Equatable {
+    public let row: Int64
+    public var share: Share
+}
+
+/// A validated fix waiting to be written.
+public struct PendingFix: Sendable {
+    public let shareRow: Int64
+    public let fix: Fix
+    public let receivedAt: UnixMillis
+
+    public init(shareRow: Int64, fix: Fix, receivedAt: UnixMillis) {
+        self.shareRow = shareRow
+        self.fix = fix
+        self.receivedAt = receivedAt
+    }
+}
+
+/// Flare's SQLite file: shares, their fixes and owner keys. WAL mode, one connection used under a lock;
+/// fixes are written in batches inside one transaction, so a commit costs one fsync per batch, not per fix.
+public final class ShareStore: Sendable {
+    private let database: Mutex<SQLiteDatabase>
+    public let path: String
+
+    static let schemaVersion: Int64 = 1
+
+    public init(path: String) throws(StoreError) {
+        self.path = path
+        let db = try SQLiteDatabase(path: path)
+        try db.execute("PRAGMA journal_mode=WAL")
+        // NORMAL in WAL mode: a commit survives a crash of the process; only a power loss can roll back the
+        // last transactions. That is the durability the bridge needs at tens of thousands of fixes/s.
+        try db.execute("PRAGMA synchronous=NORMAL")
+        try db.execute("PRAGMA foreign_keys=ON")
+        try Self.migrate(db)
+        database = Mutex(db)
+    }
+
+    private static func migrate(_ db: SQLiteDatabase) throws(StoreError) {
+        let versionStatement = try db.statement("PRAGMA user_version")
+        _ = try versionStatement.step()
+        let version = versionStatement.int64(0)
+        versionStatement.reset()
+        guard version < schemaVersion else { return }
+        try db.transaction { () throws(StoreError) in
+            try db.execute("""
+                CREATE TABLE IF NOT EXISTS shares (
+                    id INTEGER PRIMARY KEY,
+                    share_id TEXT NOT NULL UNIQUE,
+                    view_token_hash BLOB NOT NULL UNIQUE,
+                    name TEXT NOT NULL DEFAULT '',
+                    created_at INTEGER NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    ended_at INTEGER,
+                    end_reason TEXT,
+                    history_purged INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE INDEX IF NOT EXISTS shares_open ON shares(history_purged) WHERE history_purged = 0;
+                CREATE TABLE IF NOT EXISTS fixes (
+                    share INTEGER NOT NULL REFERENCES shares(id),
+                    tst INTEGER NOT NULL,
+                    lat REAL NOT NULL,
+                    lon REAL NOT NULL,
+                    acc REAL, alt REAL, vel REAL, cog REAL, batt INTEGER, tid TEXT,
+                    received_at INTEGER NOT NULL,
+                    PRIMARY KEY (share, tst, lat, lon)
+                ) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS owner_keys (
+                    id INTEGER PRIMARY KEY,
+                    key_hash BLOB NOT NULL UNIQUE,
+                    label TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                );
+                PRAGMA user_version = \(schemaVersion);
+                """)
+        }
+    }
+
+    // MARK: Shares
+
+    @discardableResult
+    public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
+                """)
+            statement.bind(1, share.id.rawValue)
+            statement.bind(2, share.viewTokenHash.bytes)
+            statement.bind(3, share.name)
+            statement.bind(4, share.createdAt)
+            statement.bind(5, share.expiresAt)
+            try statement.run()
+            return db.lastInsertRowID
+        }
+    }
+
+    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL")
+            statement.bind(1, expiresAt)
+            statement.bind(2, row)
+            try statement.run()
+        }
+    }
+
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
+            statement.bind(1, endedAt)
+            statement.bind(2, reason.rawValue)
+            statement.bind(3, row)
+            try statement.run()
+        }
+    }
+
+    /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
+    public func purgeHistory(row: Int64) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let delete = try db.statement("DELETE FROM fixes WHERE share = ?")
+                delete.bind(1, row)
+                try delete.run()
+                let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ?")
+                update.bind(1, row)
+                try update.run()
+            }
+        }
+    }
+
+    private static let shareColumns = "id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged"
+
+    private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
+        guard let id = ShareID(statement.string(1)) else { return nil }
+        let share = Share(
+            id: id,
+            viewTokenHash: SecretHash(bytes: statement.blob(2)),
+            name: statement.string(3),
+            createdAt: statement.int64(4),
+            expiresAt: statement.int64(5),
+            endedAt: statement.optionalInt64(6),
+            endReason: statement.optionalString(7).flatMap(EndReason.init(rawValue:)),
+            historyPurged: statement.int64(8) != 0)
+        return StoredShare(row: statement.int64(0), share: share)
+    }
+
+    /// Every share whose history still exists: the active ones and those ended but not yet purged.
+    public func loadOpenShares() throws(StoreError) -> [StoredShare] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE history_purged = 0")
+            var shares: [StoredShare] = []
+            while try statement.step() {
+                if let share = Self.readShare(statement) { shares.append(share) }
+            }
+            return shares
+        }
+    }
+
+    public func share(id: ShareID) throws(StoreError) -> StoredShare? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE share_id = ?")
+            statement.bind(1, id.rawValue)
+            guard try statement.step() else { return nil }
+            return Self.readShare(statement)
+        }
+    }
+
+    public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE view_token_hash = ?")
+            statement.bind(1, viewTokenHash.bytes)
+            guard try statement.step() else { return nil }
+            guard let found = Self.readShare(statement), found.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return found
+        }
+    }
+
+    // MARK: Fixes
+
+    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored, e.g. a
+    /// QoS 1 redelivery or a retained message seen again).
+    public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
+        guard !fixes.isEmpty else { return [] }
+        return try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let statement = try db.statement("""
+                    INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+                var inserted: [Bool] = []
+                inserted.reserveCapacity(fixes.count)
+                for pending in fixes {
+                    let fix = pending.fix
+                    statement.reset()
+                    statement.bind(1, pending.shareRow)
+                    statement.bind(2, fix.timestamp)
+                    statement.bind(3, fix.latitude)
+                    statement.bind(4, fix.longitude)
+                    statement.bind(5, fix.accuracy)
+                    statement.bind(6, fix.altitude)
+                    statement.bind(7, fix.velocity)
+                    statement.bind(8, fix.course)
+                    statement.bind(9, fix.battery.map(Int64.init))
+                    statement.bind(10, fix.trackerID)
+                    statement.bind(11, pending.receivedAt)
+                    try statement.run()
+                    inserted.append(db.changes > 0)
+                }
+                return inserted
+            }
+        }
+    }
+
+    /// The newest `limit` fixes of a share, oldest first.
+    public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
+                """)
+            statement.bind(1, row)
+            statement.bind(2, Int64(limit))
+            var fixes: [Fix] = []
+            while try statement.step() {
+                fixes.append(Fix(
+                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
+                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
+                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
+                    battery: statement.optionalInt64(7).map { Int($0) }, trackerID: statement.optionalString(8)))
+            }
+            return fixes.reversed()
+        }
+    }
+
+    public func fixCount(row: Int64) throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT count(*) FROM fixes WHERE share = ?")
+            statement.bind(1, row)
+            _ = try statement.step()
+            return Int(statement.int64(0))
+        }
+    }
+
+    // MARK: Owner keys
+
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("INSERT INTO owner_keys (key_hash, label, created_at) VALUES (?, ?, ?)")
+            statement.bind(1, hash.bytes)
+            statement.bind(2, label)
+            statement.bind(3, createdAt)
+            try statement.run()
+        }
+    }
+
+    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT key_hash FROM owner_keys WHERE key_hash = ?")
+            statement.bind(1, hash.bytes)
+            guard try statement.step() else { return false }
+            return SecretHash(bytes: statement.blob(0)).matches(hash)
+        }
+    }
+
+    public func ownerKeyCount() throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT count(*) FROM owner_keys")
+            _ = try statement.step()
+            return Int(statement.int64(0))
+        }
+    }
+
+    /// A cheap write-path probe for /healthz.
+    public func checkWritable() throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            try db.execute("BEGIN IMMEDIATE; COMMIT")
+        }
+    }
+}
