@@ -5,6 +5,11 @@ import Synchronization
 public struct StoredShare: Sendable, Equatable {
     public let row: Int64
     public var share: Share
+
+    public init(row: Int64, share: Share) {
+        self.row = row
+        self.share = share
+    }
 }
 
 /// A validated fix waiting to be written.

@@ -1,0 +1,77 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A bounded FIFO between threads. `put` blocks while the queue is full: back-pressure travels to the MQTT
+/// network thread and from there to the broker's per-client queue, instead of dropping fixes.
+final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
+    // @unchecked: every stored property is only touched with `mutex` held.
+    private var mutex = pthread_mutex_t()
+    private var notEmpty = pthread_cond_t()
+    private var notFull = pthread_cond_t()
+    private var items: [Element] = []
+    private var head = 0
+    private var closed = false
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&notEmpty, nil)
+        pthread_cond_init(&notFull, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(&notFull)
+        pthread_cond_destroy(&notEmpty)
+        pthread_mutex_destroy(&mutex)
+    }
+
+    private var count: Int { items.count - head }
+
+    /// Adds an element, waiting for room. Returns false if the queue was closed.
+    @discardableResult
+    func put(_ element: Element) -> Bool {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        while count >= capacity && !closed { pthread_cond_wait(&notFull, &mutex) }
+        guard !closed else { return false }
+        items.append(element)
+        pthread_cond_signal(&notEmpty)
+        return true
+    }
+
+    /// Waits for at least one element and takes up to `maximum`. Returns [] only once closed and empty.
+    func takeBatch(maximum: Int) -> [Element] {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        while count == 0 && !closed { pthread_cond_wait(&notEmpty, &mutex) }
+        let taken = min(maximum, count)
+        let batch = Array(items[head..<head + taken])
+        head += taken
+        if head == items.count {
+            items.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 4096 && head * 2 > items.count {
+            items.removeFirst(head)
+            head = 0
+        }
+        pthread_cond_broadcast(&notFull)
+        return batch
+    }
+
+    /// Wakes every waiter; `put` refuses from now on, `takeBatch` drains what is left.
+    func close() {
+        pthread_mutex_lock(&mutex)
+        closed = true
+        pthread_cond_broadcast(&notEmpty)
+        pthread_cond_broadcast(&notFull)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    var depth: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return count
+    }
+}

@@ -1,0 +1,157 @@
+public import FlareCore
+public import FlareStore
+import Dispatch
+import Synchronization
+
+/// MQTT → validate → persist → publish to viewers.
+///
+/// `handle` runs on the MQTT network thread: it parses and validates (microseconds) and queues the fix. One
+/// writer drains the queue in batches, each in one SQLite transaction, and only then tells the registry,
+/// so a viewer never sees a fix that is not stored. When the queue is full `handle` blocks: the broker then
+/// holds messages in the bridge's session queue instead of anything being dropped.
+public final class FixIngestor: Sendable {
+    struct Item: Sendable {
+        let shareID: ShareID
+        let pending: PendingFix
+    }
+
+    private let store: ShareStore
+    private let registry: ShareRegistry
+    private let metrics: Metrics
+    private let logger: Logger
+    private let clock: any WallClock
+    private let parser: LocationPayloadParser
+    private let queue: BlockingQueue<Item>
+    private let batchSize: Int
+    private let finished = DispatchSemaphore(value: 0)
+    private let storeHealthy = Atomic<Bool>(true)
+    private let started = Atomic<Bool>(false)
+
+    public init(store: ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
+                parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 1024) {
+        self.store = store
+        self.registry = registry
+        self.metrics = metrics
+        self.logger = logger
+        self.clock = clock
+        self.parser = parser
+        self.queue = BlockingQueue(capacity: queueCapacity)
+        self.batchSize = batchSize
+        metrics.register(FlareMetrics.fixesAccepted)
+        metrics.register(FlareMetrics.fixesDuplicate)
+        metrics.register(FlareMetrics.fixesRejected)
+        metrics.register(FlareMetrics.storeErrors)
+        let queue = self.queue
+        metrics.registerGauge(FlareMetrics.ingestQueueDepth) { Double(queue.depth) }
+    }
+
+    /// Starts the writer. Call once.
+    public func start() {
+        guard !started.exchange(true, ordering: .relaxed) else { return }
+        DispatchQueue(label: "flare.store-writer").async { [self] in writeLoop() }
+    }
+
+    /// A message from a location topic. Returns the reject reason, or nil when the fix was queued (or was a
+    /// duplicate of the last one).
+    @discardableResult
+    public func handle(topic: String, payload: [UInt8], retained: Bool) -> RejectReason? {
+        // A zero-length retained message is how a location is cleared (by the bridge itself at a share's end).
+        if payload.isEmpty { return nil }
+        guard let shareID = Topics.shareID(fromLocationTopic: topic) else { return reject(.badTopic, share: nil) }
+        return handle(shareID: shareID, payload: payload, retained: retained)
+    }
+
+    @discardableResult
+    public func handle(shareID: ShareID, payload: [UInt8], retained: Bool) -> RejectReason? {
+        guard let context = registry.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
+        guard context.isActive else { return reject(.shareEnded, share: shareID) }
+        let receivedAt = clock.now()
+        switch parser.parse(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {
+        case .failure(let reason):
+            return reject(reason, share: shareID)
+        case .success(let fix):
+            // A retained location delivered again on (re)subscribe is the fix already known; without a `tst`
+            // it would otherwise be stored again under a new receive time.
+            if retained, let last = context.last, last.latitude == fix.latitude, last.longitude == fix.longitude {
+                metrics.increment(FlareMetrics.fixesDuplicate)
+                return nil
+            }
+            queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt)))
+            return nil
+        }
+    }
+
+    private func reject(_ reason: RejectReason, share: ShareID?) -> RejectReason {
+        metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
+        if reason != .ignoredType {
+            logger.info("rejected message on share \(share?.rawValue ?? "-"): \(reason.rawValue)")
+        }
+        return reason
+    }
+
+    public var isStoreHealthy: Bool { storeHealthy.load(ordering: .relaxed) }
+    public var queueDepth: Int { queue.depth }
+
+    /// Stops taking fixes, writes everything queued, and returns when the writer has finished.
+    public func drain() {
+        queue.close()
+        if started.load(ordering: .relaxed) { finished.wait() }
+    }
+
+    private func writeLoop() {
+        var retryDelayMillis = 50
+        while true {
+            let batch = queue.takeBatch(maximum: batchSize)
+            if batch.isEmpty { break }
+            // A failed commit is retried with the same batch until it succeeds: the queue behind it fills and
+            // back-pressure stops intake, so a full or read-only disk delays fixes but never drops them.
+            while true {
+                do {
+                    let inserted = try store.insertFixes(batch.map(\.pending))
+                    if !storeHealthy.exchange(true, ordering: .relaxed) {
+                        logger.info("store writable again; \(batch.count) queued fixes written")
+                    }
+                    retryDelayMillis = 50
+                    var accepted = 0
+                    for (item, isNew) in zip(batch, inserted) where isNew {
+                        registry.record(item.pending.fix, for: item.shareID)
+                        accepted += 1
+                    }
+                    metrics.increment(FlareMetrics.fixesAccepted, by: Double(accepted))
+                    if accepted < batch.count { metrics.increment(FlareMetrics.fixesDuplicate, by: Double(batch.count - accepted)) }
+                    break
+                } catch {
+                    metrics.increment(FlareMetrics.storeErrors)
+                    if storeHealthy.exchange(false, ordering: .relaxed) {
+                        logger.error("cannot write \(batch.count) fixes, will retry: \(error)")
+                    }
+                    usleepMillis(retryDelayMillis)
+                    retryDelayMillis = min(retryDelayMillis * 2, 5000)
+                }
+            }
+        }
+        finished.signal()
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func usleepMillis(_ millis: Int) { usleep(UInt32(millis) * 1000) }
+
+/// The metric families the bridge and gateway export.
+public enum FlareMetrics {
+    public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
+    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay).")
+    public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
+    public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
+    public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
+    public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
+    public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")
+    public static let sharesEnded = Metrics.Family("flare_shares_ended_total", .counter, "Shares ended, by reason.")
+    public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
+    public static let sseClients = Metrics.Family("flare_sse_clients", .gauge, "Live viewers connected by Server-Sent Events.")
+    public static let httpRequests = Metrics.Family("flare_http_requests_total", .counter, "HTTP requests answered, by status.")
+    public static let rateLimited = Metrics.Family("flare_http_rate_limited_total", .counter, "Link requests refused by a rate limit, by scope.")
+}

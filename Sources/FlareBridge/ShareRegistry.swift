@@ -1,0 +1,179 @@
+public import FlareCore
+public import FlareStore
+import Synchronization
+
+/// What a live viewer is told.
+public enum LiveEvent: Sendable, Equatable {
+    case fix(Fix)
+    case extended(expiresAt: UnixMillis)
+    case ended(reason: EndReason, at: UnixMillis)
+}
+
+/// A point of the recent trail: just enough to draw a line, so that 100,000 shares' trails fit in tens of MB.
+public struct TrailPoint: Sendable, Equatable {
+    public let latitude: Double
+    public let longitude: Double
+    public let timestamp: Int64
+}
+
+/// A consistent copy of one share's live state, taken under the registry's lock.
+public struct ShareSnapshot: Sendable {
+    public let row: Int64
+    public let share: Share
+    public let last: Fix?
+    public let trail: [TrailPoint]
+    public let viewers: Int
+}
+
+/// The bridge's in-memory view of every share that still has history: state, expiry, last fix and a short
+/// trail. The gateway answers from here, never from SQLite, and live viewers subscribe here.
+public final class ShareRegistry: Sendable {
+    public typealias Subscriber = @Sendable (LiveEvent) -> Void
+
+    private struct Entry {
+        var row: Int64
+        var share: Share
+        var last: Fix?
+        var trail: [TrailPoint] = []
+        var subscribers: [Int: Subscriber] = [:]
+    }
+
+    private struct State {
+        var entries: [ShareID: Entry] = [:]
+        var byViewHash: [SecretHash: ShareID] = [:]
+        var nextSubscriberID = 1
+        var activeCount = 0
+        var viewerCount = 0
+    }
+
+    private let state = Mutex(State())
+    public let trailLength: Int
+
+    public init(trailLength: Int = 32) {
+        self.trailLength = max(1, trailLength)
+    }
+
+    public func insert(_ stored: StoredShare, recentFixes: [Fix] = []) {
+        var entry = Entry(row: stored.row, share: stored.share)
+        for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
+        state.withLock { state in
+            if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
+            state.entries[stored.share.id] = entry
+            state.byViewHash[stored.share.viewTokenHash] = stored.share.id
+            if stored.share.isActive { state.activeCount += 1 }
+        }
+    }
+
+    /// Forgets a share whose history has been purged.
+    public func remove(_ id: ShareID) {
+        state.withLock { state in
+            guard let entry = state.entries.removeValue(forKey: id) else { return }
+            state.byViewHash[entry.share.viewTokenHash] = nil
+            if entry.share.isActive { state.activeCount -= 1 }
+            state.viewerCount -= entry.subscribers.count
+        }
+    }
+
+    public func snapshot(_ id: ShareID) -> ShareSnapshot? {
+        state.withLock { state in state.entries[id].map(Self.snapshot) }
+    }
+
+    public func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
+        state.withLock { state in
+            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
+                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return Self.snapshot(entry)
+        }
+    }
+
+    private static func snapshot(_ entry: Entry) -> ShareSnapshot {
+        ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count)
+    }
+
+    /// What the ingest path needs to validate a fix, in one short lock.
+    public struct IngestContext: Sendable {
+        public let row: Int64
+        public let createdAt: UnixMillis
+        public let isActive: Bool
+        public let last: Fix?
+    }
+
+    public func ingestContext(_ id: ShareID) -> IngestContext? {
+        state.withLock { state in
+            state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last) }
+        }
+    }
+
+    /// Records a stored fix. It becomes the last position unless an newer one is already known (a tracker may
+    /// deliver fixes it buffered while offline); viewers hear only about a new last position.
+    public func record(_ fix: Fix, for id: ShareID) {
+        let subscribers: [Subscriber] = state.withLock { state in
+            guard var entry = state.entries[id] else { return [] }
+            let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
+            Self.append(fix, to: &entry, trailLength: trailLength)
+            state.entries[id] = entry
+            return isNewest && entry.share.isActive ? Array(entry.subscribers.values) : []
+        }
+        for subscriber in subscribers { subscriber(.fix(fix)) }
+    }
+
+    private static func append(_ fix: Fix, to entry: inout Entry, trailLength: Int) {
+        let point = TrailPoint(latitude: fix.latitude, longitude: fix.longitude, timestamp: fix.timestamp)
+        if let last = entry.last, fix.timestamp < last.timestamp {
+            let index = entry.trail.lastIndex { $0.timestamp <= fix.timestamp }.map { $0 + 1 } ?? 0
+            if index == 0 && entry.trail.count >= trailLength { return }  // older than the whole trail
+            entry.trail.insert(point, at: index)
+        } else {
+            entry.last = fix
+            entry.trail.append(point)
+        }
+        if entry.trail.count > trailLength { entry.trail.removeFirst(entry.trail.count - trailLength) }
+    }
+
+    public func updateExpiry(_ id: ShareID, expiresAt: UnixMillis) {
+        let subscribers: [Subscriber] = state.withLock { state in
+            guard state.entries[id]?.share.isActive == true else { return [] }
+            state.entries[id]!.share.expiresAt = expiresAt
+            return Array(state.entries[id]!.subscribers.values)
+        }
+        for subscriber in subscribers { subscriber(.extended(expiresAt: expiresAt)) }
+    }
+
+    /// Marks the share ended and tells its viewers, who are then dropped.
+    public func markEnded(_ id: ShareID, reason: EndReason, at endedAt: UnixMillis) {
+        let subscribers: [Subscriber] = state.withLock { state in
+            guard var entry = state.entries[id], entry.share.isActive else { return [] }
+            entry.share.endedAt = endedAt
+            entry.share.endReason = reason
+            let subscribers = Array(entry.subscribers.values)
+            state.viewerCount -= entry.subscribers.count
+            entry.subscribers = [:]
+            state.entries[id] = entry
+            state.activeCount -= 1
+            return subscribers
+        }
+        for subscriber in subscribers { subscriber(.ended(reason: reason, at: endedAt)) }
+    }
+
+    /// Adds a live viewer to an active share. Returns nil if the share is unknown or has ended.
+    public func subscribe(_ id: ShareID, _ subscriber: @escaping Subscriber) -> Int? {
+        state.withLock { state in
+            guard state.entries[id]?.share.isActive == true else { return nil }
+            let subscriptionID = state.nextSubscriberID
+            state.nextSubscriberID += 1
+            state.entries[id]!.subscribers[subscriptionID] = subscriber
+            state.viewerCount += 1
+            return subscriptionID
+        }
+    }
+
+    public func unsubscribe(_ id: ShareID, subscription: Int) {
+        state.withLock { state in
+            if state.entries[id]?.subscribers.removeValue(forKey: subscription) != nil { state.viewerCount -= 1 }
+        }
+    }
+
+    public var activeShareCount: Int { state.withLock { $0.activeCount } }
+    public var viewerCount: Int { state.withLock { $0.viewerCount } }
+    public var shareCount: Int { state.withLock { $0.entries.count } }
+}

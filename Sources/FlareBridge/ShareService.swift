@@ -1,0 +1,261 @@
+public import FlareCore
+public import FlareStore
+import Synchronization
+
+/// Publishes to the broker. `MQTTClient` is the real one; the protocol keeps share logic testable in memory.
+public protocol BrokerPublisher: Sendable {
+    /// Queues a message for the broker; false if it could not be handed over (e.g. not connected).
+    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool
+}
+
+public enum ShareError: Error, Equatable, CustomStringConvertible {
+    case notFound
+    case ended
+    case invalid(String)
+    case storage(String)
+
+    public var description: String {
+        switch self {
+        case .notFound: "no such share"
+        case .ended: "the share has ended"
+        case .invalid(let message): message
+        case .storage(let message): "store error: \(message)"
+        }
+    }
+}
+
+/// A share's life: created with its capabilities, extended, ended by expiry or by a stop, and its history
+/// deleted after the retention time. Every transition is written to the store first, then to memory, then
+/// announced on the broker (retained status; the retained location cleared at the end).
+public final class ShareService: Sendable {
+    public enum Job: Hashable, Sendable {
+        case expire(ShareID)
+        case purge(ShareID)
+    }
+
+    public struct Created: Sendable {
+        public let share: Share
+        public let viewToken: String
+        public let deviceToken: String
+    }
+
+    private let store: ShareStore
+    private let registry: ShareRegistry
+    private let publisher: any BrokerPublisher
+    private let tokenKey: [UInt8]
+    public let policy: SharePolicy
+    private let clock: any WallClock
+    private let metrics: Metrics
+    private let logger: Logger
+    private let scheduler = Mutex<DeadlineScheduler<Job>?>(nil)
+    /// Broker messages that could not be handed over (broker down); re-sent on reconnect, newest per topic.
+    private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
+
+    public init(store: ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
+                policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        self.store = store
+        self.registry = registry
+        self.publisher = publisher
+        self.tokenKey = tokenKey
+        self.policy = policy
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+        metrics.register(FlareMetrics.sharesCreated)
+        metrics.register(FlareMetrics.sharesEnded)
+        metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
+        let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
+        self.scheduler.withLock { $0 = scheduler }
+    }
+
+    private func schedule(_ job: Job, at deadline: UnixMillis) {
+        scheduler.withLock { $0?.schedule(job, at: deadline) }
+    }
+
+    private func run(_ job: Job) {
+        switch job {
+        case .expire(let id): end(id, reason: .expired)
+        case .purge(let id): purge(id)
+        }
+    }
+
+    public func stopScheduler() {
+        scheduler.withLock { $0?.stop(); $0 = nil }
+    }
+
+    // MARK: Start-up
+
+    /// Loads every share that still has history into memory, ends those that expired while Flare was down,
+    /// deletes history whose retention has passed, and schedules the rest.
+    public func recover() throws(StoreError) {
+        let now = clock.now()
+        var ended = 0, purged = 0
+        for stored in try store.loadOpenShares() {
+            let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
+            registry.insert(stored, recentFixes: trail)
+            let share = stored.share
+            if share.isActive {
+                if share.expiresAt <= now {
+                    end(share.id, reason: .expired)
+                    ended += 1
+                } else {
+                    schedule(.expire(share.id), at: share.expiresAt)
+                }
+            } else if let endedAt = share.endedAt {
+                let purgeAt = endedAt + policy.historyRetentionSeconds * 1000
+                if purgeAt <= now {
+                    purge(share.id)
+                    purged += 1
+                } else {
+                    schedule(.purge(share.id), at: purgeAt)
+                }
+            }
+        }
+        logger.info("loaded \(registry.shareCount) shares (\(registry.activeShareCount) active); ended \(ended) that expired while down, purged \(purged)")
+    }
+
+    // MARK: Transitions
+
+    public func create(name: String?, durationSeconds: Double?) throws(ShareError) -> Created {
+        let duration: Int64
+        let cleanName: String
+        do {
+            duration = try policy.duration(requested: durationSeconds)
+            cleanName = try policy.validName(name)
+        } catch { throw .invalid(error.description) }
+        let now = clock.now()
+        let viewToken = Secret.generate()
+        let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
+                          createdAt: now, expiresAt: now + duration * 1000)
+        let row: Int64
+        do { row = try store.insertShare(share) } catch { throw .storage(error.description) }
+        registry.insert(StoredShare(row: row, share: share))
+        schedule(.expire(share.id), at: share.expiresAt)
+        publishStatus(of: share)
+        metrics.increment(FlareMetrics.sharesCreated)
+        logger.info("share \(share.id) created, expires in \(duration) s")
+        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share))
+    }
+
+    /// Ends an active share now. Ending an ended share is not an error: the answer is its current state.
+    @discardableResult
+    public func stop(_ id: ShareID) throws(ShareError) -> Share {
+        guard registry.snapshot(id) != nil else { throw .notFound }
+        end(id, reason: .stopped)
+        guard let snapshot = registry.snapshot(id) else { throw .notFound }
+        return snapshot.share
+    }
+
+    /// Moves an active share's end to now + duration. The link stays the same; a new device token (with the new
+    /// `exp`) is returned for brokers that check `exp` themselves.
+    public func extend(_ id: ShareID, durationSeconds: Double?) throws(ShareError) -> (share: Share, deviceToken: String) {
+        guard let snapshot = registry.snapshot(id) else { throw .notFound }
+        guard snapshot.share.isActive else { throw .ended }
+        let duration: Int64
+        do { duration = try policy.duration(requested: durationSeconds) } catch { throw .invalid(error.description) }
+        let expiresAt = clock.now() + duration * 1000
+        do { try store.updateExpiry(row: snapshot.row, expiresAt: expiresAt) } catch { throw .storage(error.description) }
+        registry.updateExpiry(id, expiresAt: expiresAt)
+        schedule(.expire(id), at: expiresAt)
+        guard let updated = registry.snapshot(id)?.share, updated.isActive else { throw .ended }
+        publishStatus(of: updated)
+        logger.info("share \(id) extended by \(duration) s")
+        return (updated, deviceToken(for: updated))
+    }
+
+    /// The single place where a share ends, whichever the cause.
+    func end(_ id: ShareID, reason: EndReason) {
+        guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return }
+        let now = clock.now()
+        do {
+            try store.markEnded(row: snapshot.row, at: now, reason: reason)
+        } catch {
+            // Memory and broker still end it now: refusing fixes matters more than the row. The row is ended
+            // again at the next start-up, since its expiry will have passed by then.
+            logger.error("share \(id): cannot record its end (\(error)); ending it in memory")
+        }
+        registry.markEnded(id, reason: reason, at: now)
+        scheduler.withLock { $0?.cancel(.expire(id)) }
+        publish(topic: Topics.location(id), payload: [], expiry: nil)
+        var ended = snapshot.share
+        ended.endedAt = now
+        ended.endReason = reason
+        publishStatus(of: ended)
+        metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
+        logger.info("share \(id) ended: \(reason.rawValue)")
+        schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
+    }
+
+    func purge(_ id: ShareID) {
+        guard let snapshot = registry.snapshot(id), !snapshot.share.isActive else { return }
+        do {
+            try store.purgeHistory(row: snapshot.row)
+        } catch {
+            logger.error("share \(id): cannot delete its history (\(error)); retrying in 60 s")
+            schedule(.purge(id), at: clock.now() + 60_000)
+            return
+        }
+        registry.remove(id)
+        // Nothing of the share stays on the broker either.
+        publish(topic: Topics.status(id), payload: [], expiry: nil)
+        logger.info("share \(id): history deleted")
+    }
+
+    // MARK: Tokens
+
+    public func deviceToken(for share: Share) -> String {
+        ShareToken(shareID: share.id, role: .device, issuedAt: clock.now() / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
+    }
+
+    public func watchToken(for share: Share) -> String {
+        ShareToken(shareID: share.id, role: .watch, issuedAt: clock.now() / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
+    }
+
+    /// A device token for `id` that verifies, for HTTP calls. The share's own state decides whether it still
+    /// works (an extended share keeps accepting the token it was created with; an ended one refuses all).
+    public func authorizeDevice(token: String, for id: ShareID) -> Bool {
+        guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id),
+              verified.role == .device,
+              let snapshot = registry.snapshot(id), snapshot.share.isActive
+        else { return false }
+        return true
+    }
+
+    // MARK: Broker announcements
+
+    private func publishStatus(of share: Share) {
+        var writer = JSONWriter()
+        writer.beginObject()
+        let expiry: UInt32
+        let retention = max(policy.historyRetentionSeconds, 3600)
+        if let reason = share.endReason, let endedAt = share.endedAt {
+            writer.field("state", "ended")
+            writer.field("reason", reason.rawValue)
+            writer.field("ended_at", RFC3339.format(millis: endedAt))
+            expiry = UInt32(clamping: retention)
+        } else {
+            writer.field("state", "active")
+            writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
+            // The retained status must not outlive the share on a broker that Flare stops talking to.
+            expiry = UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
+        }
+        writer.endObject()
+        publish(topic: Topics.status(share.id), payload: writer.bytes, expiry: expiry)
+    }
+
+    private func publish(topic: String, payload: [UInt8], expiry: UInt32?) {
+        if !publisher.publish(topic: topic, payload: payload, qos: 1, retain: true, expirySeconds: expiry) {
+            unsent.withLock { $0[topic] = (payload, expiry) }
+            logger.warning("broker unavailable; a status update is kept and will be sent on reconnect")
+        }
+    }
+
+    /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
+    public func flushUnsent() {
+        let pending = unsent.withLock { unsent in
+            defer { unsent = [:] }
+            return unsent
+        }
+        for (topic, message) in pending { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
+    }
+}
