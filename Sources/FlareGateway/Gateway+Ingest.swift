@@ -1,0 +1,44 @@
+import FlareBridge
+import FlareCore
+import FlareHTTP
+
+/// HTTP ingest: for a device that cannot speak MQTT. The fix is validated here (so the caller gets a clear
+/// 4xx), then published through the broker as an OwnTracks location, so integrators see it and the bridge
+/// stores it exactly as it stores MQTT fixes.
+extension Gateway {
+    func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
+        guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
+              shares.authorizeDevice(token: String(authorization.dropFirst("Bearer ".count)), for: id)
+        else {
+            if let snapshot = registry.snapshot(id), !snapshot.share.isActive {
+                return APIError(status: 410, code: "share_ended", message: "the share has ended").response
+            }
+            return APIError.unauthorized.response
+        }
+        if let type = request.header("content-type"), !type.lowercased().hasPrefix("application/json") {
+            return APIError(status: 415, code: "unsupported_media_type", message: "send application/json").response
+        }
+        guard let snapshot = registry.snapshot(id) else { return APIError.notFound("no such share").response }
+        switch parser.parse(request.body, receivedAt: clock.now(), shareCreatedAt: snapshot.share.createdAt) {
+        case .failure(let reason):
+            metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
+            let status = reason == .tooLarge ? 413 : (reason == .ignoredType ? 422 : 400)
+            return APIError(status: status, code: reason.rawValue, message: reason.message).response
+        case .success(let fix):
+            do {
+                try ingestPublisher.publishAndWait(topic: Topics.location(id), payload: fix.ownTracksJSON, timeoutMillis: 3000)
+            } catch {
+                logger.warning("HTTP ingest for share \(id): broker did not take the fix (\(error))")
+                return APIError(status: 503, code: "broker_unavailable", message: "the message broker is unavailable; retry",
+                                headers: [("Retry-After", "2")]).response
+            }
+            var writer = JSONWriter()
+            writer.beginObject()
+            writer.field("status", "accepted")
+            writer.field("tst", fix.timestamp)
+            writer.endObject()
+            return .json(202, writer.bytes)
+        }
+    }
+}

@@ -1,0 +1,154 @@
+public import FlareBridge
+public import FlareCore
+public import FlareHTTP
+public import FlareStore
+import Synchronization
+
+/// Health of the parts the gateway cannot see for itself.
+public struct HealthReport: Sendable {
+    public var mqttConnected: Bool
+    public var storeHealthy: Bool
+    public init(mqttConnected: Bool, storeHealthy: Bool) {
+        self.mqttConnected = mqttConnected
+        self.storeHealthy = storeHealthy
+    }
+}
+
+/// Publishes an HTTP-ingested fix through the broker and waits for its acknowledgement.
+public protocol IngestPublisher: Sendable {
+    func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws
+}
+
+/// The HTTP face of Flare: owner API, link endpoints (page, view JSON, live events), HTTP ingest, operator
+/// endpoints. Every answer comes from memory except owner-key checks and a purged share's "ended" lookup.
+public final class Gateway: Sendable {
+    let configuration: GatewayConfiguration
+    let shares: ShareService
+    let registry: ShareRegistry
+    let store: ShareStore
+    let ingest: FixIngestor
+    let ingestPublisher: any IngestPublisher
+    let metrics: Metrics
+    let logger: Logger
+    let clock: any WallClock
+    let health: @Sendable () -> HealthReport
+    let assets: ViewerAssets
+    let addressLimiter: RateLimiter
+    let tokenLimiter: RateLimiter
+    let liveStreams: LiveStreams
+    let parser: LocationPayloadParser
+
+    public init(configuration: GatewayConfiguration, shares: ShareService, registry: ShareRegistry, store: ShareStore,
+                ingest: FixIngestor, ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
+                clock: any WallClock, parser: LocationPayloadParser = LocationPayloadParser(),
+                health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
+        self.configuration = configuration
+        self.shares = shares
+        self.registry = registry
+        self.store = store
+        self.ingest = ingest
+        self.ingestPublisher = ingestPublisher
+        self.metrics = metrics
+        self.logger = logger
+        self.clock = clock
+        self.parser = parser
+        self.health = health
+        self.assets = try ViewerAssets(configuration: configuration, logger: logger)
+        self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
+        self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
+        self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds)
+        metrics.register(FlareMetrics.httpRequests)
+        metrics.register(FlareMetrics.rateLimited)
+        metrics.registerGauge(FlareMetrics.sseClients) { [liveStreams] in Double(liveStreams.count) }
+    }
+
+    /// Ends every live stream (the drain before the HTTP server stops).
+    public func closeLiveStreams() { liveStreams.closeAll() }
+
+    /// The server's entry point: route, answer, count.
+    @Sendable public func handle(_ request: HTTPRequest) -> HTTPResponse {
+        var response = route(request)
+        response.headers.append(("X-Content-Type-Options", "nosniff"))
+        response.headers.append(("Referrer-Policy", "no-referrer"))
+        metrics.increment(FlareMetrics.httpRequests, labels: [("status", String(response.status))])
+        return response
+    }
+
+    private func route(_ request: HTTPRequest) -> HTTPResponse {
+        let parts = request.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map(String.init)
+        switch (request.method, parts.count, parts.first) {
+        case (_, _, "api") where parts.count >= 3 && parts[1] == "v1":
+            return routeAPI(request, Array(parts.dropFirst(2)))
+        case ("GET", 2, "s"), ("HEAD", 2, "s"):
+            return viewerPage(request, token: parts[1])
+        case ("GET", _, "viewer"), ("GET", _, "vendor"):
+            return assets.response(forPath: request.path) ?? notFoundPage(request)
+        case ("GET", 1, "healthz"):
+            return healthz()
+        case ("GET", 1, "metrics"):
+            return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                                body: .bytes(Array(metrics.renderText().utf8)))
+        case (_, _, "s"), (_, _, "healthz"), (_, _, "metrics"):
+            return APIError.methodNotAllowed.response
+        default:
+            return APIError.notFound("no such endpoint").response
+        }
+    }
+
+    private func routeAPI(_ request: HTTPRequest, _ parts: [String]) -> HTTPResponse {
+        switch (parts.first, parts.count, request.method) {
+        case ("shares", 1, "POST"): return createShare(request)
+        case ("shares", 2, "GET"): return showShare(request, id: parts[1])
+        case ("shares", 3, "POST") where parts[2] == "stop": return stopShare(request, id: parts[1])
+        case ("shares", 3, "POST") where parts[2] == "extend": return extendShare(request, id: parts[1])
+        case ("shares", 3, "POST") where parts[2] == "locations": return ingestLocation(request, id: parts[1])
+        case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
+        case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
+        case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
+        default: return APIError.notFound("no such endpoint").response
+        }
+    }
+
+    private func healthz() -> HTTPResponse {
+        let report = health()
+        var writer = JSONWriter()
+        writer.beginObject()
+        let healthy = report.mqttConnected && report.storeHealthy
+        writer.field("status", healthy ? "ok" : "unhealthy")
+        writer.field("mqtt", report.mqttConnected ? "connected" : "disconnected")
+        writer.field("store", report.storeHealthy ? "ok" : "failing")
+        writer.field("active_shares", registry.activeShareCount)
+        writer.endObject()
+        return .json(healthy ? 200 : 503, writer.bytes)
+    }
+}
+
+/// The error shape of the contract: `{"error":"<code>","message":"…"}` with a fitting status.
+struct APIError: Error {
+    let status: Int
+    let code: String
+    let message: String
+    var headers: [(name: String, value: String)] = []
+
+    static func notFound(_ message: String) -> APIError { APIError(status: 404, code: "not_found", message: message) }
+    static func badRequest(_ code: String, _ message: String) -> APIError { APIError(status: 400, code: code, message: message) }
+    static let methodNotAllowed = APIError(status: 405, code: "method_not_allowed", message: "this endpoint does not take that method")
+    static let unauthorized = APIError(status: 401, code: "unauthorized", message: "a valid bearer token is required",
+                                       headers: [("WWW-Authenticate", "Bearer")])
+    static func rateLimited(retryAfter: Int) -> APIError {
+        APIError(status: 429, code: "rate_limited", message: "too many requests; retry later",
+                 headers: [("Retry-After", String(retryAfter))])
+    }
+
+    var response: HTTPResponse {
+        var response = HTTPResponse.json(status, JSONWriter.flatObject([("error", code), ("message", message)]))
+        response.headers += headers
+        return response
+    }
+}
+
+extension HTTPResponse {
+    static func json(_ status: Int, _ body: [UInt8]) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")], body: .bytes(body))
+    }
+}

@@ -1,0 +1,157 @@
+import FlareCore
+import FlareHTTP
+import Foundation
+
+/// The viewer's files, read once at start-up and served from memory: the page templates with their settings
+/// filled in, the scripts, styles and string tables under /viewer/, and Debian's Leaflet under /vendor/leaflet/.
+public struct ViewerAssets: Sendable {
+    public struct LoadError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    struct Asset: Sendable {
+        let bytes: [UInt8]
+        let contentType: String
+    }
+
+    private var files: [String: Asset] = [:]
+    private var pageTemplate: String = ""
+    private var notFoundTemplate: String = ""
+    private let contentSecurityPolicy: String
+    private let configuration: GatewayConfiguration
+    /// Language tags that have a string table (`i18n/<tag>.json`), first is the default.
+    let languages: [String]
+
+    init(configuration: GatewayConfiguration, logger: Logger) throws(LoadError) {
+        self.configuration = configuration
+        let directory = configuration.viewerDirectory ?? Bundle.module.url(forResource: "Viewer", withExtension: nil)?.path
+        guard let directory else { throw LoadError(description: "the viewer files are missing from the build (FLARE_VIEWER_DIR to point at them)") }
+        let root = URL(fileURLWithPath: directory)
+        guard let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: [.isRegularFileKey]) else {
+            throw LoadError(description: "cannot read the viewer directory \(directory)")
+        }
+        for case let url as URL in enumerator {
+            guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
+                  let data = FileManager.default.contents(atPath: url.path) else { continue }
+            let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
+            files["/viewer/" + relative] = Asset(bytes: Array(data), contentType: Self.contentType(of: relative))
+        }
+        guard let page = files["/viewer/index.html"], let notFound = files["/viewer/notfound.html"] else {
+            throw LoadError(description: "index.html or notfound.html is missing in \(directory)")
+        }
+        pageTemplate = String(decoding: page.bytes, as: UTF8.self)
+        notFoundTemplate = String(decoding: notFound.bytes, as: UTF8.self)
+        var languages = files.keys.filter { $0.hasPrefix("/viewer/i18n/") && $0.hasSuffix(".json") }
+            .map { String($0.dropFirst("/viewer/i18n/".count).dropLast(".json".count)) }
+            .sorted()
+        if let english = languages.firstIndex(of: "en") { languages.insert(languages.remove(at: english), at: 0) }
+        self.languages = languages.isEmpty ? ["en"] : languages
+
+        let leaflet = URL(fileURLWithPath: configuration.leafletDirectory)
+        var leafletFiles = ["leaflet.js", "leaflet.css"]
+        if let images = try? FileManager.default.contentsOfDirectory(atPath: leaflet.appendingPathComponent("images").path) {
+            leafletFiles += images.filter { $0.hasSuffix(".png") }.map { "images/" + $0 }
+        }
+        var missing = false
+        for name in leafletFiles {
+            if let data = FileManager.default.contents(atPath: leaflet.appendingPathComponent(name).path) {
+                files["/vendor/leaflet/" + name] = Asset(bytes: Array(data), contentType: Self.contentType(of: name))
+            } else {
+                missing = true
+            }
+        }
+        if missing {
+            logger.warning("Leaflet not found in \(configuration.leafletDirectory) (Debian package libjs-leaflet); the viewer works without the map")
+        }
+
+        var imageSources = "'self' data:"
+        if let origin = configuration.tileOrigin { imageSources += " " + origin }
+        contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src \(imageSources); "
+            + "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    }
+
+    static func contentType(of name: String) -> String {
+        switch name.split(separator: ".").last.map(String.init) ?? "" {
+        case "html": "text/html; charset=utf-8"
+        case "js": "text/javascript; charset=utf-8"
+        case "css": "text/css; charset=utf-8"
+        case "json": "application/json"
+        case "svg": "image/svg+xml"
+        case "png": "image/png"
+        case "ico": "image/x-icon"
+        default: "application/octet-stream"
+        }
+    }
+
+    func response(forPath path: String) -> HTTPResponse? {
+        guard let asset = files[path], path != "/viewer/index.html", path != "/viewer/notfound.html" else { return nil }
+        return HTTPResponse(status: 200, headers: [
+            ("Content-Type", asset.contentType),
+            ("Cache-Control", "public, max-age=3600"),
+        ], body: .bytes(asset.bytes))
+    }
+
+    /// The language for a request: `?lang=` if it names a table, else the best `Accept-Language` match, else English.
+    func negotiateLanguage(_ request: HTTPRequest) -> String {
+        if let requested = request.query["lang"], let match = match(requested) { return match }
+        guard let header = request.header("accept-language") else { return languages[0] }
+        let ranked = header.split(separator: ",").compactMap { part -> (String, Double)? in
+            let pieces = part.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let tag = pieces.first, !tag.isEmpty else { return nil }
+            var quality = 1.0
+            for piece in pieces.dropFirst() where piece.hasPrefix("q=") { quality = Double(piece.dropFirst(2)) ?? 0 }
+            return (tag, quality)
+        }.filter { $0.1 > 0 }.sorted { $0.1 > $1.1 }
+        for (tag, _) in ranked { if let match = match(tag) { return match } }
+        return languages[0]
+    }
+
+    private func match(_ tag: String) -> String? {
+        let lower = tag.lowercased()
+        if let exact = languages.first(where: { $0.lowercased() == lower }) { return exact }
+        let primary = lower.split(separator: "-").first.map(String.init) ?? lower
+        return languages.first { $0.lowercased().split(separator: "-").first.map(String.init) == primary }
+    }
+
+    func viewerPage(language: String, title: String) -> HTTPResponse {
+        let html = pageTemplate
+            .replacingOccurrences(of: "{{LANG}}", with: Self.escapeHTML(language))
+            .replacingOccurrences(of: "{{TILE_URL}}", with: Self.escapeHTML(configuration.tileURLTemplate))
+            .replacingOccurrences(of: "{{TILE_ATTRIBUTION}}", with: Self.escapeHTML(configuration.tileAttribution))
+            .replacingOccurrences(of: "{{STALE_AFTER_S}}", with: String(configuration.staleAfterSeconds))
+            .replacingOccurrences(of: "{{TITLE}}", with: Self.escapeHTML(title.isEmpty ? "Flare" : title))
+        return page(200, html, language: language)
+    }
+
+    func notFoundPage(language: String) -> HTTPResponse {
+        page(404, notFoundTemplate.replacingOccurrences(of: "{{LANG}}", with: Self.escapeHTML(language)), language: language)
+    }
+
+    private func page(_ status: Int, _ html: String, language: String) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Content-Security-Policy", contentSecurityPolicy),
+            ("Cache-Control", "no-store"),
+            ("X-Robots-Tag", "noindex, nofollow"),
+            ("X-Frame-Options", "DENY"),
+            ("Content-Language", language),
+            ("Vary", "Accept-Language"),
+        ], body: .bytes(Array(html.utf8)))
+    }
+
+    static func escapeHTML(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for char in text {
+            switch char {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(char)
+            }
+        }
+        return out
+    }
+}
