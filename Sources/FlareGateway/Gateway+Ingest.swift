@@ -16,9 +16,6 @@ extension Gateway {
             }
             return APIError.unauthorized.response
         }
-        if let type = request.header("content-type"), !type.lowercased().hasPrefix("application/json") {
-            return APIError(status: 415, code: "unsupported_media_type", message: "send application/json").response
-        }
         guard let snapshot = registry.snapshot(id) else { return APIError.notFound("no such share").response }
         switch parser.parse(request.body, receivedAt: clock.now(), shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason):

@@ -1,0 +1,51 @@
+public import FlareCore
+public import FlareMQTT
+
+/// Connects the broker to the ingest path: one persistent MQTT session (it survives a bridge restart, so fixes
+/// published meanwhile are delivered when it comes back) subscribed to every share's location topic at QoS 1.
+public final class Bridge: Sendable {
+    private let client: MQTTClient
+    private let ingestor: FixIngestor
+    private let shares: ShareService
+    private let metrics: Metrics
+    private let logger: Logger
+
+    public init(client: MQTTClient, ingestor: FixIngestor, shares: ShareService, metrics: Metrics, logger: Logger) {
+        self.client = client
+        self.ingestor = ingestor
+        self.shares = shares
+        self.metrics = metrics
+        self.logger = logger
+        metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
+    }
+
+    public func start() throws {
+        client.setMessageHandler { [ingestor] message in
+            ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
+        }
+        client.setConnectionHandler { [shares, logger] event in
+            switch event {
+            case .connected(let sessionPresent):
+                logger.info("connected to the broker (\(sessionPresent ? "session resumed" : "new session"))")
+                shares.flushUnsent()
+            case .disconnected(let reason):
+                logger.warning("lost the broker: \(reason); reconnecting")
+            case .refused(let reason):
+                logger.error("the broker refused the bridge: \(reason)")
+            }
+        }
+        try client.subscribe(Topics.allLocations, qos: 1)
+        try client.connect()
+    }
+
+    public var isConnected: Bool { client.isConnected }
+
+    /// Stops taking messages. The caller then drains the ingestor.
+    public func stop() { client.disconnect() }
+}
+
+extension MQTTClient: BrokerPublisher {
+    public func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
+        (try? publish(topic: topic, payload: payload, qos: qos, retain: retain, messageExpirySeconds: expirySeconds)) != nil
+    }
+}

@@ -1,0 +1,117 @@
+import Dispatch
+import FlareBridge
+import FlareCore
+import FlareGateway
+import FlareHTTP
+import FlareMQTT
+import FlareStore
+import Foundation
+
+/// Builds the service from its configuration and runs it until a signal asks it to stop.
+final class Daemon: Sendable {
+    let logger: Logger
+    let store: ShareStore
+    let registry: ShareRegistry
+    let shares: ShareService
+    let ingestor: FixIngestor
+    let bridge: Bridge
+    let gateway: Gateway
+    let server: HTTPServer
+
+    init(configuration config: Configuration) throws {
+        let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL", default: "info"))
+        guard let level else { throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error") }
+        let logger = Logger(label: "flared", level: level)
+        self.logger = logger
+        let clock = SystemWallClock()
+        let metrics = Metrics()
+
+        let dataDirectory = config.string("FLARE_DATA_DIR", default: "./data")
+        try DataDirectory.prepare(dataDirectory)
+        guard let httpAddress = HostPort(config.string("FLARE_HTTP_ADDR", default: "127.0.0.1:8080")) else {
+            throw Configuration.ConfigurationError("FLARE_HTTP_ADDR must be host:port, e.g. 127.0.0.1:8080 or [::1]:8080")
+        }
+        let mqttPort = try config.integer("FLARE_MQTT_PORT", in: 1...65535)
+        let mqttText = config.string("FLARE_MQTT_URL") ?? "mqtt://127.0.0.1:\(mqttPort)"
+        guard let mqttURL = MQTTURL(mqttText) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port (got \(mqttText))")
+        }
+        guard !mqttURL.tls else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_URL: the bridge connects without TLS (use the loopback listener)")
+        }
+        let publicURL = config.string("FLARE_PUBLIC_URL") ?? "http://\(httpAddress.description)"
+
+        store = try ShareStore(path: dataDirectory + "/flare.db")
+        let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
+        try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
+
+        registry = ShareRegistry(trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH", in: 1...1000)))
+        var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID", default: "flared"))
+        mqttOptions.host = mqttURL.host
+        mqttOptions.port = mqttURL.port
+        mqttOptions.username = config.string("FLARE_MQTT_USERNAME")
+        mqttOptions.password = config.string("FLARE_MQTT_PASSWORD")
+        mqttOptions.cleanSession = false
+        let client = try MQTTClient(options: mqttOptions)
+
+        let policy = SharePolicy(
+            defaultDurationSeconds: try config.integer("FLARE_DEFAULT_DURATION_S", in: 1...31_536_000),
+            maximumDurationSeconds: try config.integer("FLARE_MAX_DURATION_S", in: 1...31_536_000),
+            historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S", in: 0...31_536_000))
+        guard policy.defaultDurationSeconds <= policy.maximumDurationSeconds else {
+            throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
+        }
+        let parser = LocationPayloadParser(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES", in: 64...65536)))
+        shares = ShareService(store: store, registry: registry, publisher: client, tokenKey: tokenKey, policy: policy,
+                              clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
+        ingestor = FixIngestor(store: store, registry: registry, metrics: metrics, logger: logger.with(label: "bridge"),
+                               clock: clock, parser: parser)
+        bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
+
+        let gatewayConfiguration = GatewayConfiguration(
+            publicURL: publicURL,
+            mqttPublicURL: config.string("FLARE_MQTT_PUBLIC_URL") ?? mqttText,
+            leafletDirectory: config.string("FLARE_LEAFLET_DIR", default: "/usr/share/javascript/leaflet"),
+            viewerDirectory: config.string("FLARE_VIEWER_DIR"),
+            tileURLTemplate: config.string("FLARE_TILE_URL", default: "https://tile.openstreetmap.org/{z}/{x}/{y}.png"),
+            tileAttribution: config.string("FLARE_TILE_ATTRIBUTION", default: "&copy; OpenStreetMap contributors"),
+            staleAfterSeconds: Int(try config.integer("FLARE_STALE_AFTER_S", in: 1...86_400)))
+        let ingestor = self.ingestor
+        gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,
+                              ingest: ingestor, ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
+                              clock: clock, parser: parser) {
+            HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy)
+        }
+        var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
+        serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS", in: 1...64))
+        server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
+        logger.info("data in \(dataDirectory); links as \(publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
+    }
+
+    func start() throws {
+        try shares.recover()
+        ingestor.start()
+        try bridge.start()
+        try server.start()
+        logger.info("HTTP gateway listening on port \(server.port)")
+    }
+
+    /// The ordered drain: stop taking HTTP requests, stop taking MQTT messages, write what is queued, stop timers.
+    func shutdown() {
+        logger.info("shutting down: closing live streams and the HTTP gateway")
+        gateway.closeLiveStreams()
+        server.stop()
+        logger.info("disconnecting from the broker")
+        bridge.stop()
+        logger.info("writing \(ingestor.queueDepth) queued fixes")
+        ingestor.drain()
+        shares.stopScheduler()
+        logger.info("stopped cleanly")
+    }
+}
+
+extension MQTTClient: IngestPublisher {
+    public func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws {
+        try publishAndWait(topic: topic, payload: payload, qos: 1, retain: true, timeout: .milliseconds(timeoutMillis))
+    }
+}

@@ -1,0 +1,50 @@
+import FlareCore
+import FlareCrypto
+import FlareStore
+import Foundation
+
+/// Files `flared` keeps in its data directory, created on first start with owner-only permissions.
+enum DataDirectory {
+    static func prepare(_ path: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw Configuration.ConfigurationError("cannot create FLARE_DATA_DIR \(path): \(error.localizedDescription)")
+        }
+        guard FileManager.default.isWritableFile(atPath: path) else {
+            throw Configuration.ConfigurationError("FLARE_DATA_DIR \(path) is not writable")
+        }
+    }
+
+    /// The HS256 key that signs device and watch tokens (shared with the broker's auth plugin).
+    static func tokenKey(in directory: String, logger: Logger) throws -> [UInt8] {
+        let path = directory + "/token.key"
+        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+            guard let key = Base64URL.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)), key.count >= 32 else {
+                throw Configuration.ConfigurationError("\(path) is not a valid token key (32+ bytes, base64url); move it away to make a new one")
+            }
+            return key
+        }
+        let key = Crypto.randomBytes(32)
+        try writeSecretFile(path, Base64URL.encode(key) + "\n")
+        logger.info("created the token signing key \(path)")
+        return key
+    }
+
+    /// On first start there is no owner key: make one and leave it for the operator in owner.key.
+    static func ensureOwnerKey(in directory: String, store: ShareStore, clock: any WallClock, logger: Logger) throws {
+        guard try store.ownerKeyCount() == 0 else { return }
+        let key = OwnerKey.generate()
+        let path = directory + "/owner.key"
+        try writeSecretFile(path, key + "\n")
+        try store.insertOwnerKey(hash: SecretHash(of: key), label: "first start", createdAt: clock.now())
+        logger.info("created an owner key; it is in \(path) (use it as Authorization: Bearer, or with `flare share create`)")
+    }
+
+    static func writeSecretFile(_ path: String, _ contents: String) throws {
+        guard FileManager.default.createFile(atPath: path, contents: Data(contents.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw Configuration.ConfigurationError("cannot write \(path)")
+        }
+    }
+}

@@ -1,0 +1,36 @@
+import FlareCore
+
+/// Every setting `flared` reads. Names are environment variables; flags are the same in kebab case.
+enum FlaredSettings {
+    static let all: [Configuration.Setting] = [
+        .init("FLARE_DATA_DIR", "./data", "directory for the database, keys and broker data"),
+        .init("FLARE_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway listens on (host:port, [v6]:port)"),
+        .init("FLARE_PUBLIC_URL", nil, "base URL of links sent to family members (default http://FLARE_HTTP_ADDR)"),
+        .init("FLARE_MQTT_PORT", "1883", "port of the broker that `make run` starts"),
+        .init("FLARE_MQTT_URL", nil, "broker the bridge connects to (default mqtt://127.0.0.1:FLARE_MQTT_PORT)"),
+        .init("FLARE_MQTT_PUBLIC_URL", nil, "broker address given to devices (default FLARE_MQTT_URL)"),
+        .init("FLARE_MQTT_CLIENT_ID", "flared", "the bridge's MQTT client id (its persistent session)"),
+        .init("FLARE_MQTT_USERNAME", "", "the bridge's broker username, if the broker requires one"),
+        .init("FLARE_MQTT_PASSWORD", "", "the bridge's broker password"),
+        .init("FLARE_DEFAULT_DURATION_S", "3600", "share duration when the request names none"),
+        .init("FLARE_MAX_DURATION_S", "86400", "longest share (and longest extension) allowed"),
+        .init("FLARE_HISTORY_RETENTION_S", "86400", "how long positions are kept after a share ends (0 = delete at once)"),
+        .init("FLARE_TRAIL_LENGTH", "32", "recent positions kept in memory per share for the viewer's trail"),
+        .init("FLARE_MAX_PAYLOAD_BYTES", "4096", "largest accepted location payload"),
+        .init("FLARE_LEAFLET_DIR", "/usr/share/javascript/leaflet", "Leaflet files (Debian libjs-leaflet)"),
+        .init("FLARE_VIEWER_DIR", "", "serve the viewer page from this directory instead of the built-in files"),
+        .init("FLARE_TILE_URL", "https://tile.openstreetmap.org/{z}/{x}/{y}.png", "map tile URL template (XYZ)"),
+        .init("FLARE_TILE_ATTRIBUTION", "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors", "map attribution (HTML)"),
+        .init("FLARE_STALE_AFTER_S", "120", "the viewer warns when the last position is older than this"),
+        .init("FLARE_HTTP_THREADS", "4", "HTTP worker threads"),
+        .init("FLARE_LOG_LEVEL", "info", "debug, info, warning or error"),
+    ]
+
+    static let usage = """
+        flared: Flare's service. Bridges MQTT location topics into SQLite, ends shares at their expiry, and serves
+        the HTTP API, the viewer page and live updates.
+
+        usage: flared [--config FILE] [--OPTION VALUE ...]
+               flared --help
+        """
+}
