@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareMQTT
+import Synchronization
 
 /// Connects the broker to the ingest path: one persistent MQTT session (it survives a bridge restart, so fixes
 /// published meanwhile are delivered when it comes back) subscribed to every share's location topic at QoS 1.
@@ -9,6 +10,7 @@ public final class Bridge: Sendable {
     private let shares: ShareService
     private let metrics: Metrics
     private let logger: Logger
+    private let stopping = Atomic<Bool>(false)
 
     public init(client: MQTTClient, ingestor: FixIngestor, shares: ShareService, metrics: Metrics, logger: Logger) {
         self.client = client
@@ -23,13 +25,17 @@ public final class Bridge: Sendable {
         client.setMessageHandler { [ingestor] message in
             ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
         }
-        client.setConnectionHandler { [shares, logger] event in
+        client.setConnectionHandler { [shares, logger, stopping] event in
             switch event {
             case .connected(let sessionPresent):
                 logger.info("connected to the broker (\(sessionPresent ? "session resumed" : "new session"))")
                 shares.flushUnsent()
             case .disconnected(let reason):
-                logger.warning("lost the broker: \(reason); reconnecting")
+                if stopping.load(ordering: .relaxed) {
+                    logger.info("disconnected from the broker")
+                } else {
+                    logger.warning("lost the broker: \(reason); reconnecting")
+                }
             case .refused(let reason):
                 logger.error("the broker refused the bridge: \(reason)")
             }
@@ -41,7 +47,10 @@ public final class Bridge: Sendable {
     public var isConnected: Bool { client.isConnected }
 
     /// Stops taking messages. The caller then drains the ingestor.
-    public func stop() { client.disconnect() }
+    public func stop() {
+        stopping.store(true, ordering: .relaxed)
+        client.disconnect()
+    }
 }
 
 extension MQTTClient: BrokerPublisher {

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Flare needs, if any are missing. Used by `make run` and `make test`.
+set -euo pipefail
+
+packages=(mosquitto mosquitto-clients libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
+if [ "${1:-}" = "--browser" ]; then
+  packages+=(chromium chromium-driver python3-pytest python3-selenium)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "flare: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "flare: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
