@@ -25,13 +25,13 @@ public final class Bridge: Sendable {
         client.setMessageHandler { [ingestor] message in
             ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
         }
-        client.setConnectionHandler { [shares, logger, stopping] event in
+        client.setConnectionHandler { [weak self, shares, logger] event in
             switch event {
             case .connected(let sessionPresent):
                 logger.info("connected to the broker (\(sessionPresent ? "session resumed" : "new session"))")
                 shares.flushUnsent()
             case .disconnected(let reason):
-                if stopping.load(ordering: .relaxed) {
+                if self?.stopping.load(ordering: .relaxed) ?? true {
                     logger.info("disconnected from the broker")
                 } else {
                     logger.warning("lost the broker: \(reason); reconnecting")
