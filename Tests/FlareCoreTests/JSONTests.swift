@@ -1,0 +1,91 @@
+import Testing
+@testable import FlareCore
+
+@Suite struct JSONTests {
+    @Test func parsesAnOwnTracksLocation() throws {
+        let value = try JSONValue.parse(#"{"_type":"location","lat":48.1,"lon":-11.5e0,"tst":1700000000,"inregions":["home"],"BSSID":"a\u00e9\n","ok":true,"x":null}"#)
+        #expect(value["_type"] == .string("location"))
+        #expect(value["lat"]?.doubleValue == 48.1)
+        #expect(value["lon"]?.doubleValue == -11.5)
+        #expect(value["inregions"] == .array([.string("home")]))
+        #expect(value["BSSID"] == .string("aé\n"))
+        #expect(value["ok"] == .bool(true))
+        #expect(value["x"] == .null)
+    }
+
+    @Test func decodesSurrogatePairs() throws {
+        #expect(try JSONValue.parse(#""\ud83d\ude00""#) == .string("😀"))
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"a\":}", "[1,]", "{\"a\":1,}", "01", "1.", "-", "tru", "\"abc", "\"\\x\"", "\"\\ud800\"",
+        "{\"a\" 1}", "1 2", "\"a\u{01}\"", "[" + String(repeating: "[", count: 40) + "]", "NaN", "1e", "{'a':1}",
+    ])
+    func rejectsMalformedInput(_ text: String) {
+        #expect(throws: JSONError.self) { try JSONValue.parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONError.self) { try JSONValue.parse([0x22, 0xFF, 0xFE, 0x22]) }
+    }
+
+    @Test func writerProducesParseableEscapedJSON() throws {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("name", "A \"quoted\" \\ name\n<script>\u{01}")
+        writer.field("n", 3.0)
+        writer.field("f", 48.137)
+        writer.key("list")
+        writer.beginArray()
+        writer.number(1)
+        writer.null()
+        writer.bool(false)
+        writer.endArray()
+        writer.field("after", "x")
+        writer.endObject()
+        #expect(!writer.string.contains("<"))
+        let parsed = try JSONValue.parse(writer.bytes)
+        #expect(parsed["name"] == .string("A \"quoted\" \\ name\n<script>\u{01}"))
+        #expect(parsed["n"] == .number(3))
+        #expect(parsed["f"] == .number(48.137))
+        #expect(parsed["list"] == .array([.number(1), .null, .bool(false)]))
+        #expect(parsed["after"] == .string("x"))
+    }
+
+    @Test func flatObjectIsAllStrings() throws {
+        let parsed = try JSONValue.parse(JSONWriter.flatObject([("a", "1"), ("b", "two")]))
+        #expect(parsed == .object(["a": .string("1"), "b": .string("two")]))
+    }
+}
+
+@Suite struct Base64URLTests {
+    @Test func roundTripsEveryLength() {
+        for length in 0..<40 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            let encoded = Base64URL.encode(bytes)
+            #expect(!encoded.contains("="))
+            #expect(Base64URL.decode(encoded) == bytes)
+        }
+    }
+
+    @Test func knownVector() {
+        #expect(Base64URL.encode(Array("any carnal pleas".utf8)) == "YW55IGNhcm5hbCBwbGVhcw")
+        #expect(Base64URL.encode([0xFB, 0xFF]) == "-_8")
+    }
+
+    @Test func rejectsForeignCharactersAndImpossibleLengths() {
+        #expect(Base64URL.decode("ab+c") == nil)
+        #expect(Base64URL.decode("abc=") == nil)
+        #expect(Base64URL.decode("a") == nil)
+        #expect(Base64URL.decode("-_9") == nil)  // non-zero trailing bits: not canonical
+    }
+}
+
+@Suite struct RFC3339Tests {
+    @Test func formatsUTC() {
+        #expect(RFC3339.format(seconds: 0) == "1970-01-01T00:00:00Z")
+        #expect(RFC3339.format(seconds: 951_782_400) == "2000-02-29T00:00:00Z")
+        #expect(RFC3339.format(millis: 1_795_963_001_877) == "2026-11-29T14:36:41Z")
+        #expect(RFC3339.format(seconds: -1) == "1969-12-31T23:59:59Z")
+    }
+}
