@@ -1,0 +1,126 @@
+import FlareCore
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import FlareBridge
+
+@Suite struct FixIngestorTests {
+    @Test func storesValidFixesAndTellsViewers() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: nil, durationSeconds: 600)
+        let id = created.share.id
+        let seen = Mutex<[LiveEvent]>([])
+        _ = fixture.registry.subscribe(id) { event in seen.withLock { $0.append(event) } }
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(48.1, 11.5), retained: false) == nil)
+        #expect(eventually { fixture.registry.snapshot(id)?.last?.latitude == 48.1 })
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        #expect(try fixture.store.fixCount(row: row) == 1)
+        #expect(seen.withLock { $0.count } == 1)
+        #expect(fixture.metrics.value(FlareMetrics.fixesAccepted) == 1)
+    }
+
+    @Test func refusesWithReasonsAndChangesNothing() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: nil, durationSeconds: 600)
+        let id = created.share.id
+        let topic = Topics.location(id)
+        #expect(fixture.ingestor.handle(topic: topic, payload: Array("{".utf8), retained: false) == .malformed)
+        #expect(fixture.ingestor.handle(topic: topic, payload: Array(#"{"lat":100,"lon":0}"#.utf8), retained: false) == .invalidCoordinates)
+        #expect(fixture.ingestor.handle(topic: topic, payload: Array(#"{"_type":"lwt","tst":1}"#.utf8), retained: false) == .ignoredType)
+        #expect(fixture.ingestor.handle(topic: Topics.location(.generate()), payload: fixture.location(1, 1), retained: false) == .unknownShare)
+        #expect(fixture.ingestor.handle(topic: "flare/v1/shares/x/location", payload: fixture.location(1, 1), retained: false) == .badTopic)
+        #expect(fixture.ingestor.handle(topic: topic, payload: [], retained: true) == nil)  // a cleared retained location
+        try fixture.service.stop(id)
+        #expect(fixture.ingestor.handle(topic: topic, payload: fixture.location(1, 1), retained: false) == .shareEnded)
+        fixture.ingestor.drain()
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        #expect(try fixture.store.fixCount(row: row) == 0)
+        #expect(fixture.registry.snapshot(id)?.last == nil)
+        #expect(fixture.metrics.value(FlareMetrics.fixesRejected, labels: [("reason", "malformed")]) == 1)
+        #expect(fixture.metrics.value(FlareMetrics.fixesRejected, labels: [("reason", "share_ended")]) == 1)
+    }
+
+    @Test func redeliveriesAreStoredOnce() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let payload = fixture.location(48.1, 11.5)
+        for _ in 0..<3 { fixture.ingestor.handle(topic: Topics.location(id), payload: payload, retained: false) }
+        // A bare retained payload seen again on resubscribe has no tst: it matches the last fix and is skipped.
+        #expect(eventually { fixture.registry.snapshot(id)?.last != nil })
+        fixture.ingestor.handle(topic: Topics.location(id), payload: Array(#"{"lat":48.1,"lon":11.5}"#.utf8), retained: true)
+        fixture.ingestor.drain()
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        #expect(try fixture.store.fixCount(row: row) == 1)
+        #expect(fixture.metrics.value(FlareMetrics.fixesDuplicate) == 3)
+    }
+
+    @Test func drainWritesEverythingQueued() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let now = Int64(Date().timeIntervalSince1970)
+        for index in 0..<5000 {
+            fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, Double(index) / 10_000, tst: now - 100 + Int64(index % 100)), retained: false)
+        }
+        fixture.ingestor.drain()
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        #expect(try fixture.store.fixCount(row: row) == 5000)
+    }
+}
+
+@Suite struct ShareRegistryTests {
+    func stored(active: Bool = true) -> StoredShare {
+        StoredShare(row: 1, share: Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: 0, expiresAt: 1_000_000,
+                                         endedAt: active ? nil : 5, endReason: active ? nil : .stopped))
+    }
+
+    @Test func trailIsBoundedAndOlderFixesDoNotReplaceTheLast() {
+        let registry = ShareRegistry(trailLength: 3)
+        let share = stored()
+        registry.insert(share)
+        for t in [10, 20, 30, 40] { registry.record(Fix(latitude: Double(t), longitude: 0, timestamp: Int64(t)), for: share.share.id) }
+        registry.record(Fix(latitude: 35, longitude: 0, timestamp: 35), for: share.share.id)
+        let snapshot = registry.snapshot(share.share.id)!
+        #expect(snapshot.last?.timestamp == 40)
+        #expect(snapshot.trail.map(\.timestamp) == [30, 35, 40])
+    }
+
+    @Test func countsActiveSharesAndViewers() {
+        let registry = ShareRegistry()
+        let a = stored(), b = stored(active: false)
+        registry.insert(a)
+        registry.insert(b)
+        #expect(registry.activeShareCount == 1 && registry.shareCount == 2)
+        let subscription = registry.subscribe(a.share.id) { _ in }
+        #expect(registry.subscribe(b.share.id) { _ in } == nil)
+        #expect(registry.viewerCount == 1)
+        registry.unsubscribe(a.share.id, subscription: subscription!)
+        #expect(registry.viewerCount == 0)
+        registry.markEnded(a.share.id, reason: .expired, at: 9)
+        #expect(registry.activeShareCount == 0)
+        registry.remove(a.share.id)
+        #expect(registry.snapshot(viewTokenHash: a.share.viewTokenHash) == nil)
+    }
+}
+
+@Suite struct DeadlineSchedulerTests {
+    @Test func runsJobsInDeadlineOrderAndHonoursReschedulingAndCancelling() {
+        let ran = Mutex<[String]>([])
+        let clock = SystemWallClock()
+        let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
+        let now = clock.now()
+        scheduler.schedule("c", at: now + 90)
+        scheduler.schedule("a", at: now + 10)
+        scheduler.schedule("b", at: now + 50)
+        scheduler.schedule("moved", at: now + 20)
+        scheduler.schedule("moved", at: now + 120)  // replaces the earlier deadline
+        scheduler.schedule("cancelled", at: now + 30)
+        scheduler.cancel("cancelled")
+        scheduler.schedule("past", at: now - 1000)
+        #expect(eventually { ran.withLock { $0.count } == 5 })
+        #expect(ran.withLock { $0 } == ["past", "a", "b", "c", "moved"])
+        #expect(scheduler.pendingCount == 0)
+        scheduler.stop()
+    }
+}

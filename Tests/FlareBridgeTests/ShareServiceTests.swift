@@ -1,0 +1,139 @@
+import FlareCore
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import FlareBridge
+
+@Suite struct ShareServiceTests {
+    @Test func createStoresRemembersSchedulesAndAnnounces() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: "Anna", durationSeconds: 600)
+        let id = created.share.id
+        #expect(try fixture.store.share(id: id)?.share == created.share)
+        #expect(fixture.registry.snapshot(viewTokenHash: SecretHash(of: created.viewToken))?.share.id == id)
+        #expect(fixture.registry.activeShareCount == 1)
+        let status = try #require(fixture.publisher.lastJSON(on: Topics.status(id)))
+        #expect(status["state"] == .string("active"))
+        #expect(status["expires_at"] == .string(RFC3339.format(millis: created.share.expiresAt)))
+        #expect(fixture.publisher.last(on: Topics.status(id))?.retain == true)
+        let token = try ShareToken.verify(created.deviceToken, key: fixture.key, nowSeconds: created.share.createdAt / 1000, expectedShare: id)
+        #expect(token.role == .device && token.expiresAt == created.share.expiresAt / 1000)
+        #expect(fixture.service.authorizeDevice(token: created.deviceToken, for: id))
+        #expect(!fixture.service.authorizeDevice(token: created.deviceToken, for: ShareID.generate()))
+    }
+
+    @Test func refusesBadRequests() throws {
+        let fixture = try BridgeFixture()
+        #expect(throws: ShareError.self) { try fixture.service.create(name: nil, durationSeconds: 0) }
+        #expect(throws: ShareError.self) { try fixture.service.create(name: String(repeating: "x", count: 200), durationSeconds: nil) }
+        #expect(throws: ShareError.notFound) { try fixture.service.stop(ShareID.generate()) }
+        #expect(throws: ShareError.notFound) { try fixture.service.extend(ShareID.generate(), durationSeconds: 60) }
+        #expect(fixture.registry.shareCount == 0)
+    }
+
+    @Test func stopEndsEverywhereAndTellsViewers() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: nil, durationSeconds: nil)
+        let id = created.share.id
+        let events = Mutex<[LiveEvent]>([])
+        _ = fixture.registry.subscribe(id) { event in events.withLock { $0.append(event) } }
+
+        let stopped = try fixture.service.stop(id)
+        #expect(stopped.endReason == .stopped && !stopped.isActive)
+        #expect(try fixture.store.share(id: id)?.share.endReason == .stopped)
+        #expect(fixture.registry.activeShareCount == 0)
+        #expect(fixture.publisher.last(on: Topics.location(id)) == .init(topic: Topics.location(id), payload: [], retain: true))
+        #expect(fixture.publisher.lastJSON(on: Topics.status(id))?["state"] == .string("ended"))
+        #expect(fixture.publisher.lastJSON(on: Topics.status(id))?["reason"] == .string("stopped"))
+        #expect(events.withLock { $0.count } == 1)
+        if case .ended(.stopped, _) = events.withLock({ $0[0] }) {} else { Issue.record("viewer was not told") }
+
+        // Stopping again is harmless; extending an ended share is refused; its device token is dead.
+        #expect(try fixture.service.stop(id).endReason == .stopped)
+        #expect(throws: ShareError.ended) { try fixture.service.extend(id, durationSeconds: 60) }
+        #expect(!fixture.service.authorizeDevice(token: created.deviceToken, for: id))
+        #expect(fixture.registry.subscribe(id) { _ in } == nil)
+    }
+
+    @Test func extendKeepsTheLinkAndMovesTheEnd() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: nil, durationSeconds: 60)
+        let events = Mutex<[LiveEvent]>([])
+        _ = fixture.registry.subscribe(created.share.id) { event in events.withLock { $0.append(event) } }
+        let (share, token) = try fixture.service.extend(created.share.id, durationSeconds: 7200)
+        #expect(share.expiresAt > created.share.expiresAt + 7_000_000)
+        #expect(try fixture.store.share(id: share.id)?.share.expiresAt == share.expiresAt)
+        #expect(fixture.registry.snapshot(viewTokenHash: SecretHash(of: created.viewToken))?.share.expiresAt == share.expiresAt)
+        #expect(try ShareToken.verify(token, key: fixture.key, nowSeconds: 0).expiresAt == share.expiresAt / 1000)
+        #expect(fixture.service.authorizeDevice(token: created.deviceToken, for: share.id))
+        #expect(events.withLock { $0 } == [.extended(expiresAt: share.expiresAt)])
+        #expect(fixture.publisher.lastJSON(on: Topics.status(share.id))?["expires_at"] == .string(RFC3339.format(millis: share.expiresAt)))
+    }
+
+    @Test func expiresByItsTimer() throws {
+        let fixture = try BridgeFixture()
+        let created = try fixture.service.create(name: nil, durationSeconds: 1)
+        #expect(eventually(timeout: .seconds(10)) { fixture.registry.snapshot(created.share.id)?.share.isActive == false })
+        #expect(fixture.registry.snapshot(created.share.id)?.share.endReason == .expired)
+        #expect(try fixture.store.share(id: created.share.id)?.share.endReason == .expired)
+        #expect(fixture.publisher.lastJSON(on: Topics.status(created.share.id))?["reason"] == .string("expired"))
+    }
+
+    @Test func historyIsDeletedAfterRetention() throws {
+        let fixture = try BridgeFixture(retentionSeconds: 0)
+        let created = try fixture.service.create(name: "Anna", durationSeconds: 600)
+        let id = created.share.id
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, 2), retained: false) == nil)
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        #expect(eventually { (try? fixture.store.fixCount(row: row)) == 1 })
+        try fixture.service.stop(id)
+        #expect(eventually { fixture.registry.snapshot(id) == nil })
+        #expect(try fixture.store.fixCount(row: row) == 0)
+        let stored = try #require(try fixture.store.share(id: id))
+        #expect(stored.share.historyPurged && stored.share.name.isEmpty && stored.share.endReason == .stopped)
+        #expect(fixture.publisher.last(on: Topics.status(id))?.payload == [])
+    }
+
+    @Test func startUpEndsWhatExpiredWhileDownAndKeepsTheRest() throws {
+        let directory = try TempDirectory.make(prefix: "flare-recover")
+        let (expiredID, liveID, oldEndedID): (ShareID, ShareID, ShareID)
+        do {
+            let first = try BridgeFixture(directory: directory)
+            let now = SystemWallClock().now()
+            let expired = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now - 7_200_000, expiresAt: now - 1000)
+            let oldEnded = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now - 300_000_000,
+                                 expiresAt: now - 200_000_000, endedAt: now - 200_000_000, endReason: .expired)
+            let expiredRow = try first.store.insertShare(expired)
+            let oldRow = try first.store.insertShare(oldEnded)
+            try first.store.markEnded(row: oldRow, at: now - 200_000_000, reason: .expired)
+            _ = try first.store.insertFixes([PendingFix(shareRow: expiredRow, fix: Fix(latitude: 1, longitude: 2, timestamp: now / 1000 - 4000), receivedAt: now)])
+            let live = try first.service.create(name: nil, durationSeconds: 600)
+            (expiredID, liveID, oldEndedID) = (expired.id, live.share.id, oldEnded.id)
+            first.ingestor.drain()
+        }
+        let second = try BridgeFixture(directory: directory)
+        try second.service.recover()
+        #expect(second.registry.snapshot(expiredID)?.share.endReason == .expired)
+        #expect(second.registry.snapshot(expiredID)?.last?.latitude == 1)  // the last position stays visible after the end
+        #expect(second.publisher.last(on: Topics.location(expiredID))?.payload == [])
+        #expect(second.publisher.lastJSON(on: Topics.status(expiredID))?["state"] == .string("ended"))
+        #expect(second.registry.snapshot(liveID)?.share.isActive == true)
+        #expect(second.registry.snapshot(oldEndedID) == nil)
+        #expect(try second.store.share(id: oldEndedID)?.share.historyPurged == true)
+    }
+
+    @Test func announcementsMissedWhileTheBrokerIsDownAreSentOnReconnect() throws {
+        let fixture = try BridgeFixture()
+        fixture.publisher.setDown(true)
+        let created = try fixture.service.create(name: nil, durationSeconds: 60)
+        try fixture.service.stop(created.share.id)
+        #expect(fixture.publisher.messages.isEmpty)
+        fixture.publisher.setDown(false)
+        fixture.service.flushUnsent()
+        #expect(fixture.publisher.lastJSON(on: Topics.status(created.share.id))?["state"] == .string("ended"))
+        #expect(fixture.publisher.last(on: Topics.location(created.share.id))?.payload == [])
+        #expect(fixture.publisher.messages.count == 2)  // newest per topic only
+    }
+}

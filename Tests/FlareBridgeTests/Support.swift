@@ -1,0 +1,59 @@
+import FlareCore
+import FlareCrypto
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+@testable import FlareBridge
+
+/// Records what the share service announces; can pretend the broker is down.
+final class RecordingPublisher: BrokerPublisher {
+    struct Message: Equatable { let topic: String; let payload: [UInt8]; let retain: Bool }
+    private let state = Mutex<(messages: [Message], down: Bool)>(([], false))
+
+    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
+        state.withLock { state in
+            guard !state.down else { return false }
+            state.messages.append(Message(topic: topic, payload: payload, retain: retain))
+            return true
+        }
+    }
+
+    var messages: [Message] { state.withLock { $0.messages } }
+    func setDown(_ down: Bool) { state.withLock { $0.down = down } }
+
+    func last(on topic: String) -> Message? { messages.last { $0.topic == topic } }
+    func lastJSON(on topic: String) -> JSONValue? { last(on: topic).flatMap { try? JSONValue.parse($0.payload) } }
+}
+
+/// A share service, registry, ingestor and store on a real SQLite file in a temp directory.
+struct BridgeFixture {
+    let directory: URL
+    let store: ShareStore
+    let registry: ShareRegistry
+    let publisher: RecordingPublisher
+    let service: ShareService
+    let ingestor: FixIngestor
+    let metrics: Metrics
+    let key: [UInt8]
+
+    init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, key: [UInt8] = Crypto.randomBytes(32),
+         publisher: RecordingPublisher = RecordingPublisher()) throws {
+        self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
+        store = try ShareStore(path: self.directory.appendingPathComponent("flare.db").path)
+        registry = ShareRegistry(trailLength: 4)
+        self.publisher = publisher
+        self.key = key
+        metrics = Metrics()
+        let logger = Logger(label: "test", level: .error)
+        service = ShareService(store: store, registry: registry, publisher: publisher, tokenKey: key,
+                               policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
+                               clock: SystemWallClock(), metrics: metrics, logger: logger)
+        ingestor = FixIngestor(store: store, registry: registry, metrics: metrics, logger: logger, clock: SystemWallClock())
+        ingestor.start()
+    }
+
+    func location(_ lat: Double, _ lon: Double, tst: Int64? = nil) -> [UInt8] {
+        Array(#"{"_type":"location","lat":\#(lat),"lon":\#(lon),"tst":\#(tst ?? Int64(Date().timeIntervalSince1970))}"#.utf8)
+    }
+}
