@@ -1,0 +1,339 @@
+import FlareMQTT
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+/// Every test runs against its own real mosquitto (TestBroker) on a free port.
+@Suite(.timeLimit(.minutes(2)))
+struct MQTTClientTests {
+    static let versions: [MQTTClient.ProtocolVersion] = [.v5, .v311]
+
+    @Test(arguments: versions)
+    func qos1RoundTripAndRetainFlag(version: MQTTClient.ProtocolVersion) throws {
+        let broker = try TestBroker()
+        let publisher = try connectedClient(broker, version: version)
+        let live = Recorder()
+        let subscriber = try makeClient(broker, version: version, recorder: live)
+        try subscribeAndConnect(subscriber, "flare/v1/shares/+/location")
+
+        let topic = "flare/v1/shares/abc/location"
+        let payload = bytes(#"{"_type":"location","lat":52.5,"lon":13.4,"tst":1700000000}"#)
+        try publisher.publishAndWait(topic: topic, payload: payload, qos: 1, retain: true, timeout: .seconds(10))
+
+        #expect(eventually { live.messages(on: topic).count == 1 })
+        let seen = try #require(live.messages(on: topic).first)
+        #expect(seen.payload == payload)
+        #expect(seen.qos == 1)
+        #expect(seen.retain == false, "live delivery to an existing subscription is not flagged retained")
+
+        let late = Recorder()
+        let lateSubscriber = try makeClient(broker, version: version, recorder: late)
+        try subscribeAndConnect(lateSubscriber, topic)
+        #expect(eventually { late.messages(on: topic).count == 1 })
+        let stored = try #require(late.messages(on: topic).first)
+        #expect(stored.payload == payload)
+        #expect(stored.qos == 1)
+        #expect(stored.retain == true)
+    }
+
+    @Test
+    func zeroLengthRetainedPublishClearsTheRetainedMessage() throws {
+        let broker = try TestBroker()
+        let publisher = try connectedClient(broker)
+        let topic = "flare/v1/shares/gone/location"
+        try publisher.publishAndWait(topic: topic, payload: bytes("last fix"), qos: 1, retain: true, timeout: .seconds(10))
+
+        let first = Recorder()
+        let firstSubscriber = try makeClient(broker, recorder: first)
+        try subscribeAndConnect(firstSubscriber, topic)
+        #expect(eventually { first.messages(on: topic).map(\.payload) == [bytes("last fix")] })
+        #expect(first.messages.first?.retain == true)
+
+        try publisher.publishAndWait(topic: topic, payload: [], qos: 1, retain: true, timeout: .seconds(10))
+        #expect(eventually { first.messages(on: topic).count == 2 })
+        #expect(first.messages(on: topic).last?.payload == [])
+
+        // A later subscriber gets no retained message. The broker sends retained messages right after the
+        // SUBACK, before any later publish on the topic, so a marker arriving alone proves there was none.
+        let second = Recorder()
+        let secondSubscriber = try makeClient(broker, recorder: second)
+        try subscribeAndConnect(secondSubscriber, topic)
+        try publisher.publishAndWait(topic: topic, payload: bytes("marker"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { !second.messages.isEmpty })
+        #expect(second.messages.map(\.payload) == [bytes("marker")])
+    }
+
+    @Test
+    func retainedMessageExpiresWithMessageExpiryInterval() async throws {
+        let broker = try TestBroker()
+        let publisher = try connectedClient(broker)
+        let topic = "flare/v1/shares/short/location"
+        try publisher.publishAndWait(topic: topic, payload: bytes("fix"), qos: 1, retain: true, messageExpirySeconds: 1, timeout: .seconds(10))
+        try await Task.sleep(for: .seconds(2.5))
+
+        let late = Recorder()
+        let subscriber = try makeClient(broker, recorder: late)
+        try subscribeAndConnect(subscriber, topic)
+        try publisher.publishAndWait(topic: topic, payload: bytes("marker"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { !late.messages.isEmpty })
+        #expect(late.messages.map(\.payload) == [bytes("marker")])
+    }
+
+    @Test(arguments: versions)
+    func persistentSessionReceivesWhatWasPublishedWhileAway(version: MQTTClient.ProtocolVersion) throws {
+        let broker = try TestBroker()
+        let id = "bridge-\(UUID().uuidString.prefix(8))"
+        let topic = "flare/v1/shares/away/location"
+        let first = try makeClient(broker, id: id, version: version) { $0.cleanSession = false }
+        try subscribeAndConnect(first, topic)
+        first.disconnect()
+
+        let publisher = try connectedClient(broker, version: version)
+        for n in 1...3 {
+            try publisher.publishAndWait(topic: topic, payload: bytes("fix \(n)"), qos: 1, retain: false, timeout: .seconds(10))
+        }
+
+        // A new client object with the same id, as after a process restart; it does not need to subscribe.
+        let recorder = Recorder()
+        let second = try makeClient(broker, id: id, version: version, recorder: recorder) { $0.cleanSession = false }
+        try second.connect()
+        #expect(eventually { recorder.messages.count == 3 })
+        #expect(recorder.messages.map(\.payload) == (1...3).map { bytes("fix \($0)") })
+        #expect(recorder.sessionPresentFlags.first == true)
+    }
+
+    @Test(arguments: versions)
+    func reconnectsAfterBrokerRestartAndResubscribes(version: MQTTClient.ProtocolVersion) throws {
+        let broker = try TestBroker(persistence: true)
+        let id = "bridge-\(UUID().uuidString.prefix(8))"
+        let topic = "flare/v1/shares/restart/location"
+        let recorder = Recorder()
+        let client = try makeClient(broker, id: id, version: version, recorder: recorder) { $0.cleanSession = false }
+        try subscribeAndConnect(client, "flare/v1/shares/+/location")
+
+        broker.stop()
+        #expect(eventually { !client.isConnected })
+        try broker.start()
+        #expect(eventually(timeout: .seconds(30)) { client.isConnected })
+        #expect(try client.waitUntilSubscribed(timeout: .seconds(10)))
+        #expect(recorder.sessionPresentFlags == [false, true], "the broker restored the persisted session")
+
+        let publisher = try connectedClient(broker, version: version)
+        try publisher.publishAndWait(topic: topic, payload: bytes("after restart"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { recorder.messages(on: topic).map(\.payload) == [bytes("after restart")] })
+
+        // The automatic reconnect must have asked for a persistent session again (for v5: the session-expiry
+        // property is in every CONNECT), so what is published after this client leaves still waits for it.
+        client.disconnect()
+        try publisher.publishAndWait(topic: topic, payload: bytes("while away"), qos: 1, retain: false, timeout: .seconds(10))
+        let laterRecorder = Recorder()
+        let later = try makeClient(broker, id: id, version: version, recorder: laterRecorder) { $0.cleanSession = false }
+        try later.connect()
+        #expect(eventually { laterRecorder.messages(on: topic).map(\.payload) == [bytes("while away")] })
+    }
+
+    @Test
+    func connectAgainAfterDisconnectOnTheSameClient() throws {
+        let broker = try TestBroker()
+        let recorder = Recorder()
+        let client = try makeClient(broker, recorder: recorder)
+        try subscribeAndConnect(client, "again/#")
+        client.disconnect()
+        client.disconnect()  // idempotent
+        #expect(!client.isConnected)
+
+        try client.connect()
+        #expect(try client.waitUntilSubscribed(timeout: .seconds(10)))
+        let publisher = try connectedClient(broker)
+        try publisher.publishAndWait(topic: "again/1", payload: bytes("hello"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { recorder.messages.count == 1 })
+
+        // The restarted network thread still reconnects on its own.
+        broker.kill()
+        #expect(eventually { !client.isConnected })
+        try broker.start()
+        #expect(eventually(timeout: .seconds(30)) { client.isConnected })
+    }
+
+    @Test(arguments: versions)
+    func wrongCredentialsAreRefused(version: MQTTClient.ProtocolVersion) throws {
+        let directory = try TempDirectory.make(prefix: "flare-mqtt-auth")
+        let passwordFile = directory.appendingPathComponent("passwords")
+        try runTool("/usr/bin/mosquitto_passwd", ["-c", "-b", passwordFile.path, "flare", "correct-horse"])
+        let broker = try TestBroker(directory: directory, extraConfig: ["allow_anonymous false", "password_file \(passwordFile.path)"])
+
+        let recorder = Recorder()
+        let client = try makeClient(broker, version: version, recorder: recorder) {
+            $0.username = "flare"
+            $0.password = "wrong-battery-staple"
+        }
+        try client.connect()
+        #expect(eventually { !recorder.refusals.isEmpty })
+        #expect(!client.isConnected)
+        #expect(!client.waitUntilConnected(timeout: .milliseconds(200)))
+        let reason = try #require(recorder.refusals.first)
+        #expect(!reason.isEmpty)
+        #expect(!reason.contains("wrong-battery-staple"))
+        // It stops trying after a refusal; disconnect() + connect() tries again.
+        client.disconnect()
+        try client.connect()
+        #expect(eventually { recorder.refusals.count == 2 })
+        client.disconnect()
+
+        let good = try makeClient(broker, version: version) {
+            $0.username = "flare"
+            $0.password = "correct-horse"
+        }
+        try good.connect()
+        #expect(good.waitUntilConnected(timeout: .seconds(10)))
+    }
+
+    @Test(arguments: versions)
+    func refusedSubscriptionIsReported(version: MQTTClient.ProtocolVersion) throws {
+        // mosquitto's acl_file grants every SUBACK and filters on delivery; the dynamic-security plugin refuses
+        // at SUBSCRIBE time (by default nobody but its admin may subscribe).
+        let directory = try TempDirectory.make(prefix: "flare-mqtt-dynsec")
+        let dynsec = directory.appendingPathComponent("dynsec.json")
+        try runTool("/usr/bin/mosquitto_ctrl", ["dynsec", "init", dynsec.path, "admin", "admin-password"])
+        let broker = try TestBroker(directory: directory, extraConfig: [
+            "plugin /usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so",
+            "plugin_opt_config_file \(dynsec.path)",
+        ])
+
+        let client = try makeClient(broker, version: version)
+        try client.subscribe("secret/#", qos: 1)
+        try client.connect()
+        let error = try #require(throws: MQTTError.self) { _ = try client.waitUntilSubscribed(timeout: .seconds(10)) }
+        #expect(error.code >= 0x80)
+        #expect(client.isConnected, "a refused subscription does not end the connection")
+    }
+
+    @Test
+    func unreachableBrokerIsReportedNotAwaited() throws {
+        let port = try FreePort.next()  // nothing listens there
+        let recorder = Recorder()
+        var options = MQTTClient.Options(clientID: "nobody-home")
+        options.port = port
+        let client = try MQTTClient(options: options)
+        recorder.attach(to: client)
+        try client.connect()
+        #expect(!client.waitUntilConnected(timeout: .seconds(1)))
+        #expect(eventually { !recorder.disconnections.isEmpty })
+        #expect(recorder.disconnections.allSatisfy { !$0.isEmpty })
+        #expect(throws: MQTTError.self) {
+            try client.publish(topic: "t", payload: bytes("x"), qos: 0, retain: false)
+        }
+        client.disconnect()
+    }
+
+    @Test(arguments: versions)
+    func publishAndWaitFailsClearlyWhenTheBrokerIsGone(version: MQTTClient.ProtocolVersion) throws {
+        let broker = try TestBroker()
+        let client = try connectedClient(broker, version: version)
+
+        // A broker that stopped answering while the connection still looks fine: the wait times out.
+        let pid = try #require(broker.processIdentifier)
+        kill(pid, SIGSTOP)
+        let silent = try #require(throws: MQTTError.self) {
+            try client.publishAndWait(topic: "t", payload: bytes("x"), qos: 1, retain: true, timeout: .milliseconds(500))
+        }
+        kill(pid, SIGCONT)
+        #expect(silent.isTimeout)
+        #expect(silent.description.contains("no acknowledgement"))
+
+        // A broker that is gone: libmosquitto 2.0 does not even take the message (QoS 0 or 1).
+        broker.kill()
+        #expect(eventually { !client.isConnected })
+        for qos in [0, 1] {
+            let gone = try #require(throws: MQTTError.self) {
+                try client.publishAndWait(topic: "t", payload: bytes("x"), qos: qos, retain: false, timeout: .seconds(5))
+            }
+            #expect(gone.code == MQTTError.notConnectedCode)
+        }
+    }
+
+    @Test
+    func disconnectAndReleaseWhileMessagesArrive() throws {
+        let broker = try TestBroker()
+        let publisher = try connectedClient(broker)
+        for round in 0..<5 {
+            let recorder = Recorder()
+            let subscriber = try makeClient(broker, recorder: recorder)
+            try subscribeAndConnect(subscriber, "flood/#", qos: 0)
+            for n in 0..<2_000 {
+                try publisher.publish(topic: "flood/\(n % 10)", payload: bytes("m\(n)"), qos: 0, retain: false)
+                if n == 200 {
+                    #expect(eventually { !recorder.messages.isEmpty })
+                    // Even rounds: explicit disconnect racing the callbacks. Odd rounds: dropped while running.
+                    if round % 2 == 0 { subscriber.disconnect() }
+                }
+            }
+        }
+        #expect(try connectedClient(broker).isConnected)
+    }
+
+    @Test
+    func lastReferenceDroppedInsideItsOwnCallback() throws {
+        final class WeakClient: @unchecked Sendable { weak var client: MQTTClient? }
+        let broker = try TestBroker()
+        let weak = WeakClient()
+        let holding = DispatchSemaphore(value: 0), dropped = DispatchSemaphore(value: 0)
+        let first = Mutex(true)
+        var client: MQTTClient? = try makeClient(broker)
+        weak.client = client
+        client?.setMessageHandler { _ in
+            let isFirst = first.withLock { isFirst in
+                let was = isFirst
+                isFirst = false
+                return was
+            }
+            guard isFirst, let strong = weak.client else { return }
+            holding.signal()
+            dropped.wait()
+            withExtendedLifetime(strong) {}  // the last reference goes away here, on the network thread
+        }
+        try subscribeAndConnect(try #require(client), "self/#")
+        try connectedClient(broker).publishAndWait(topic: "self/1", payload: bytes("x"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(holding.wait(timeout: .now() + 10) == .success)
+        client = nil
+        dropped.signal()
+        #expect(eventually { weak.client == nil })
+        #expect(try connectedClient(broker).isConnected, "still alive, nothing crashed")
+    }
+
+    @Test
+    func invalidArgumentsAreRejected() throws {
+        #expect(throws: MQTTError.self) { try MQTTClient(options: .init(clientID: "")) }
+        let client = try MQTTClient(options: .init(clientID: "args"))
+        #expect(throws: MQTTError.self) { try client.subscribe("a/#/b", qos: 1) }
+        #expect(throws: MQTTError.self) { try client.subscribe("a/b", qos: 3) }
+        #expect(throws: MQTTError.self) { try client.publish(topic: "a/+", payload: [], qos: 0, retain: false) }
+        var options = MQTTClient.Options(clientID: "delay")
+        options.reconnectDelay = (0, 1)
+        #expect(throws: MQTTError.self) { try MQTTClient(options: options) }
+        options.password = "hunter2"
+        #expect(!String(describing: options).contains("hunter2"))
+    }
+
+    @Test
+    func topicMatching() {
+        #expect(MQTTClient.topicMatches(filter: "flare/v1/shares/+/location", topic: "flare/v1/shares/abc/location"))
+        #expect(MQTTClient.topicMatches(filter: "flare/v1/shares/#", topic: "flare/v1/shares/abc/status"))
+        #expect(MQTTClient.topicMatches(filter: "flare/#", topic: "flare"))
+        #expect(!MQTTClient.topicMatches(filter: "flare/v1/shares/+/location", topic: "flare/v1/shares/abc/status"))
+        #expect(!MQTTClient.topicMatches(filter: "#", topic: "$SYS/broker/uptime"))
+        #expect(!MQTTClient.topicMatches(filter: "a/#/b", topic: "a/x/b"), "invalid filter")
+    }
+}
+
+private func runTool(_ path: String, _ arguments: [String]) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { throw TestSupportError("\(path) failed") }
+}
