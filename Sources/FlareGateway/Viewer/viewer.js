@@ -1,0 +1,568 @@
+// Flare viewer: the page a family member opens from the SMS link /s/<view_token>.
+// Plain ES2017, no build step. Runs under a CSP without 'unsafe-inline': no inline scripts, no style
+// attributes; the only styling from script is Leaflet's own CSSOM use and SVG attributes.
+// The token is read from location.pathname and only ever sent back to this origin's API.
+(function () {
+  'use strict';
+
+  var doc = document;
+  var root = doc.documentElement;
+  var body = doc.body;
+  var $ = function (id) { return doc.getElementById(id); };
+
+  // ---- configuration from the server (data-* on <html>), with defaults for an unfilled template ----
+  function cfg(name, fallback) {
+    var v = root.getAttribute('data-' + name);
+    return v && v.indexOf('{{') < 0 ? v : fallback;
+  }
+  var STALE_AFTER_S = parseInt(cfg('stale-after', '120'), 10) || 120;
+  var TILE_URL = cfg('tile-url', 'https://tile.openstreetmap.org/{z}/{x}/{y}.png');
+  var TILE_ATTRIBUTION = cfg('tile-attribution', '&copy; OpenStreetMap contributors');
+  var POLL_MS = 3000;
+  var SSE_OPEN_TIMEOUT_MS = 8000;   // an EventSource that stays unopened this long counts as failed
+  var SSE_RETRY_AFTER_MS = 30000;   // while polling, try SSE again this long after it failed
+  var ANNOUNCE_EVERY_MS = 30000;    // screen readers hear "position updated" at most this often
+  var TRAIL_MAX = 500;
+
+  // ---- strings ----
+  var select = $('lang');
+  // The language list is the switcher's <option>s; a page without one (not-found) trusts the server.
+  var LANGS = select ? Array.prototype.map.call(select.options, function (o) { return o.value; })
+    : [cfg('lang', 'en')].filter(function (c) { return /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(c); });
+  var i18nReady = false;
+  var base = {};      // English: fallback for keys a translation lacks
+  var strings = {};
+  var lang = pickLang();
+
+  function pickLang() {
+    var q = new URLSearchParams(location.search).get('lang');
+    var want = [q, cfg('lang', 'en'), 'en'];
+    for (var i = 0; i < want.length; i++) {
+      if (!want[i]) continue;
+      for (var j = 0; j < LANGS.length; j++) if (LANGS[j].toLowerCase() === want[i].toLowerCase()) return LANGS[j];
+    }
+    return 'en';
+  }
+  function fetchStrings(code) {
+    return fetch('/viewer/i18n/' + encodeURIComponent(code) + '.json', { credentials: 'same-origin' })
+      .then(function (r) { return r.ok ? r.json() : {}; })
+      .catch(function () { return {}; });
+  }
+  function loadLang(code) {
+    var p = base._loaded ? Promise.resolve(base) : fetchStrings('en').then(function (s) { base = s; base._loaded = true; return s; });
+    return Promise.all([p, code === 'en' ? p : fetchStrings(code)]).then(function (r) {
+      strings = r[1];
+      lang = code;
+      root.lang = code;
+      fmtCache = {};
+      i18nReady = true;
+      applyStatic();
+      body.setAttribute('data-i18n', 'ready');
+    });
+  }
+  function t(key, vars) {
+    var s = strings[key] != null ? strings[key] : base[key];
+    if (s == null) return key;
+    return vars ? String(s).replace(/\{(\w+)\}/g, function (m, k) { return vars[k] != null ? vars[k] : m; }) : s;
+  }
+  function applyStatic() {
+    Array.prototype.forEach.call(doc.querySelectorAll('[data-t]'), function (el) {
+      if (el.id === 'title' || el.id === 'status') return;  // dynamic, set by render()
+      el.textContent = t(el.getAttribute('data-t'));
+    });
+    Array.prototype.forEach.call(doc.querySelectorAll('[data-t-aria]'), function (el) {
+      el.setAttribute('aria-label', t(el.getAttribute('data-t-aria')));
+    });
+    if (select) select.setAttribute('aria-label', t('language'));
+  }
+
+  // ---- formatting ----
+  var fmtCache = {};
+  function nf(opts) {
+    var k = 'n' + JSON.stringify(opts);
+    return fmtCache[k] || (fmtCache[k] = new Intl.NumberFormat(lang, opts));
+  }
+  function timeText(ms) {
+    var sameDay = new Date(ms).toDateString() === new Date(serverNow()).toDateString();
+    var k = sameDay ? 'time' : 'datetime';
+    if (!fmtCache[k]) {
+      var o = { hour: 'numeric', minute: '2-digit', second: '2-digit' };
+      if (!sameDay) { o.month = 'short'; o.day = 'numeric'; }
+      fmtCache[k] = new Intl.DateTimeFormat(lang, o);
+    }
+    return fmtCache[k].format(new Date(ms));
+  }
+  function duration(sec, precise) {
+    sec = Math.max(0, Math.floor(sec));
+    var d = Math.floor(sec / 86400), h = Math.floor(sec % 86400 / 3600), m = Math.floor(sec % 3600 / 60), s = sec % 60;
+    if (d) return t('dur_d', { d: d, h: h });
+    if (h) return t('dur_h', { h: h, m: m });
+    if (m) return precise ? t('dur_ms', { m: m, s: s }) : t('dur_m', { m: m });
+    return t('dur_s', { s: s });
+  }
+  function coordText(f) { return f.lat.toFixed(5) + ', ' + f.lon.toFixed(5); }
+  function accuracyText(acc) {
+    return acc >= 1000 ? t('accuracy_km', { n: nf({ maximumFractionDigits: 1 }).format(acc / 1000) })
+      : t('accuracy_m', { n: nf({ maximumFractionDigits: 0 }).format(acc) });
+  }
+  function num(v) { return typeof v === 'number' && isFinite(v) ? v : null; }
+
+  // ---- state ----
+  var m = location.pathname.match(/^\/s\/([A-Za-z0-9_~.%-]+)\/?$/);
+  var TOKEN = m ? m[1] : null;
+  var API = TOKEN ? '/api/v1/view/' + TOKEN : null;
+  var S = {
+    state: 'loading',   // loading | active | ended | notfound
+    conn: 'connecting', // connecting | live | polling | reconnecting | closed
+    name: null, expiresAt: null, endedAt: null, reason: null,
+    last: null, trail: [],
+    skew: 0,            // server clock minus device clock, ms
+    follow: true, fresh: 'none', lastAnnounce: 0, firstShown: false,
+  };
+  function serverNow() { return Date.now() + S.skew; }
+
+  function normFix(f) {
+    if (!f || typeof f !== 'object') return null;
+    var lat = num(f.lat), lon = num(f.lon), tst = num(f.tst);
+    if (lat == null || lon == null || tst == null || Math.abs(lat) > 90 || Math.abs(lon) > 180) return null;
+    return { lat: lat, lon: lon, tst: tst, acc: num(f.acc), alt: num(f.alt), vel: num(f.vel), cog: num(f.cog), batt: num(f.batt) };
+  }
+  // Merge one fix into trail/last; idempotent, so gap-filling from the view JSON can overlap SSE.
+  // Returns true when it became the newest position.
+  function addFix(raw) {
+    var f = normFix(raw);
+    if (!f) return false;
+    var tr = S.trail, i = tr.length;
+    while (i > 0 && tr[i - 1].tst > f.tst) i--;
+    if (i > 0 && tr[i - 1].tst === f.tst) {
+      var same = tr[i - 1].lat === f.lat && tr[i - 1].lon === f.lon;
+      tr[i - 1] = f;
+      if (same) { if (S.last && S.last.tst === f.tst) S.last = f; return false; }
+    } else {
+      tr.splice(i, 0, f);
+      if (tr.length > TRAIL_MAX) tr.splice(0, tr.length - TRAIL_MAX);
+    }
+    if (!S.last || f.tst >= S.last.tst) { S.last = f; return true; }
+    return false;
+  }
+
+  function applyView(j, t0, t1) {
+    if (j.server_time) {
+      var st = Date.parse(j.server_time);
+      // server_time has whole seconds: take the middle of that second, and ignore changes under a
+      // second so the ticking "ago" never steps backwards between polls.
+      var skew = st + 500 - (t0 + t1) / 2;
+      if (!isNaN(st) && (!S.skewKnown || Math.abs(skew - S.skew) > 1000)) { S.skew = skew; S.skewKnown = true; }
+    }
+    if (typeof j.name === 'string' && j.name) S.name = j.name;
+    var newest = false;
+    (Array.isArray(j.trail) ? j.trail : []).forEach(function (f) { newest = addFix(f) || newest; });
+    if (j.last) newest = addFix(j.last) || newest;
+    if (j.state === 'ended') {
+      setEnded(j);
+    } else {
+      if (j.expires_at) S.expiresAt = Date.parse(j.expires_at) || S.expiresAt;
+      if (S.state === 'loading') S.state = 'active';
+    }
+    render(newest);
+  }
+
+  function setEnded(d) {
+    if (S.state !== 'ended') {
+      S.state = 'ended';
+      S.reason = d && d.reason || S.reason;
+      S.endedAt = d && d.ended_at ? Date.parse(d.ended_at) : serverNow();
+      stopLive();
+      setConn('closed');
+      announce(t('ended_title'), true);
+    } else if (d && d.reason) {
+      S.reason = d.reason;
+      if (d.ended_at) S.endedAt = Date.parse(d.ended_at);
+    }
+    render(false);
+  }
+  function setNotFound() {
+    if (S.state === 'notfound') return;
+    S.state = 'notfound';
+    S.last = null; S.trail = [];
+    stopLive();
+    setConn('closed');
+    render(false);
+  }
+
+  // ---- talking to the server ----
+  // One fetch of the view JSON: initial load, each poll, after an SSE reconnect (fills the gap),
+  // when the page becomes visible again, and to confirm the end.
+  var inflight = null;
+  function refreshView() {
+    if (inflight) return inflight;
+    var t0 = Date.now();
+    inflight = fetch(API, { cache: 'no-store', credentials: 'same-origin', headers: { Accept: 'application/json' } })
+      .then(function (res) {
+        var t1 = Date.now();
+        if (res.status === 429) {
+          return { ok: false, retryAfter: Math.max(1, parseInt(res.headers.get('Retry-After'), 10) || 10) };
+        }
+        if (res.status === 404) { setNotFound(); return { ok: false, final: true }; }
+        if (res.status !== 200 && res.status !== 410) return { ok: false };
+        return res.json().then(function (j) {
+          applyView(j, t0, t1);
+          return { ok: true, final: S.state === 'ended' };
+        });
+      })
+      .catch(function () { return { ok: false, network: true }; })
+      .then(function (r) { inflight = null; return r; });
+    return inflight;
+  }
+
+  var es = null, esTimer = null, pollTimer = null, polling = false;
+  var sseFails = 0, sseFailedAt = 0, wasDown = false;
+
+  function setConn(c) {
+    if (S.conn === c) return;
+    var prev = S.conn;
+    S.conn = c;
+    body.setAttribute('data-conn', c);
+    if (c === 'reconnecting') { wasDown = true; announce(t('announce_reconnecting'), false); }
+    else if ((c === 'live' || c === 'polling') && prev === 'reconnecting') announce(t('announce_reconnected'), false);
+    renderStatus();
+  }
+  function canTrySSE() {
+    return typeof window.EventSource === 'function' && navigator.onLine !== false &&
+      sseFails < 3 && Date.now() - sseFailedAt >= SSE_RETRY_AFTER_MS;
+  }
+  function stopLive() {
+    if (es) { es.close(); es = null; }
+    clearTimeout(esTimer); esTimer = null;
+    clearTimeout(pollTimer);
+    polling = false;
+  }
+  function terminal() { return S.state === 'ended' || S.state === 'notfound'; }
+
+  function openSSE() {
+    stopLive();
+    var src = new EventSource(API + '/events');
+    es = src;
+    // Counted from the first failure, not re-armed by each retry: a stream that errors every few
+    // seconds must still give way to polling.
+    var armTimer = function () {
+      esTimer = setTimeout(function () { esTimer = null; if (es === src && src.readyState !== 1) sseFailed(); }, SSE_OPEN_TIMEOUT_MS);
+    };
+    armTimer();
+    src.onopen = function () {
+      if (es !== src) return;
+      clearTimeout(esTimer); esTimer = null;
+      sseFails = 0;
+      setConn('live');
+      if (wasDown) { wasDown = false; refreshView(); }  // fill whatever we missed while away
+    };
+    src.addEventListener('status', function (e) {
+      var d = parseJSON(e.data);
+      if (!d) return;
+      if (d.state === 'ended') { setEnded(d); refreshView(); return; }
+      if (d.expires_at) S.expiresAt = Date.parse(d.expires_at) || S.expiresAt;
+      setConn('live');
+      tick();
+    });
+    src.addEventListener('fix', function (e) {
+      var d = parseJSON(e.data);
+      if (!d || terminal()) return;
+      setConn('live');
+      render(addFix(d));
+    });
+    src.addEventListener('ended', function (e) {
+      var d = parseJSON(e.data) || {};
+      setEnded(d);
+      refreshView();  // the final last/trail
+    });
+    src.onerror = function () {
+      if (es !== src) return;
+      if (terminal()) { stopLive(); return; }
+      if (src.readyState === 2) { sseFailed(); return; }  // HTTP error or not an event stream: won't retry
+      setConn('reconnecting');  // the browser retries by itself; give up on it after a while
+      if (esTimer == null) armTimer();
+    };
+  }
+  function sseFailed() {
+    if (es) { es.close(); es = null; }
+    clearTimeout(esTimer); esTimer = null;
+    sseFails++;
+    sseFailedAt = Date.now();
+    startPolling(0);
+  }
+  function startPolling(delay) {
+    clearTimeout(pollTimer);
+    polling = true;
+    pollTimer = setTimeout(poll, delay);
+  }
+  function poll() {
+    if (!polling) return;
+    refreshView().then(function (r) {
+      if (!polling || terminal()) return;
+      if (r.ok) {
+        if (canTrySSE()) { openSSE(); return; }
+        setConn('polling');
+        startPolling(POLL_MS);
+      } else if (r.retryAfter) {
+        setConn('reconnecting');
+        S.retryUntil = Date.now() + r.retryAfter * 1000;
+        startPolling(r.retryAfter * 1000);
+      } else {
+        setConn('reconnecting');
+        startPolling(POLL_MS);
+      }
+    });
+  }
+  function parseJSON(s) { try { return JSON.parse(s); } catch (e) { return null; } }
+
+  // ---- map ----
+  var map = null, marker = null, arrow = null, accCircle = null, trailLine = null, markerEl = null;
+  var tileLoads = 0, tileErrors = 0;
+  function initMap() {
+    var L = window.L;
+    if (!L || !$('map')) { body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; return; }
+    // No view until the first fix: no tiles are fetched for a position we do not have.
+    map = L.map('map', { worldCopyJump: true, zoomSnap: 0.5 });
+    map.attributionControl.setPrefix(false);
+    var tiles = L.tileLayer(TILE_URL, { attribution: TILE_ATTRIBUTION, maxZoom: 19, detectRetina: false });
+    tiles.on('tileload', function () {
+      tileLoads++;
+      body.setAttribute('data-tiles', 'ok');
+      $('mapnote').hidden = true;
+    });
+    tiles.on('tileerror', function () {
+      tileErrors++;
+      if (!tileLoads) { body.setAttribute('data-tiles', 'failed'); $('mapnote').hidden = false; }
+    });
+    tiles.addTo(map);
+    L.control.scale({ imperial: false }).addTo(map);
+    map.on('dragstart', function () { setFollow(false); });
+
+    var NS = 'http://www.w3.org/2000/svg';
+    var svg = doc.createElementNS(NS, 'svg');
+    svg.setAttribute('width', '44'); svg.setAttribute('height', '44'); svg.setAttribute('viewBox', '0 0 44 44');
+    svg.setAttribute('aria-hidden', 'true');
+    var halo = doc.createElementNS(NS, 'circle');
+    halo.setAttribute('cx', '22'); halo.setAttribute('cy', '22'); halo.setAttribute('r', '20'); halo.setAttribute('class', 'fl-halo');
+    arrow = doc.createElementNS(NS, 'path');
+    arrow.setAttribute('d', 'M22 0 L30 13 L22 10 L14 13 Z');
+    arrow.setAttribute('class', 'fl-arrow');
+    var dot = doc.createElementNS(NS, 'circle');
+    dot.setAttribute('cx', '22'); dot.setAttribute('cy', '22'); dot.setAttribute('r', '9'); dot.setAttribute('class', 'fl-dot');
+    svg.appendChild(halo); svg.appendChild(arrow); svg.appendChild(dot);
+    markerEl = svg;
+    marker = L.marker([0, 0], {
+      icon: L.divIcon({ html: svg, className: 'fl-marker no-heading', iconSize: [44, 44], iconAnchor: [22, 22] }),
+      keyboard: false, interactive: false,
+    });
+    accCircle = L.circle([0, 0], { radius: 1, interactive: false, weight: 1, color: '#0b57d0', fillColor: '#0b57d0', fillOpacity: 0.12 });
+    trailLine = L.polyline([], { interactive: false, weight: 4, color: '#0b57d0', opacity: 0.55, lineJoin: 'round' });
+  }
+  function hasHeading(f) { return f.cog != null && (f.vel == null || f.vel >= 1); }
+  function updateMap(newest) {
+    if (!map || !S.last) return;
+    var f = S.last, ll = [f.lat, f.lon];
+    if (!S.firstShown) { recentre(false); S.firstShown = true; }
+    else if (S.follow && newest) map.panTo(ll, { animate: true });
+    if (!map.hasLayer(marker)) { trailLine.addTo(map); accCircle.addTo(map); marker.addTo(map); }
+    marker.setLatLng(ll);
+    accCircle.setLatLng(ll);
+    accCircle.setRadius(f.acc != null && f.acc > 0 ? f.acc : 1);
+    trailLine.setLatLngs(S.trail.map(function (p) { return [p.lat, p.lon]; }));
+    var icon = marker.getElement();
+    if (icon) icon.classList.toggle('no-heading', !hasHeading(f));
+    if (hasHeading(f)) arrow.setAttribute('transform', 'rotate(' + f.cog + ' 22 22)');
+  }
+  function recentre(animate) {
+    if (!map || !S.last) return;
+    var ll = [S.last.lat, S.last.lon];
+    if (S.last.acc && S.last.acc > 50) map.fitBounds(window.L.latLng(ll).toBounds(S.last.acc * 2.2), { maxZoom: 17, animate: animate });
+    else map.setView(ll, S.firstShown && map.getZoom() > 16 ? map.getZoom() : 16, { animate: animate });
+  }
+  function setFollow(on) {
+    S.follow = on;
+    $('follow').setAttribute('aria-pressed', on ? 'true' : 'false');
+    if (on) recentre(true);
+  }
+
+  // ---- rendering ----
+  function setText(id, s) { var el = $(id); if (el && el.textContent !== s) el.textContent = s; }
+  function renderStatus() {
+    var k = S.state === 'ended' ? 'status_ended' : S.state === 'notfound' ? 'status_notfound'
+      : S.conn === 'reconnecting' ? 'status_reconnecting'
+      : (S.conn === 'live' || S.conn === 'polling') ? 'status_live' : 'status_connecting';
+    setText('status', t(k));
+  }
+  function link(id, href) {
+    var a = $(id);
+    if (href) { a.href = href; a.removeAttribute('aria-disabled'); }
+    else { a.removeAttribute('href'); a.setAttribute('aria-disabled', 'true'); }
+  }
+  function fact(id, text) {
+    $('f-' + id).hidden = text == null;
+    if (text != null) setText(id, text);
+  }
+  function render(newest) {
+    if (!i18nReady) return;  // called again once the strings are in
+    body.setAttribute('data-state', S.state);
+    var title = S.name ? t('title_named', { name: S.name }) : t('title');
+    setText('title', title);
+    doc.title = title;
+    renderStatus();
+
+    var ended = S.state === 'ended';
+    $('ended').hidden = !ended;
+    $('notfound').hidden = S.state !== 'notfound';
+    if (ended) {
+      setText('ended-reason', S.reason === 'expired' ? t('ended_expired') : S.reason === 'stopped' ? t('ended_stopped') : '');
+      setText('ended-at', S.endedAt ? t('ended_at', { time: timeText(S.endedAt) }) : '');
+    }
+
+    var f = S.last;
+    if (f) {
+      var c = coordText(f), q = f.lat.toFixed(5) + ',' + f.lon.toFixed(5);
+      setText('coords', c);
+      link('nav-apple', 'https://maps.apple.com/?daddr=' + q);
+      link('nav-google', 'https://www.google.com/maps/dir/?api=1&destination=' + q);
+      link('nav-geo', 'geo:' + q);
+      $('copy').disabled = false;
+      setText('accuracy', f.acc != null ? accuracyText(f.acc) : '—');
+      fact('speed', f.vel != null ? t('speed_kmh', { n: nf({ maximumFractionDigits: 0 }).format(f.vel) }) : null);
+      fact('battery', f.batt != null ? nf({ style: 'percent' }).format(f.batt / 100) : null);
+      var dirs = String(t('compass')).split(',');
+      fact('heading', hasHeading(f) ? t('heading', { deg: Math.round(f.cog) % 360, dir: dirs[Math.round(f.cog / 45) % 8] || '' }) : null);
+      fact('altitude', f.alt != null ? t('altitude_m', { n: nf({ maximumFractionDigits: 0 }).format(f.alt) }) : null);
+      updateMap(newest);
+      if (newest && S.state === 'active') {
+        var now = Date.now();
+        if (!S.announced) { S.announced = true; S.lastAnnounce = now; announce(t('announce_first', { ago: duration(ageSeconds()), acc: f.acc != null ? accuracyText(f.acc) : '—' }), false); }
+        else if (now - S.lastAnnounce >= ANNOUNCE_EVERY_MS) { S.lastAnnounce = now; announce(t('announce_update'), false); }
+      }
+    } else {
+      setText('coords', '—');
+      ['nav-apple', 'nav-google', 'nav-geo'].forEach(function (id) { link(id, null); });
+      $('copy').disabled = true;
+    }
+    tick();
+  }
+  function ageSeconds() { return S.last ? Math.max(0, (serverNow() - S.last.tst * 1000) / 1000) : 0; }
+
+  // Runs every second: freshness, stale warning, countdown.
+  function tick() {
+    var f = S.last, fresh = 'none';
+    if (!i18nReady) return;
+    if (S.state === 'notfound') { setText('updated', ''); setText('detail', ''); setText('countdown', ''); return; }
+    if (S.state === 'loading') {
+      setText('updated', '\u200b');
+      setText('detail', S.conn !== 'reconnecting' ? '\u200b' : S.retryUntil > Date.now()
+        ? t('rate_limited', { s: Math.ceil((S.retryUntil - Date.now()) / 1000) }) : t('reconnecting_detail'));
+    } else if (f) {
+      var age = ageSeconds();
+      setText('updated', age < 5 ? t('updated_just_now') : t('updated_ago', { ago: duration(age, age < 120) }));
+      fresh = age > STALE_AFTER_S && S.state === 'active' ? 'stale' : 'fresh';
+      var detail = t('fix_time', { time: timeText(f.tst * 1000) });
+      if (f.acc != null) detail += ' · ' + accuracyText(f.acc);
+      if (fresh === 'stale') detail = t('stale_warning');
+      else if (S.conn === 'reconnecting') detail = S.retryUntil > Date.now()
+        ? t('rate_limited', { s: Math.ceil((S.retryUntil - Date.now()) / 1000) }) : t('reconnecting_detail');
+      setText('detail', detail);
+    } else {
+      setText('updated', t('waiting_first_fix'));
+      setText('detail', S.state === 'ended' ? '' : t('waiting_detail'));
+    }
+    if (fresh !== S.fresh) {
+      if (fresh === 'stale') announce(t('announce_stale', { ago: duration(ageSeconds()) }), true);
+      S.fresh = fresh;
+      body.setAttribute('data-fresh', fresh);
+    }
+
+    var cd = '';
+    if (S.state === 'active' && S.expiresAt) {
+      var left = (S.expiresAt - serverNow()) / 1000;
+      if (left > 0) cd = t('ends_in', { d: duration(left, true) });
+      else {
+        cd = t('ending_now');
+        // The end event may have been missed (or is late): ask, at most every 5 s.
+        if (S.state === 'active' && Date.now() - (S.endCheck || 0) > 5000) { S.endCheck = Date.now(); refreshView(); }
+      }
+    }
+    setText('countdown', cd);
+  }
+
+  // ---- announcements, copy ----
+  function announce(msg, urgent) {
+    var el = $(urgent ? 'alert' : 'announce');
+    if (!el || !msg) return;
+    el.textContent = '';
+    setTimeout(function () { el.textContent = msg; }, 60);
+  }
+  function copyCoords() {
+    if (!S.last) return;
+    var text = coordText(S.last), btn = $('copy');
+    var done = function (ok) {
+      btn.textContent = ok ? t('copied') : t('copy_failed');
+      announce(btn.textContent, false);
+      setTimeout(function () { btn.textContent = t('copy'); }, 2500);
+    };
+    var legacy = function () {
+      var ta = doc.createElement('textarea');
+      ta.value = text; ta.className = 'copy-buffer'; ta.setAttribute('readonly', '');
+      body.appendChild(ta); ta.select();
+      var ok = false;
+      try { ok = doc.execCommand('copy'); } catch (e) { ok = false; }
+      body.removeChild(ta);
+      done(ok);
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(text).then(function () { done(true); }, legacy);
+    else legacy();
+  }
+
+  // ---- start ----
+  function startNotFoundPage() {
+    loadLang(lang).then(function () { doc.title = t('notfound_title'); });
+  }
+  function start() {
+    if (select) {
+      select.value = lang;
+      select.addEventListener('change', function () {
+        var code = select.value;
+        loadLang(code).then(function () {
+          render(false);
+          var u = new URL(location.href);
+          u.searchParams.set('lang', code);
+          history.replaceState(null, '', u.pathname + u.search + u.hash);
+        });
+      });
+    }
+    $('copy').addEventListener('click', copyCoords);
+    $('follow').addEventListener('click', function () { setFollow(!S.follow); });
+    var ready = loadLang(lang);
+    try { initMap(); } catch (e) { map = null; body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; }
+    if (!API) { ready.then(setNotFound); return; }
+    setInterval(tick, 1000);
+    ready.then(function () { render(false); });
+    refreshView().then(function (r) {
+      return ready.then(function () {
+        render(false);
+        if (terminal()) return;
+        if (r.ok && canTrySSE()) openSSE();
+        else if (r.ok) { setConn('polling'); startPolling(POLL_MS); }
+        else { setConn('reconnecting'); S.retryUntil = r.retryAfter ? Date.now() + r.retryAfter * 1000 : 0; startPolling(r.retryAfter ? r.retryAfter * 1000 : POLL_MS); }
+      });
+    });
+
+    window.addEventListener('offline', function () { if (!terminal()) setConn('reconnecting'); });
+    window.addEventListener('online', function () {
+      if (terminal()) return;
+      sseFails = 0; sseFailedAt = 0;      // the failures were the network's, not SSE's
+      if (es && es.readyState === 1) { setConn('live'); refreshView(); }  // the stream survived
+      else if (!es || es.readyState === 2) startPolling(0);
+    });
+    doc.addEventListener('visibilitychange', function () {
+      if (doc.visibilityState === 'visible' && !terminal() && S.state !== 'loading') refreshView();
+    });
+  }
+
+  if (body.getAttribute('data-page') === 'notfound') startNotFoundPage();
+  else start();
+})();

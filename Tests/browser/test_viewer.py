@@ -1,0 +1,310 @@
+"""The viewer page in a real browser: what a family member sees after opening the SMS link.
+
+Every wait is for a visible change on the page (never sleep-then-assert). See conftest.py for the
+environment, and README.md beside this file for how to run.
+"""
+import fnmatch
+import json
+import re
+import secrets
+import urllib.parse
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, tile_host_pattern
+
+POLL_TIMEOUT_S = TIMEOUT_S + 6  # polling adds up to 3 s, the SSE give-up up to 8 s
+
+
+def text(d, css):
+    return d.find_element(By.CSS_SELECTOR, css).text
+
+
+def body_attr(d, name):
+    return d.find_element(By.TAG_NAME, 'body').get_attribute('data-' + name)
+
+
+def wait_for(d, cond, what, timeout=TIMEOUT_S):
+    def check(drv):
+        try:
+            return cond(drv)
+        except Exception:  # element not there yet, stale reference during re-render
+            return False
+    return WebDriverWait(d, timeout, poll_frequency=0.1).until(
+        check, message=f'waited {timeout} s for {what}; status={_safe(d, "#status")!r} '
+                       f'updated={_safe(d, "#updated")!r} coords={_safe(d, "#coords")!r}')
+
+
+def _safe(d, css):
+    try:
+        return text(d, css)
+    except Exception:
+        return None
+
+
+def wait_coords(d, fix, timeout=TIMEOUT_S):
+    want = coord_text(fix)
+    wait_for(d, lambda drv: text(drv, '#coords') == want, f'#coords == {want}', timeout)
+
+
+def shot(d, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    d.save_screenshot(str(ARTIFACTS / name))
+
+
+def marker_transform(d):
+    return d.execute_script("var m=document.querySelector('.fl-marker');return m?m.style.transform:null")
+
+
+def test_page_shows_published_position(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix(acc=12, vel=4, batt=81))
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    assert body_attr(d, 'state') == 'active'
+    wait_for(d, lambda drv: re.match(r'^Updated (just now|\d+ s ago)$', text(drv, '#updated')), '"Updated … ago"')
+    assert text(d, '#accuracy') == '±12 m'
+    assert text(d, '#battery') == '81%'
+    assert text(d, '#speed') == '4 km/h'
+    assert text(d, '#countdown').startswith('Ends in ')
+    q = f"{a['lat']:.5f},{a['lon']:.5f}"
+    assert d.find_element(By.ID, 'nav-apple').get_attribute('href') == f'https://maps.apple.com/?daddr={q}'
+    assert d.find_element(By.ID, 'nav-google').get_attribute('href') == f'https://www.google.com/maps/dir/?api=1&destination={q}'
+    assert d.find_element(By.ID, 'nav-geo').get_attribute('href') == f'geo:{q}'
+    assert d.execute_script('return window.__csp') == []
+    shot(d, 'viewer-live.png')
+
+
+def test_new_fix_arrives_by_sse_without_reload(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'conn') == 'live', 'SSE connected (data-conn=live)')
+    d.execute_script('window.__sameDocument = true')
+    before = marker_transform(d)
+    b = flare.publish(share, flare.fix())
+    wait_coords(d, b)
+    assert d.execute_script('return window.__sameDocument') is True
+    assert body_attr(d, 'conn') == 'live'
+    wait_for(d, lambda drv: marker_transform(drv) != before, 'the marker to move')
+    assert d.execute_script("return document.querySelectorAll('.leaflet-overlay-pane path').length") >= 2  # trail + circle
+
+
+@pytest.mark.parametrize('how', ['no-eventsource', 'events-blocked'])
+def test_polling_fallback_when_sse_unavailable(flare, viewer, how):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer(no_eventsource=True) if how == 'no-eventsource' else viewer(blocked=['*/events*'])
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'conn') == 'polling', 'fallback to polling', POLL_TIMEOUT_S)
+    assert text(d, '#status') == 'Live'
+    d.execute_script('window.__sameDocument = true')
+    for _ in range(2):  # twice: one lucky poll is not polling
+        b = flare.publish(share, flare.fix())
+        wait_coords(d, b, POLL_TIMEOUT_S)
+    assert d.execute_script('return window.__sameDocument') is True
+    assert body_attr(d, 'conn') == 'polling'
+
+
+def test_waiting_for_first_fix_then_it_appears(flare, viewer):
+    share = flare.create()
+    d = viewer()
+    d.get(share.url())
+    wait_for(d, lambda drv: text(drv, '#updated') == 'Waiting for the first position…', 'waiting message')
+    assert d.find_element(By.ID, 'nav-apple').get_attribute('href') is None
+    a = flare.publish(share, flare.fix())
+    wait_coords(d, a)
+
+
+def test_stop_shows_ended_and_keeps_last_position(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    flare.stop(share)
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'ended').is_displayed(), '#ended to appear')
+    assert 'Location sharing has ended' in text(d, '#ended')
+    assert 'The sender stopped sharing.' in text(d, '#ended')
+    assert body_attr(d, 'state') == 'ended'
+    assert text(d, '#status') == 'Ended'
+    assert text(d, '#coords') == coord_text(a)
+    assert re.match(r'^Updated .+', text(d, '#updated'))
+    assert d.find_element(By.ID, 'nav-google').get_attribute('href')
+    shot(d, 'viewer-ended.png')
+
+
+def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
+    share = flare.create()
+    status, _, html = http_get(share.path)
+    assert status == 200
+    stale_after = int(re.search(rb'data-stale-after="(\d+)"', html).group(1))
+    old = flare.publish(share, flare.fix(age_s=stale_after + 90))
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, old)
+    wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'stale', 'stale warning')
+    assert 'out of date' in text(d, '#detail')
+    assert re.match(r'^Updated \d+ min ago$', text(d, '#updated'))
+    shot(d, 'viewer-stale.png')
+    b = flare.publish(share, flare.fix())
+    wait_coords(d, b)
+    wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'fresh', 'warning to clear')
+
+
+def test_reconnecting_after_network_loss_then_fills_the_gap(flare, viewer, cuttable):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(cuttable.url + share.path)
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'conn') == 'live', 'SSE connected')
+    cuttable.down()
+    wait_for(d, lambda drv: text(drv, '#status') == 'Reconnecting…', '"Reconnecting…"')
+    assert body_attr(d, 'conn') == 'reconnecting'
+    b = flare.publish(share, flare.fix())  # published while the viewer is cut off
+    cuttable.up()
+    wait_coords(d, b, POLL_TIMEOUT_S)
+    wait_for(d, lambda drv: body_attr(drv, 'conn') in ('live', 'polling'), 'connection back')
+    assert text(d, '#status') == 'Live'
+
+
+def test_unknown_and_malformed_tokens_get_the_same_plain_not_found(flare, viewer):
+    pages = []
+    for token in [secrets.token_urlsafe(16), 'x', 'a' * 300, '..%2F..%2Fetc', '%00', 'abc.def']:
+        status, headers, body = http_get('/s/' + token)
+        assert status == 404, token
+        assert 'text/html' in headers.get('Content-Type', '')
+        pages.append(body)
+        assert token.encode() not in body or token == 'x'
+    assert all(p == pages[0] for p in pages), 'not-found page differs between tokens'
+    d = viewer()
+    d.get(BASE_URL + '/s/' + secrets.token_urlsafe(16))
+    wait_for(d, lambda drv: text(drv, 'h1') == 'This link is not valid', 'not-found heading')
+    assert d.find_elements(By.ID, 'map') == []
+    shot(d, 'viewer-notfound.png')
+
+
+def test_chinese_from_accept_language(flare, viewer):
+    share = flare.create()
+    status, _, html = http_get(share.path, {'Accept-Language': 'zh-CN,zh;q=0.9,en;q=0.5'})
+    assert b'lang="zh-CN"' in html
+    a = flare.publish(share, flare.fix())
+    d = viewer(lang='zh-CN')
+    d.get(share.url())
+    wait_coords(d, a)
+    assert d.find_element(By.TAG_NAME, 'html').get_attribute('lang') == 'zh-CN'
+    wait_for(d, lambda drv: text(drv, '#status') == '实时', 'status 实时')
+    assert text(d, '#nav-google') == 'Google 地图'
+    flare.stop(share)
+    wait_for(d, lambda drv: '位置共享已结束' in text(drv, '#ended'), '位置共享已结束')
+    assert text(d, '#status') == '已结束'
+    assert text(d, '#coords') == coord_text(a)
+    shot(d, 'viewer-ended-zh-CN.png')
+    # The not-found page follows Accept-Language too.
+    d.get(BASE_URL + '/s/' + secrets.token_urlsafe(16))
+    wait_for(d, lambda drv: text(drv, 'h1') == '此链接无效', 'not-found in Chinese')
+
+
+def test_language_switcher(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: text(drv, '#status') == 'Live', 'status Live')
+    Select(d.find_element(By.ID, 'lang')).select_by_value('zh-CN')
+    wait_for(d, lambda drv: text(drv, '#status') == '实时', 'status 实时 after switching')
+    assert d.find_element(By.TAG_NAME, 'html').get_attribute('lang') == 'zh-CN'
+    assert text(d, '#copy') == '复制坐标'
+    assert re.search(r'(刚刚更新|秒前更新)', text(d, '#updated'))
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(d.current_url).query).get('lang') == ['zh-CN']
+    assert urllib.parse.urlsplit(d.current_url).path == share.path
+    # The server honours ?lang= on reload.
+    _, _, html = http_get(share.path + '?lang=zh-CN')
+    assert b'lang="zh-CN"' in html
+    Select(d.find_element(By.ID, 'lang')).select_by_value('en')
+    wait_for(d, lambda drv: text(drv, '#status') == 'Live', 'back to English')
+
+
+def test_works_without_tiles(flare, viewer):
+    share = flare.create()
+    _, _, html = http_get(share.path)
+    tile_url = re.search(rb'data-tile-url="([^"]+)"', html).group(1).decode().replace('&amp;', '&')
+    a = flare.publish(share, flare.fix())
+    d = viewer(blocked=[f'*://{tile_host_pattern(tile_url)}/*'])
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'tiles') == 'failed', 'tile failure noticed')
+    assert d.find_element(By.ID, 'mapnote').is_displayed()
+    assert d.find_element(By.ID, 'nav-apple').get_attribute('href')
+    assert re.match(r'^Updated ', text(d, '#updated'))
+
+
+def test_no_third_party_requests_and_no_csp_violations(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'conn') == 'live', 'SSE connected')
+    wait_for(d, lambda drv: body_attr(drv, 'tiles') != 'pending', 'tiles tried')
+    assert d.execute_script('return window.__csp') == []
+    tile_url = d.find_element(By.TAG_NAME, 'html').get_attribute('data-tile-url')
+    tiles = tile_host_pattern(tile_url)
+    own = urllib.parse.urlsplit(BASE_URL).netloc
+    urls = [json.loads(e['message'])['message']['params']['request']['url']
+            for e in d.get_log('performance') if '"Network.requestWillBeSent"' in e['message']]
+    assert urls, 'no requests seen'
+    for u in urls:
+        p = urllib.parse.urlsplit(u)
+        if p.scheme == 'data':
+            continue
+        if p.netloc == own:
+            continue
+        assert fnmatch.fnmatch(p.netloc, tiles), f'third-party request: {u}'
+        assert share.view_token not in u, 'view token leaked into a tile request'
+
+
+def test_security_headers_and_noindex(flare):
+    share = flare.create()
+    status, headers, html = http_get(share.path)
+    assert status == 200
+    csp = headers.get('Content-Security-Policy', '')
+    assert "script-src 'self'" in csp and 'unsafe-inline' not in csp and "default-src 'none'" in csp
+    assert headers.get('Referrer-Policy') == 'no-referrer'
+    assert headers.get('X-Content-Type-Options') == 'nosniff'
+    assert b'<meta name="robots" content="noindex' in html
+    assert b'{{' not in html, 'a placeholder was left unfilled'
+
+
+def test_page_weight_under_50_kb(flare):
+    share = flare.create()
+    total = len(http_get(share.path)[2])
+    for f in ('/viewer/viewer.js', '/viewer/viewer.css'):
+        status, _, body = http_get(f)
+        assert status == 200, f
+        total += len(body)
+    strings = max(len(http_get(f'/viewer/i18n/{c}.json')[2]) for c in ('en', 'zh-CN'))
+    assert total + strings < 50 * 1024, f'{total + strings} bytes'
+
+
+def test_no_layout_jump_while_loading(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix(batt=None, vel=None))
+    d = viewer()
+    # Remember where the buttons were before any data or strings arrived.
+    d.execute_cdp_cmd('Page.addScriptToEvaluateOnNewDocument', {'source':
+        "document.addEventListener('DOMContentLoaded',function(){window.__top0="
+        "document.querySelector('.actions').getBoundingClientRect().top})"})
+    d.get(share.url())
+    wait_coords(d, a)
+    top0, top1 = d.execute_script(
+        "return [window.__top0, document.querySelector('.actions').getBoundingClientRect().top]")
+    assert abs(top0 - top1) < 1, f'actions moved from {top0} to {top1}'
