@@ -50,7 +50,9 @@ final class SQLiteDatabase {
         }
     }
 
-    /// A prepared statement, cached by its SQL text: hot statements are compiled once.
+    /// A prepared statement, cached by its SQL text: hot statements are compiled once. Callers reset it when
+    /// done: a statement left mid-step keeps its read snapshot open, and the connection would not see rows that
+    /// another process (`flare keys create`) commits afterwards.
     func statement(_ sql: String) throws(StoreError) -> SQLiteStatement {
         if let cached = statements[sql] {
             cached.reset()

@@ -93,6 +93,7 @@ public final class ShareStore: Sendable {
             let statement = try db.statement("""
                 INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
                 """)
+            defer { statement.reset() }
             statement.bind(1, share.id.rawValue)
             statement.bind(2, share.viewTokenHash.bytes)
             statement.bind(3, share.name)
@@ -106,6 +107,7 @@ public final class ShareStore: Sendable {
     public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL")
+            defer { statement.reset() }
             statement.bind(1, expiresAt)
             statement.bind(2, row)
             try statement.run()
@@ -115,6 +117,7 @@ public final class ShareStore: Sendable {
     public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
+            defer { statement.reset() }
             statement.bind(1, endedAt)
             statement.bind(2, reason.rawValue)
             statement.bind(3, row)
@@ -127,9 +130,11 @@ public final class ShareStore: Sendable {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
                 let delete = try db.statement("DELETE FROM fixes WHERE share = ?")
+                defer { delete.reset() }
                 delete.bind(1, row)
                 try delete.run()
                 let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ?")
+                defer { update.reset() }
                 update.bind(1, row)
                 try update.run()
             }
@@ -156,6 +161,7 @@ public final class ShareStore: Sendable {
     public func loadOpenShares() throws(StoreError) -> [StoredShare] {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE history_purged = 0")
+            defer { statement.reset() }
             var shares: [StoredShare] = []
             while try statement.step() {
                 if let share = Self.readShare(statement) { shares.append(share) }
@@ -167,6 +173,7 @@ public final class ShareStore: Sendable {
     public func share(id: ShareID) throws(StoreError) -> StoredShare? {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE share_id = ?")
+            defer { statement.reset() }
             statement.bind(1, id.rawValue)
             guard try statement.step() else { return nil }
             return Self.readShare(statement)
@@ -176,6 +183,7 @@ public final class ShareStore: Sendable {
     public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE view_token_hash = ?")
+            defer { statement.reset() }
             statement.bind(1, viewTokenHash.bytes)
             guard try statement.step() else { return nil }
             guard let found = Self.readShare(statement), found.share.viewTokenHash.matches(viewTokenHash) else { return nil }
@@ -195,6 +203,7 @@ public final class ShareStore: Sendable {
                     INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
+                defer { statement.reset() }
                 var inserted: [Bool] = []
                 inserted.reserveCapacity(fixes.count)
                 for pending in fixes {
@@ -225,6 +234,7 @@ public final class ShareStore: Sendable {
             let statement = try db.statement("""
                 SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
                 """)
+            defer { statement.reset() }
             statement.bind(1, row)
             statement.bind(2, Int64(limit))
             var fixes: [Fix] = []
@@ -242,6 +252,7 @@ public final class ShareStore: Sendable {
     public func fixCount(row: Int64) throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT count(*) FROM fixes WHERE share = ?")
+            defer { statement.reset() }
             statement.bind(1, row)
             _ = try statement.step()
             return Int(statement.int64(0))
@@ -253,6 +264,7 @@ public final class ShareStore: Sendable {
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("INSERT INTO owner_keys (key_hash, label, created_at) VALUES (?, ?, ?)")
+            defer { statement.reset() }
             statement.bind(1, hash.bytes)
             statement.bind(2, label)
             statement.bind(3, createdAt)
@@ -263,6 +275,7 @@ public final class ShareStore: Sendable {
     public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT key_hash FROM owner_keys WHERE key_hash = ?")
+            defer { statement.reset() }
             statement.bind(1, hash.bytes)
             guard try statement.step() else { return false }
             return SecretHash(bytes: statement.blob(0)).matches(hash)
@@ -272,6 +285,7 @@ public final class ShareStore: Sendable {
     public func ownerKeyCount() throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT count(*) FROM owner_keys")
+            defer { statement.reset() }
             _ = try statement.step()
             return Int(statement.int64(0))
         }

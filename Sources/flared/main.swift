@@ -26,6 +26,12 @@ do {
 }
 
 // Signal sources on the main queue, so their handlers run where main.swift's code is allowed to run.
+// A parent may have started us with these signals blocked (a mask is inherited): unblock them.
+var stopSignals = sigset_t()
+sigemptyset(&stopSignals)
+sigaddset(&stopSignals, SIGINT)
+sigaddset(&stopSignals, SIGTERM)
+pthread_sigmask(SIG_UNBLOCK, &stopSignals, nil)
 var signalSources: [DispatchSourceSignal] = []
 for signalNumber in [SIGINT, SIGTERM] {
     signal(signalNumber, SIG_IGN)

@@ -75,6 +75,17 @@ import Testing
         #expect(raw.range(of: Data(key.utf8)) == nil)
     }
 
+    @Test func seesKeysAnotherProcessAddsLater() throws {
+        let server = try ShareStore(path: path)
+        #expect(try server.ownerKeyCount() == 0)
+        _ = try server.loadOpenShares()
+        let cli = try ShareStore(path: path)
+        let key = OwnerKey.generate()
+        try cli.insertOwnerKey(hash: SecretHash(of: key), label: "cli", createdAt: 1)
+        #expect(try server.ownerKeyExists(hash: SecretHash(of: key)))
+        #expect(try server.ownerKeyCount() == 1)
+    }
+
     @Test func errorsCarryOperationAndCodeButNoValues() throws {
         #expect { try ShareStore(path: "/nonexistent-dir/x/flare.db") } throws: { error in
             guard let error = error as? StoreError else { return false }

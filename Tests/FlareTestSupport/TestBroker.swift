@@ -21,6 +21,9 @@ public final class TestBroker: @unchecked Sendable {
         var lines = [
             "listener \(self.port) 127.0.0.1",
             "allow_anonymous true",
+            // Started as root, mosquitto would switch to the `mosquitto` user and could not write its persistence
+            // file into a temp directory it does not own.
+            "user \(TestBroker.currentUserName)",
             "persistence \(persistence)",
             "persistence_location \(self.directory.path)/",
             "log_dest stderr",
@@ -40,7 +43,7 @@ public final class TestBroker: @unchecked Sendable {
         process.arguments = ["-c", configURL.path]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try TestBroker.withNoSignalsBlocked { try process.run() }
         self.process = process
         guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else {
             process.terminate()
@@ -67,7 +70,26 @@ public final class TestBroker: @unchecked Sendable {
 
     public var isRunning: Bool { process?.isRunning ?? false }
 
+    /// The broker's pid while it runs, e.g. to SIGSTOP it and simulate a broker that stopped answering.
+    public var processIdentifier: Int32? { process?.processIdentifier }
+
     deinit { stop() }
+
+    /// Test code runs on Swift-concurrency/Dispatch threads, which block almost every signal, and a spawned
+    /// process inherits the spawning thread's mask (Foundation's Process does not reset it). mosquitto would
+    /// then never receive SIGTERM and `stop()` would wait forever; so spawn with nothing blocked.
+    public static func withNoSignalsBlocked<T>(_ body: () throws -> T) rethrows -> T {
+        var none = sigset_t(), previous = sigset_t()
+        sigemptyset(&none)
+        pthread_sigmask(SIG_SETMASK, &none, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        return try body()
+    }
+
+    static var currentUserName: String {
+        guard let entry = getpwuid(getuid()), let name = entry.pointee.pw_name else { return "root" }
+        return String(cString: name)
+    }
 
     public static var mosquittoPath: String {
         for candidate in ["/usr/sbin/mosquitto", "/usr/bin/mosquitto", "/usr/local/sbin/mosquitto"]
@@ -147,4 +169,11 @@ public func eventually(timeout: Duration = .seconds(10), _ condition: () throws 
         usleep(10_000)
     }
     return try condition()
+}
+
+extension Process {
+    /// `run()` with no signals blocked in the child (see `TestBroker.withNoSignalsBlocked`).
+    public func runUnmasked() throws {
+        try TestBroker.withNoSignalsBlocked { try run() }
+    }
 }

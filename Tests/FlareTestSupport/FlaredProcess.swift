@@ -1,0 +1,153 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The built `flared` and `flare` binaries, next to the test bundle in .build/<config>/.
+public enum BuiltProducts {
+    public static func path(_ name: String) throws -> String {
+        var candidates: [String] = []
+        let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var directory = testBinary.deletingLastPathComponent()
+        for _ in 0..<4 {
+            candidates.append(directory.appendingPathComponent(name).path)
+            directory = directory.deletingLastPathComponent()
+        }
+        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(packageRoot.appendingPathComponent(".build/debug/\(name)").path)
+        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        throw TestSupportError("\(name) is not built; run `swift build` first (looked in \(candidates))")
+    }
+}
+
+/// A running `flared` with its own data directory and ports, connected to a test broker.
+public final class FlaredProcess: @unchecked Sendable {
+    public let httpPort: Int
+    public let dataDirectory: URL
+    public let brokerPort: Int
+    public let environment: [String: String]
+    private var process: Process?
+    private let logURL: URL
+
+    public init(broker: TestBroker, dataDirectory: URL? = nil, extraEnvironment: [String: String] = [:]) throws {
+        httpPort = try FreePort.next()
+        self.brokerPort = broker.port
+        self.dataDirectory = try dataDirectory ?? TempDirectory.make(prefix: "flared")
+        logURL = self.dataDirectory.appendingPathComponent("flared-\(httpPort).log")
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLARE_") }
+        environment["FLARE_DATA_DIR"] = self.dataDirectory.path
+        environment["FLARE_HTTP_ADDR"] = "127.0.0.1:\(httpPort)"
+        environment["FLARE_MQTT_PORT"] = String(broker.port)
+        environment["FLARE_MQTT_CLIENT_ID"] = "flared-\(self.dataDirectory.lastPathComponent)"
+        environment["FLARE_LOG_LEVEL"] = "debug"
+        environment.merge(extraEnvironment) { $1 }
+        self.environment = environment
+        try start()
+    }
+
+    public func start() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flared"))
+        process.environment = environment
+        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        let log = try FileHandle(forWritingTo: logURL)
+        log.seekToEndOfFile()
+        process.standardOutput = log
+        process.standardError = log
+        try process.runUnmasked()
+        self.process = process
+        let healthy = eventually(timeout: .seconds(15)) {
+            guard process.isRunning else { return true }
+            return (try? RawHTTP.request("GET", port: httpPort, path: "/healthz"))?.status == 200
+        }
+        guard healthy, process.isRunning else {
+            throw TestSupportError("flared did not become healthy; log:\n\(log_)")
+        }
+    }
+
+    private var log_: String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
+    public var log: String { log_ }
+
+    public var ownerKey: String {
+        ((try? String(contentsOf: dataDirectory.appendingPathComponent("owner.key"), encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// SIGTERM and wait: the orderly drain.
+    @discardableResult
+    public func stop() -> Int32 {
+        guard let process else { return 0 }
+        process.terminate()
+        process.waitUntilExit()
+        self.process = nil
+        return process.terminationStatus
+    }
+
+    public func kill() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    deinit { stop() }
+
+    /// Runs the `flare` CLI against this instance.
+    public func flare(_ arguments: [String]) throws -> CommandResult {
+        try runCommand(try BuiltProducts.path("flare"), arguments, environment: environment)
+    }
+
+    public func request(_ method: String, _ path: String, body: String = "", bearer: String? = nil) throws -> RawHTTPResponse {
+        var headers: [String: String] = [:]
+        if let bearer { headers["Authorization"] = "Bearer \(bearer)" }
+        if !body.isEmpty { headers["Content-Type"] = "application/json" }
+        return try RawHTTP.request(method, port: httpPort, path: path, headers: headers, body: Array(body.utf8))
+    }
+}
+
+public struct CommandResult: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// Runs a program to completion and captures its output.
+public func runCommand(_ path: String, _ arguments: [String], environment: [String: String]? = nil, timeout: Duration = .seconds(30)) throws -> CommandResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let directory = try TempDirectory.make(prefix: "cmd")
+    let outURL = directory.appendingPathComponent("out"), errURL = directory.appendingPathComponent("err")
+    FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    process.standardOutput = try FileHandle(forWritingTo: outURL)
+    process.standardError = try FileHandle(forWritingTo: errURL)
+    process.standardInput = FileHandle.nullDevice
+    try process.runUnmasked()
+    let deadline = ContinuousClock.now + timeout
+    while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+    if process.isRunning {
+        // SIGKILL: a child started from a test thread may inherit a mask that blocks SIGTERM.
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        throw TestSupportError("\(path) \(arguments) did not finish within \(timeout)")
+    }
+    process.waitUntilExit()
+    let out = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
+    let err = (try? String(contentsOf: errURL, encoding: .utf8)) ?? ""
+    try? FileManager.default.removeItem(at: directory)
+    return CommandResult(status: process.terminationStatus, stdout: out, stderr: err)
+}
+
+/// Debian's mosquitto_pub against a test broker (as a device or an integrator would use it).
+public enum MosquittoClients {
+    public static func publish(port: Int, topic: String, payload: String, retain: Bool = true, username: String? = nil, password: String? = nil) throws -> CommandResult {
+        var arguments = ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-q", "1", "-m", payload]
+        if retain { arguments.append("-r") }
+        if let username { arguments += ["-u", username] }
+        if let password { arguments += ["-P", password] }
+        return try runCommand("/usr/bin/mosquitto_pub", arguments)
+    }
+}
