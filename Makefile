@@ -3,7 +3,7 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps build swift-test browser-test clean
+.PHONY: run test deps browser-deps build swift-test browser-test clean
 
 run: deps build
 	./scripts/run.sh
@@ -13,14 +13,18 @@ test: deps build swift-test browser-test
 deps:
 	./scripts/deps.sh
 
+browser-deps:
+	./scripts/deps.sh --browser
+
 build:
 	$(SWIFT) build $(SWIFT_BUILD_FLAGS)
 
 swift-test:
 	$(SWIFT) test $(SWIFT_BUILD_FLAGS)
 
-browser-test:
-	@echo "browser tests: not wired yet"
+# The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
+browser-test: browser-deps
+	./scripts/browser-test.sh
 
 clean:
 	rm -rf .build

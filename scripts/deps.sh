@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(mosquitto mosquitto-clients libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
 if [ "${1:-}" = "--browser" ]; then
-  packages+=(chromium chromium-driver python3-pytest python3-selenium)
+  packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium)
 fi
 
 missing=()
