@@ -48,7 +48,7 @@ public final class FixIngestor: Sendable {
     /// Starts the writer. Call once.
     public func start() {
         guard !started.exchange(true, ordering: .relaxed) else { return }
-        DispatchQueue(label: "flare.store-writer").async { [self] in writeLoop() }
+        startWorkerThread(name: "flare-writer") { [self] in writeLoop() }
     }
 
     /// A message from a location topic. Returns the reject reason, or nil when the fix was queued (or was a
