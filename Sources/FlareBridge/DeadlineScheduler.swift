@@ -1,91 +1,101 @@
 public import FlareCore
-import Dispatch
-import Synchronization
 
-/// Runs jobs at wall-clock deadlines with one timer: a min-heap of deadlines and a single DispatchSource armed
-/// for the earliest. Creating, extending or ending a share is O(log n); nothing scans all shares.
-// @unchecked: the only non-Sendable property is the DispatchSource timer, which libdispatch allows to be
-// re-scheduled and cancelled from any thread; it is only re-armed with `state`'s lock held.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs jobs at wall-clock deadlines: a min-heap of deadlines and one thread that sleeps until the earliest.
+/// Creating, extending or ending a share is O(log n); nothing scans all shares. The thread is its own, so a
+/// busy Dispatch pool can never delay an expiry.
 public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Sendable {
+    // @unchecked: every stored var is only touched with `mutex` held.
     private struct Item { let deadline: UnixMillis; let job: Job; let generation: Int }
 
-    private struct State {
-        var heap: [Item] = []
-        /// The live generation per job; heap items with another generation are stale and skipped.
-        var generations: [Job: Int] = [:]
-        var nextGeneration = 0
-        var armedFor: UnixMillis?
-        var stopped = false
-    }
-
-    private let state = Mutex(State())
-    private let queue = DispatchQueue(label: "flare.scheduler")
-    private let timer: DispatchSourceTimer
+    private var mutex = pthread_mutex_t()
+    private var changed = pthread_cond_t()
+    private var heap: [Item] = []
+    /// The live generation per job; heap items with another generation are stale and skipped.
+    private var generations: [Job: Int] = [:]
+    private var nextGeneration = 0
+    private var stopped = false
     private let clock: any WallClock
     private let handler: @Sendable (Job) -> Void
 
-    /// `handler` runs on the scheduler's own serial queue, one job at a time.
+    /// `handler` runs on the scheduler's own thread, one job at a time.
     public init(clock: any WallClock, handler: @escaping @Sendable (Job) -> Void) {
         self.clock = clock
         self.handler = handler
-        timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.setEventHandler { [weak self] in self?.fire() }
-        timer.resume()
+        pthread_mutex_init(&mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(&changed, &attributes)
+        pthread_condattr_destroy(&attributes)
+        startWorkerThread(name: "flare-scheduler") { [self] in run() }
     }
 
     /// Schedules `job` at `deadline`, replacing any earlier schedule of the same job.
     public func schedule(_ job: Job, at deadline: UnixMillis) {
-        let rearm: Bool = state.withLock { state in
-            guard !state.stopped else { return false }
-            state.nextGeneration += 1
-            state.generations[job] = state.nextGeneration
-            Self.push(Item(deadline: deadline, job: job, generation: state.nextGeneration), into: &state.heap)
-            return state.armedFor.map { deadline < $0 } ?? true
+        locked {
+            guard !stopped else { return }
+            nextGeneration += 1
+            generations[job] = nextGeneration
+            push(Item(deadline: deadline, job: job, generation: nextGeneration))
+            pthread_cond_signal(&changed)
         }
-        if rearm { arm() }
     }
 
     public func cancel(_ job: Job) {
-        state.withLock { _ = $0.generations.removeValue(forKey: job) }
+        locked { _ = generations.removeValue(forKey: job) }
     }
 
-    public var pendingCount: Int { state.withLock { $0.generations.count } }
+    public var pendingCount: Int { locked { generations.count } }
 
+    /// Stops the thread after the job it may be running; pending jobs are dropped.
     public func stop() {
-        state.withLock { $0.stopped = true; $0.heap = []; $0.generations = [:] }
-        timer.cancel()
-    }
-
-    private func arm() {
-        // Armed under the lock, so two threads re-arming at once cannot leave the later deadline in force.
-        state.withLock { state in
-            while let top = state.heap.first, state.generations[top.job] != top.generation { Self.popMin(&state.heap) }
-            state.armedFor = state.heap.first?.deadline
-            guard let next = state.armedFor, !state.stopped else { return }
-            let delay = max(0, next - clock.now())
-            timer.schedule(deadline: .now() + .milliseconds(Int(min(delay, Int64(Int32.max)))), leeway: .milliseconds(5))
+        locked {
+            stopped = true
+            heap = []
+            generations = [:]
+            pthread_cond_signal(&changed)
         }
     }
 
-    private func fire() {
-        let now = clock.now()
-        let due: [Job] = state.withLock { state in
-            var due: [Job] = []
-            while let top = state.heap.first, top.deadline <= now {
-                Self.popMin(&state.heap)
-                if state.generations[top.job] == top.generation {
-                    state.generations[top.job] = nil
-                    due.append(top.job)
-                }
+    private func locked<T>(_ body: () -> T) -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
+    }
+
+    private func run() {
+        pthread_mutex_lock(&mutex)
+        while !stopped {
+            while let top = heap.first, generations[top.job] != top.generation { popMin() }
+            guard let top = heap.first else {
+                pthread_cond_wait(&changed, &mutex)
+                continue
             }
-            state.armedFor = nil
-            return due
+            let wait = top.deadline - clock.now()
+            if wait > 0 {
+                // Sleep on the monotonic clock, at most a minute at a time so a wall-clock step is noticed.
+                var now = timespec()
+                clock_gettime(CLOCK_MONOTONIC, &now)
+                let sleepMillis = min(wait, 60_000)
+                var until = timespec(tv_sec: now.tv_sec + Int(sleepMillis / 1000), tv_nsec: now.tv_nsec + Int(sleepMillis % 1000) * 1_000_000)
+                if until.tv_nsec >= 1_000_000_000 { until.tv_sec += 1; until.tv_nsec -= 1_000_000_000 }
+                pthread_cond_timedwait(&changed, &mutex, &until)
+                continue
+            }
+            popMin()
+            generations[top.job] = nil
+            pthread_mutex_unlock(&mutex)
+            handler(top.job)
+            pthread_mutex_lock(&mutex)
         }
-        for job in due { handler(job) }
-        arm()
+        pthread_mutex_unlock(&mutex)
     }
 
-    private static func push(_ item: Item, into heap: inout [Item]) {
+    private func push(_ item: Item) {
         heap.append(item)
         var child = heap.count - 1
         while child > 0 {
@@ -96,7 +106,7 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
         }
     }
 
-    private static func popMin(_ heap: inout [Item]) {
+    private func popMin() {
         heap.swapAt(0, heap.count - 1)
         heap.removeLast()
         var parent = 0

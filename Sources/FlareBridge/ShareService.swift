@@ -140,10 +140,9 @@ public final class ShareService: Sendable {
     /// Ends an active share now. Ending an ended share is not an error: the answer is its current state.
     @discardableResult
     public func stop(_ id: ShareID) throws(ShareError) -> Share {
-        guard registry.snapshot(id) != nil else { throw .notFound }
-        end(id, reason: .stopped)
         guard let snapshot = registry.snapshot(id) else { throw .notFound }
-        return snapshot.share
+        // Returned from `end` rather than read again: with no retention the share may already be purged.
+        return end(id, reason: .stopped) ?? snapshot.share
     }
 
     /// Moves an active share's end to now + duration. The link stays the same; a new device token (with the new
@@ -163,9 +162,10 @@ public final class ShareService: Sendable {
         return (updated, deviceToken(for: updated))
     }
 
-    /// The single place where a share ends, whichever the cause.
-    func end(_ id: ShareID, reason: EndReason) {
-        guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return }
+    /// The single place where a share ends, whichever the cause. Returns the ended share, or nil if it was not active.
+    @discardableResult
+    func end(_ id: ShareID, reason: EndReason) -> Share? {
+        guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return nil }
         let now = clock.now()
         do {
             try store.markEnded(row: snapshot.row, at: now, reason: reason)
@@ -184,6 +184,7 @@ public final class ShareService: Sendable {
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
+        return ended
     }
 
     func purge(_ id: ShareID) {

@@ -5,23 +5,28 @@ import Synchronization
 
 /// What a new subscriber finds retained on a topic: the message text, or nil if nothing is retained.
 enum Retained {
-    static func message(port: Int, topic: String, wait: Duration = .milliseconds(700)) throws -> String? {
-        var options = MQTTClient.Options(clientID: "probe-\(UUID().uuidString.prefix(8))")
+    /// Exact, not timed: after subscribing, the probe publishes a marker to a topic of its own. The broker
+    /// delivers on one connection in order, so once the marker is back, any retained message has arrived.
+    static func message(port: Int, topic: String) throws -> String? {
+        let probeID = UUID().uuidString.prefix(8)
+        let markerTopic = "flare-test/probe/\(probeID)"
+        var options = MQTTClient.Options(clientID: "probe-\(probeID)")
         options.port = port
         let client = try MQTTClient(options: options)
-        let received = Mutex<String?>(nil)
+        let state = Mutex<(retained: String?, markerSeen: Bool)>((nil, false))
         client.setMessageHandler { message in
-            if message.retain { received.withLock { $0 = String(decoding: message.payload, as: UTF8.self) } }
+            state.withLock { state in
+                if message.topic == markerTopic { state.markerSeen = true }
+                else if message.retain { state.retained = String(decoding: message.payload, as: UTF8.self) }
+            }
         }
         try client.subscribe(topic, qos: 1)
+        try client.subscribe(markerTopic, qos: 1)
         try client.connect()
         defer { client.disconnect() }
-        guard client.waitUntilConnected(timeout: .seconds(5)) else { throw TestSupportError("probe cannot connect") }
-        let deadline = ContinuousClock.now + wait
-        while ContinuousClock.now < deadline {
-            if let text = received.withLock({ $0 }) { return text }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        return received.withLock { $0 }
+        guard try client.waitUntilSubscribed(timeout: .seconds(10)) else { throw TestSupportError("probe cannot subscribe") }
+        try client.publishAndWait(topic: markerTopic, payload: Array("marker".utf8), qos: 1, retain: false, timeout: .seconds(10))
+        guard eventually(timeout: .seconds(10), { state.withLock { $0.markerSeen } }) else { throw TestSupportError("probe marker never came back") }
+        return state.withLock { $0.retained }
     }
 }

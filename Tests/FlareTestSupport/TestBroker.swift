@@ -162,7 +162,7 @@ public enum FreePort {
 }
 
 /// Polls `condition` until it is true or `timeout` passes. For waiting on real processes, not for timing assertions.
-public func eventually(timeout: Duration = .seconds(10), _ condition: () throws -> Bool) rethrows -> Bool {
+public func eventually(timeout: Duration = .seconds(20), _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try condition() { return true }
