@@ -26,6 +26,8 @@ public final class FixIngestor: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let storeHealthy = Atomic<Bool>(true)
     private let started = Atomic<Bool>(false)
+    /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
+    private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
     public init(store: ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
                 parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 1024) {
@@ -83,7 +85,7 @@ public final class FixIngestor: Sendable {
 
     private func reject(_ reason: RejectReason, share: ShareID?) -> RejectReason {
         metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
-        if reason != .ignoredType {
+        if reason != .ignoredType, rejectLogLimiter.take(reason.rawValue, nowMillis: monotonicMillis()) == nil {
             logger.info("rejected message on share \(share?.rawValue ?? "-"): \(reason.rawValue)")
         }
         return reason

@@ -45,3 +45,26 @@ public struct Logger: Sendable {
         _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
     }
 }
+
+extension Logger {
+    /// Replaces anything shaped like a token (a run of 20+ base64url or JWT characters) in text that Flare did not
+    /// write itself, such as a C library's error message quoting a URL.
+    public static func redactingSecrets(_ text: String) -> String {
+        var output = ""
+        var run = ""
+        func flush() {
+            output += run.count >= 20 ? "[redacted]" : run
+            run = ""
+        }
+        for character in text {
+            if character.isASCII && (character.isLetter || character.isNumber || character == "-" || character == "_" || character == ".") {
+                run.append(character)
+            } else {
+                flush()
+                output.append(character)
+            }
+        }
+        flush()
+        return output
+    }
+}

@@ -84,6 +84,8 @@ final class Daemon: Sendable {
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
         serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS", in: 1...64))
+        let httpLogger = logger.with(label: "http")
+        serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
         server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
         logger.info("data in \(dataDirectory); links as \(publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }

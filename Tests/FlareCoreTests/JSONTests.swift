@@ -89,3 +89,14 @@ import Testing
         #expect(RFC3339.format(seconds: -1) == "1969-12-31T23:59:59Z")
     }
 }
+
+@Suite struct RedactionTests {
+    @Test func tokensInForeignMessagesAreRedacted() {
+        let message = "Error processing request for `/s/JV_bngTNufAnASGf1yp-Bmw3DJOsCP8S' from 127.0.0.1: eyJhbGciOi.eyJzdWIi.QzejnYzz"
+        let redacted = Logger.redactingSecrets(message)
+        #expect(!redacted.contains("JV_bngTNufAnASGf1yp"))
+        #expect(!redacted.contains("eyJhbGciOi"))
+        #expect(redacted.contains("127.0.0.1"))
+        #expect(redacted.hasPrefix("Error processing request for `/s/[redacted]'"))
+    }
+}
