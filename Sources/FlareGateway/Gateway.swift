@@ -82,7 +82,7 @@ public final class Gateway: Sendable {
         case ("GET", 2, "s"), ("HEAD", 2, "s"):
             return viewerPage(request, token: parts[1])
         case ("GET", _, "viewer"), ("GET", _, "vendor"):
-            return assets.response(forPath: request.path) ?? notFoundPage(request)
+            return assets.response(for: request) ?? notFoundPage(request)
         case ("GET", 1, "healthz"):
             return healthz()
         case ("GET", 1, "metrics"):

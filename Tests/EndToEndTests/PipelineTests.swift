@@ -191,5 +191,12 @@ import Testing
         #expect(page.text.contains("lang=\"zh-CN\""))
         #expect(!page.text.contains(viewToken(share)))
         #expect(try flared.request("GET", "/viewer/viewer.js").status == 200)
+        // Leaflet from Debian's package, minified and pre-compressed for clients that take gzip.
+        let plain = try RawHTTP.request("GET", port: flared.httpPort, path: "/vendor/leaflet/leaflet.js")
+        let gzipped = try RawHTTP.request("GET", port: flared.httpPort, path: "/vendor/leaflet/leaflet.js", headers: ["Accept-Encoding": "gzip, br"])
+        #expect(plain.status == 200 && gzipped.status == 200)
+        #expect(gzipped.headers["content-encoding"] == "gzip")
+        #expect(gzipped.body.prefix(2) == [0x1F, 0x8B])
+        #expect(gzipped.body.count < plain.body.count / 2)
     }
 }
