@@ -29,13 +29,18 @@ public struct Fix: Sendable, Equatable {
         writer.beginObject()
         writer.field("lat", latitude)
         writer.field("lon", longitude)
+        writeMeasurements(into: &writer)
+        writer.endObject()
+    }
+
+    /// `tst` and the optional OwnTracks fields, shared by both forms.
+    private func writeMeasurements(into writer: inout JSONWriter) {
         writer.field("tst", timestamp)
         if let accuracy { writer.field("acc", accuracy) }
         if let altitude { writer.field("alt", altitude) }
         if let velocity { writer.field("vel", velocity) }
         if let course { writer.field("cog", course) }
         if let battery { writer.field("batt", battery) }
-        writer.endObject()
     }
 
     public var viewJSON: [UInt8] {
@@ -51,12 +56,7 @@ public struct Fix: Sendable, Equatable {
         writer.field("_type", "location")
         writer.field("lat", latitude)
         writer.field("lon", longitude)
-        writer.field("tst", timestamp)
-        if let accuracy { writer.field("acc", accuracy) }
-        if let altitude { writer.field("alt", altitude) }
-        if let velocity { writer.field("vel", velocity) }
-        if let course { writer.field("cog", course) }
-        if let battery { writer.field("batt", battery) }
+        writeMeasurements(into: &writer)
         if let trackerID { writer.field("tid", trackerID) }
         writer.endObject()
         return writer.bytes

@@ -17,28 +17,26 @@ extension Gateway {
         return nil
     }
 
-    /// The request body as a JSON object; an empty body is an empty object. The content type is not checked:
-    /// `curl -d` labels JSON as a form, and the body's own shape is what matters.
-    func jsonBody(_ request: HTTPRequest) -> Result<[String: JSONValue], APIError> {
-        if request.body.isEmpty { return .success([:]) }
+    /// The request body as a JSON object (an empty body is an empty object) and its `duration_s`, if any.
+    /// The content type is not checked: `curl -d` labels JSON as a form, and the body's own shape is what matters.
+    func shareRequestBody(_ request: HTTPRequest) throws(APIError) -> (fields: [String: JSONValue], duration: Double?) {
+        if request.body.isEmpty { return ([:], nil) }
         guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            return .failure(.badRequest("invalid_json", "the body must be a JSON object"))
+            throw .badRequest("invalid_json", "the body must be a JSON object")
         }
-        return .success(object)
+        guard let duration = object["duration_s"], duration != .null else { return (object, nil) }
+        guard let seconds = duration.doubleValue else { throw .badRequest("invalid_duration", "duration_s must be a number of seconds") }
+        return (object, seconds)
     }
 
     func createShare(_ request: HTTPRequest) -> HTTPResponse {
         guard authenticate(request, share: nil, allowDevice: false) == .owner else { return APIError.unauthorized.response }
-        let body: [String: JSONValue]
-        switch jsonBody(request) {
-        case .success(let object): body = object
-        case .failure(let error): return error.response
-        }
-        let duration = body["duration_s"]
-        if let duration, duration.doubleValue == nil { return APIError.badRequest("invalid_duration", "duration_s must be a number of seconds").response }
-        if let name = body["name"], name.stringValue == nil, name != .null { return APIError.badRequest("invalid_name", "name must be a string").response }
+        let body: (fields: [String: JSONValue], duration: Double?)
+        do { body = try shareRequestBody(request) } catch { return error.response }
+        let name = body.fields["name"]
+        if let name, name.stringValue == nil, name != .null { return APIError.badRequest("invalid_name", "name must be a string").response }
         do {
-            let created = try shares.create(name: body["name"]?.stringValue, durationSeconds: duration?.doubleValue)
+            let created = try shares.create(name: name?.stringValue, durationSeconds: body.duration)
             let id = created.share.id
             // A flat object of strings: the original iOS client decodes it as [String: String].
             let response = JSONWriter.flatObject([
@@ -115,15 +113,10 @@ extension Gateway {
     func extendShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
         guard authenticate(request, share: id, allowDevice: true) != nil else { return APIError.unauthorized.response }
-        let body: [String: JSONValue]
-        switch jsonBody(request) {
-        case .success(let object): body = object
-        case .failure(let error): return error.response
-        }
-        let duration = body["duration_s"]
-        if let duration, duration.doubleValue == nil { return APIError.badRequest("invalid_duration", "duration_s must be a number of seconds").response }
+        let duration: Double?
+        do { duration = try shareRequestBody(request).duration } catch { return error.response }
         do {
-            let (share, deviceToken) = try shares.extend(id, durationSeconds: duration?.doubleValue)
+            let (share, deviceToken) = try shares.extend(id, durationSeconds: duration)
             return .json(200, JSONWriter.flatObject([
                 ("share_id", id.rawValue), ("state", "active"),
                 ("expires_at", RFC3339.format(millis: share.expiresAt)), ("device_token", deviceToken),

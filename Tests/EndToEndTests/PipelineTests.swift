@@ -30,7 +30,8 @@ import Testing
         let id = share["share_id"]!, token = viewToken(share)
         #expect(share["mqtt_topic"] == "flare/v1/shares/\(id)/location")
         #expect(share["mqtt_username"] == id)
-        #expect(try Retained.message(port: broker.port, topic: "flare/v1/shares/\(id)/status")?.contains(#""state":"active""#) == true)
+        // Announced asynchronously after the create answer: wait for it, then it stays retained.
+        #expect(eventually { (try? Retained.message(port: broker.port, topic: "flare/v1/shares/\(id)/status"))?.contains(#""state":"active""#) == true })
 
         let events = try EventStreamReader(port: flared.httpPort, path: "/api/v1/view/\(token)/events")
         #expect(events.waitFor { $0.contains { $0.name == "status" } })
@@ -64,8 +65,8 @@ import Testing
         #expect(view.json?["state"] as? String == "ended")
         #expect(view.json?["reason"] as? String == "stopped")
         #expect((view.json?["last"] as? [String: Any])?["lat"] as? Double == 48.2)  // last known position still shown
-        #expect(try Retained.message(port: broker.port, topic: share["mqtt_topic"]!) == nil)
-        #expect(try Retained.message(port: broker.port, topic: "flare/v1/shares/\(id)/status")?.contains(#""state":"ended""#) == true)
+        #expect(eventually { Retained.isEmpty(port: broker.port, topic: share["mqtt_topic"]!) })
+        #expect(eventually { (try? Retained.message(port: broker.port, topic: "flare/v1/shares/\(id)/status"))?.contains(#""state":"ended""#) == true })
 
         // After the end, fixes are refused and nothing changes.
         _ = try MosquittoClients.publish(port: broker.port, topic: share["mqtt_topic"]!, payload: location(lat: 10, lon: 10), retain: false)
@@ -111,7 +112,7 @@ import Testing
         let view = try flared.request("GET", "/api/v1/view/\(viewToken(share))")
         #expect(view.status == 410)
         #expect(view.json?["reason"] as? String == "expired")
-        #expect(try Retained.message(port: broker.port, topic: share["mqtt_topic"]!) == nil)
+        #expect(eventually { Retained.isEmpty(port: broker.port, topic: share["mqtt_topic"]!) })
         #expect(eventually {
             (try? Retained.message(port: broker.port, topic: "flare/v1/shares/\(share["share_id"]!)/status"))?.contains("expired") == true
         })

@@ -5,6 +5,11 @@ import Synchronization
 
 /// What a new subscriber finds retained on a topic: the message text, or nil if nothing is retained.
 enum Retained {
+    /// True only when the probe ran and found nothing retained (a failed probe is not "empty").
+    static func isEmpty(port: Int, topic: String) -> Bool {
+        do { return try message(port: port, topic: topic) == nil } catch { return false }
+    }
+
     /// Exact, not timed: after subscribing, the probe publishes a marker to a topic of its own. The broker
     /// delivers on one connection in order, so once the marker is back, any retained message has arrived.
     static func message(port: Int, topic: String) throws -> String? {
