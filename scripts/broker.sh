@@ -4,7 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 data_dir=${FLARE_DATA_DIR:-$here/data}
-port=${FLARE_MQTT_PORT:-1883}
+port=${FLARE_MQTT_PORT:-1884}
 bind=${FLARE_MQTT_BIND:-127.0.0.1}
 
 mkdir -p "$data_dir/broker"

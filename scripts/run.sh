@@ -5,7 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
 export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data}
-export FLARE_MQTT_PORT=${FLARE_MQTT_PORT:-1883}
+export FLARE_MQTT_PORT=${FLARE_MQTT_PORT:-1884}
 export FLARE_HTTP_ADDR=${FLARE_HTTP_ADDR:-127.0.0.1:8080}
 mkdir -p "$FLARE_DATA_DIR"
 export FLARE_DATA_DIR=$(cd "$FLARE_DATA_DIR" && pwd)

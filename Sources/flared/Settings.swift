@@ -6,7 +6,7 @@ enum FlaredSettings {
         .init("FLARE_DATA_DIR", "./data", "directory for the database, keys and broker data"),
         .init("FLARE_HTTP_ADDR", "127.0.0.1:8080", "address the HTTP gateway listens on (host:port, [v6]:port)"),
         .init("FLARE_PUBLIC_URL", nil, "base URL of links sent to family members (default http://FLARE_HTTP_ADDR)"),
-        .init("FLARE_MQTT_PORT", "1883", "port of the broker that `make run` starts"),
+        .init("FLARE_MQTT_PORT", "1884", "port of the broker that `make run` starts (1884: a system mosquitto may hold 1883)"),
         .init("FLARE_MQTT_URL", nil, "broker the bridge connects to (default mqtt://127.0.0.1:FLARE_MQTT_PORT)"),
         .init("FLARE_MQTT_PUBLIC_URL", nil, "broker address given to devices (default FLARE_MQTT_URL)"),
         .init("FLARE_MQTT_CLIENT_ID", "flared", "the bridge's MQTT client id (its persistent session)"),
