@@ -48,6 +48,14 @@ public struct ViewerAssets: Sendable {
             .sorted()
         if let english = languages.firstIndex(of: "en") { languages.insert(languages.remove(at: english), at: 0) }
         self.languages = languages.isEmpty ? ["en"] : languages
+        // The page's language menu, each language named in its own words by its string table.
+        var options = ""
+        for code in self.languages {
+            let table = files["/viewer/i18n/\(code).json"].flatMap { try? JSONValue.parse($0.bytes) }
+            let name = table?["language_name"]?.stringValue ?? code
+            options += "<option value=\"\(Self.escapeHTML(code))\">\(Self.escapeHTML(name))</option>"
+        }
+        pageTemplate = pageTemplate.replacingOccurrences(of: "{{LANGUAGE_OPTIONS}}", with: options)
 
         // Debian ships Leaflet minified and pre-compressed too: a phone on a poor connection gets ~40 KB
         // instead of ~430 KB for the same script.

@@ -190,6 +190,8 @@ import Testing
         #expect(page.headers["content-security-policy"]?.contains("default-src 'none'") == true)
         #expect(page.headers["x-robots-tag"]?.contains("noindex") == true)
         #expect(page.text.contains("lang=\"zh-CN\""))
+        // The language menu comes from the string tables in Viewer/i18n/.
+        #expect(page.text.contains(#"<option value="en">English</option><option value="zh-CN">简体中文</option>"#))
         #expect(!page.text.contains(viewToken(share)))
         #expect(try flared.request("GET", "/viewer/viewer.js").status == 200)
         // Leaflet from Debian's package, minified and pre-compressed for clients that take gzip.
