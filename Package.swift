@@ -8,9 +8,12 @@ let swiftSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "Flare",
+    // Only FlareClient is meant for Apple platforms (async URLSession needs iOS 15 / macOS 12).
+    platforms: [.macOS(.v12), .iOS(.v15), .tvOS(.v15), .watchOS(.v8)],
     products: [
         .executable(name: "flared", targets: ["flared"]),
         .executable(name: "flare", targets: ["flare"]),
+        .library(name: "FlareClient", targets: ["FlareClient"]),
     ],
     targets: [
         // C libraries from Debian, one systemLibrary each: a modulemap and a shim.h, nothing else.
@@ -40,6 +43,9 @@ let package = Package(
         .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto"], swiftSettings: swiftSettings),
 
+        // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
+        .target(name: "FlareClient", dependencies: [], swiftSettings: swiftSettings),
+
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
@@ -49,6 +55,7 @@ let package = Package(
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),
     ]
 )
