@@ -21,12 +21,14 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
 
         // One Swift module per C boundary.
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto"], swiftSettings: swiftSettings),
         .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
         // The domain: plain Swift, tested in memory.
         .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
@@ -35,7 +37,7 @@ let package = Package(
         .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP"],
+            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP", "FlareQR"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
@@ -55,6 +57,7 @@ let package = Package(
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),
     ]
