@@ -10,7 +10,8 @@ struct CommonOptions {
     let environment = ProcessInfo.processInfo.environment
 
     static let valueFlags: Set<String> = ["--server", "--key", "--data-dir", "--duration", "--name", "--label",
-                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed"]
+                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
+                                          "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
 
     init(_ arguments: [String]) throws {
@@ -77,8 +78,12 @@ enum Commands {
           flare share stop ID                                               end a share now
           flare share extend ID [--duration SECONDS]                        same link, new expiry
           flare keys create [--label LABEL]                                 a new owner key (printed once)
-          flare track --share-file FILE | --share-id ID --token TOKEN       simulated tracker on a built-in route
-                      [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--speed M/S] [--count N]
+          flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
+                      [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
+                      [--speed M/S]                                   the built-in route (default)
+                      [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
+                      [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
+                      [--queue N] [--status-every SECONDS] [--quiet]  outbox bound; status line period
 
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]
