@@ -34,7 +34,8 @@ struct CommonOptions {
                 flags[argument] = value
                 continue
             }
-            if argument.hasPrefix("-") && argument.count > 1 && Double(argument) == nil {
+            // A share id is base64url and may itself begin with "-": it is an argument, not an option.
+            if argument.hasPrefix("-") && argument.count > 1 && Double(argument) == nil && ShareID(argument) == nil {
                 throw CLIError("unknown option \(argument) (see flare --help)")
             }
             positional.append(argument)

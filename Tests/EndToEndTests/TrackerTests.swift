@@ -229,3 +229,15 @@ import Glibc
         $GPRMC,093014.00,A,4808.3208,N,01134.5756,E,0.9,28.4,010624,2.9,E,A*0C
         """
 }
+
+@Suite struct ShareIDArgumentTests {
+    /// Share ids are base64url: one in 64 begins with "-". The CLI must take it as the id, not as an option.
+    @Test func aShareIDStartingWithADashIsAnArgument() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let result = try flared.flare(["share", "stop", "-AAAAAAAAAAAAAAAAAAAAA"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("no such share"), "\(result.stderr)")
+        #expect(try flared.flare(["share", "stop", "--nonsense"]).stderr.contains("unknown option"))
+    }
+}
