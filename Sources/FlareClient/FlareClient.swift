@@ -98,6 +98,18 @@ public final class FlareClient: Sendable {
         return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/extend", bearer: bearer, body: body, expecting: 200)
     }
 
+    /// The share's OwnTracks `owntracks:///config?inline=…` link: open it on a phone with the OwnTracks app and
+    /// the app publishes into the share. It contains the device token: do not log it.
+    public func ownTracksLink(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> URL {
+        let bearer = try credential(deviceToken)
+        let answer: [String: String] = try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link",
+                                                     bearer: bearer, body: nil, expecting: 200)
+        guard let text = answer["url"], let url = URL(string: text) else {
+            throw .unexpectedResponse(status: 200, detail: "no url in the OwnTracks link answer")
+        }
+        return url
+    }
+
     // MARK: - Device API
 
     /// Reports one fix over HTTP ingest (`POST /api/v1/shares/{id}/locations`), retrying outages. For a stream of

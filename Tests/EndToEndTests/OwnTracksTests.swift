@@ -86,6 +86,23 @@ import Testing
         #expect(try flared.request("GET", path, bearer: deviceToken).status == 410)
     }
 
+    @Test func theCommandLineWritesTheQRCodeAndTheFile() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let share = try createShare(flared)
+        let id = share["share_id"]!
+        let link = try flared.flare(["share", "owntracks", id])
+        #expect(link.status == 0, "\(link.stderr)")
+        #expect(link.stdout.hasPrefix("owntracks:///config?inline="))
+        let png = flared.dataDirectory.appendingPathComponent("sos.png"), otrc = flared.dataDirectory.appendingPathComponent("sos.otrc")
+        let written = try flared.flare(["share", "owntracks", id, "--qr", png.path, "--otrc", otrc.path])
+        #expect(written.status == 0, "\(written.stderr)")
+        #expect(try zbar(Array(Data(contentsOf: png))) == link.stdout.trimmingCharacters(in: .newlines))
+        let config = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: otrc)) as? [String: Any])
+        #expect(config["username"] as? String == id)
+        #expect((try FileManager.default.attributesOfItem(atPath: otrc.path)[.posixPermissions] as? Int) == 0o600)
+    }
+
     /// Publishes exactly what the apps publish, where they publish it, with the provisioned credentials.
     @Test func theAppsMessagesArriveAndTheRestIsCountedAndIgnored() throws {
         let broker = try TestBroker()

@@ -66,6 +66,11 @@ import Testing
         #expect(status.last?.latitude == 48.1)
         #expect(status.last?.battery == 80)
 
+        // The OwnTracks link for the same share, with the device token alone.
+        let link = try await flare.ownTracksLink(share.shareID, deviceToken: share.deviceToken)
+        #expect(link.scheme == "owntracks")
+        #expect(link.absoluteString.hasPrefix("owntracks:///config?inline="))
+
         // The phone extends and stops with the device token alone.
         let extended = try await flare.extendShare(share.shareID, duration: 3600, deviceToken: share.deviceToken)
         #expect(extended.expiresAt > share.expiresAt)
