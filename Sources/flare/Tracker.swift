@@ -81,6 +81,8 @@ struct Tracker {
         mqttOptions.port = broker.port
         mqttOptions.username = shareID.rawValue
         mqttOptions.password = token
+        // A tracker wants its backlog out soon after the broker is back.
+        mqttOptions.reconnectDelay = (1, 5)
         let client = try MQTTClient(options: mqttOptions)
         let ended = Mutex<String?>(nil)
         let connection = Mutex("connecting")
@@ -130,6 +132,18 @@ struct Tracker {
         }
         producer.start()
 
+        // Ctrl-C or SIGTERM: say what was sent and what was not, then leave.
+        let interrupted = Atomic<Bool>(false)
+        var signalSources: [any DispatchSourceSignal] = []
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { @Sendable in interrupted.store(true, ordering: .relaxed) }
+            source.resume()
+            signalSources.append(source)
+        }
+        defer { signalSources.forEach { $0.cancel() } }
+
         var stats = Statistics()
         var lastStatus = ContinuousClock.now
         var failureLogged = false
@@ -145,6 +159,15 @@ struct Tracker {
                 finishing.store(true, ordering: .relaxed)
                 client.disconnect()
                 return 0
+            }
+            if interrupted.load(ordering: .relaxed) {
+                stopProducing.store(true, ordering: .relaxed)
+                status("interrupted")
+                let unsent = outbox.withLock { $0.queue.count }
+                if unsent > 0 { log("\(unsent) fixes were not acknowledged and are not sent") }
+                finishing.store(true, ordering: .relaxed)
+                client.disconnect()
+                return 130
             }
             if statusEverySeconds > 0, ContinuousClock.now - lastStatus >= .milliseconds(Int64(statusEverySeconds * 1000)) {
                 status()

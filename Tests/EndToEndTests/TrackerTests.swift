@@ -112,6 +112,30 @@ import Glibc
         #expect(matches(arrived, lats), "\(arrived.count) fixes: \(arrived)")
     }
 
+    @Test func interruptedTrackerSaysWhatItSent() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let share = try createShare(flared)
+        let tracker = Process()
+        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
+        tracker.arguments = ["track", "--share-file", share.file.path, "--interval", "0.05", "--quiet"]
+        tracker.environment = flared.environment
+        let logURL = flared.dataDirectory.appendingPathComponent("interrupted.log")
+        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        tracker.standardError = try FileHandle(forWritingTo: logURL)
+        tracker.standardOutput = FileHandle.nullDevice
+        try tracker.runUnmasked()
+        defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
+        #expect(trail(flared, share) { $0.count >= 3 }.count >= 3)
+        tracker.terminate()
+        let deadline = ContinuousClock.now + .seconds(15)
+        while tracker.isRunning && ContinuousClock.now < deadline { usleep(50_000) }
+        try #require(!tracker.isRunning)
+        let log = (try? String(contentsOf: logURL, encoding: .utf8)) ?? ""
+        #expect(tracker.terminationStatus == 130, "\(log)")
+        #expect(log.range(of: #"interrupted: connected, [1-9]\d* fixes sent"#, options: .regularExpression) != nil, "\(log)")
+    }
+
     /// A Raspberry-Pi-style GPS box: gpsd reading a serial port (here a pseudo-terminal that the test feeds with a
     /// recorded NMEA stream, as the receiver would), `flare track --gpsd` publishing what gpsd reports.
     @Test func gpsdReceiverPositionsReachTheShare() throws {
