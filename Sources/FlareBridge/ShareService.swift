@@ -141,7 +141,9 @@ public final class ShareService: Sendable {
     @discardableResult
     public func stop(_ id: ShareID) throws(ShareError) -> Share {
         guard registry.snapshot(id) != nil else { throw .notFound }
-        end(id, reason: .stopped)
+        // The share as this call ended it: with no history retention, the purge may already have removed it from
+        // the registry by the time we would look again.
+        if let ended = end(id, reason: .stopped) { return ended }
         guard let snapshot = registry.snapshot(id) else { throw .notFound }
         return snapshot.share
     }
@@ -163,9 +165,10 @@ public final class ShareService: Sendable {
         return (updated, deviceToken(for: updated))
     }
 
-    /// The single place where a share ends, whichever the cause.
-    func end(_ id: ShareID, reason: EndReason) {
-        guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return }
+    /// The single place where a share ends, whichever the cause. Returns the ended share, or nil if it was not active.
+    @discardableResult
+    func end(_ id: ShareID, reason: EndReason) -> Share? {
+        guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return nil }
         let now = clock.now()
         do {
             try store.markEnded(row: snapshot.row, at: now, reason: reason)
@@ -184,6 +187,7 @@ public final class ShareService: Sendable {
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
+        return ended
     }
 
     func purge(_ id: ShareID) {
