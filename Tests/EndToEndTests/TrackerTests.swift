@@ -171,12 +171,12 @@ import Glibc
         let log = { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
         #expect(eventually(timeout: .seconds(15)) { log().contains("gpsd: connected") }, "\(log())")
 
-        // The receiver speaks: one GGA and one RMC per second of the recording, sped up four times. (Faster, gpsd
-        // merges cycles and reports fewer fixes than the recording has.)
-        for line in Self.recordedNMEA.split(separator: "\n") {
+        // The receiver speaks: one GGA and one RMC per second of the recording, sped up 2.5 times, until the tracker
+        // has what it asked for. (Fed much faster, gpsd merges cycles and reports fewer fixes than recorded.)
+        for line in Self.recordedNMEA.split(separator: "\n") where tracker.isRunning {
             let bytes = Array((line + "\r\n").utf8)
             _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
-            usleep(125_000)
+            usleep(200_000)
         }
         let deadline = ContinuousClock.now + .seconds(30)
         while tracker.isRunning && ContinuousClock.now < deadline { usleep(100_000) }
