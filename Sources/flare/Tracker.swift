@@ -87,6 +87,7 @@ struct Tracker {
         let ended = Mutex<String?>(nil)
         let connection = Mutex("connecting")
         let finishing = Atomic<Bool>(false)
+        let refused = Mutex<String?>(nil)
         client.setMessageHandler { message in
             guard let status = try? JSONValue.parse(message.payload), status["state"]?.stringValue == "ended" else { return }
             ended.withLock { $0 = status["reason"]?.stringValue ?? "ended" }
@@ -102,13 +103,17 @@ struct Tracker {
                 if !finishing.load(ordering: .relaxed) { log("disconnected (\(reason)); reconnecting, fixes wait in the outbox") }
             case .refused(let reason):
                 connection.withLock { $0 = "refused" }
-                log("broker refused the connection: \(reason)")
+                refused.withLock { $0 = reason }
             }
         }
         try client.subscribe(Topics.status(shareID), qos: 1)
         try client.connect()
-        if !client.waitUntilConnected(timeout: .seconds(10)) {
-            log("still not connected to \(broker.host):\(broker.port); will keep trying")
+        let connectDeadline = ContinuousClock.now + .seconds(10)
+        while !client.waitUntilConnected(timeout: .milliseconds(100)), refused.withLock({ $0 }) == nil {
+            guard ContinuousClock.now < connectDeadline else {
+                log("still not connected to \(broker.host):\(broker.port); will keep trying")
+                break
+            }
         }
         log("tracking share \(shareID) with \(fixSource.source.summary); Ctrl-C stops")
 
@@ -159,6 +164,15 @@ struct Tracker {
                 finishing.store(true, ordering: .relaxed)
                 client.disconnect()
                 return 0
+            }
+            if let reason = refused.withLock({ $0 }) {
+                // libmosquitto does not retry a refusal: wrong credentials, or a share whose token the broker no
+                // longer accepts because it ended.
+                stopProducing.store(true, ordering: .relaxed)
+                log("the broker refused the device token (\(reason)); has the share ended? stopping after \(stats.sent) fixes")
+                finishing.store(true, ordering: .relaxed)
+                client.disconnect()
+                return 1
             }
             if interrupted.load(ordering: .relaxed) {
                 stopProducing.store(true, ordering: .relaxed)

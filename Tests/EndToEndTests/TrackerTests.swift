@@ -136,6 +136,21 @@ import Glibc
         #expect(log.range(of: #"interrupted: connected, [1-9]\d* fixes sent"#, options: .regularExpression) != nil, "\(log)")
     }
 
+    /// A broker that refuses the device token (as one with Flare's auth does once a share ended) stops the
+    /// tracker with a clear message instead of leaving it waiting forever.
+    @Test func refusedTokenStopsTheTracker() throws {
+        let passwords = try TempDirectory.make(prefix: "passwd").appendingPathComponent("passwd")
+        try "".write(to: passwords, atomically: true, encoding: .utf8)
+        let broker = try TestBroker(extraConfig: ["allow_anonymous false", "password_file \(passwords.path)"])
+        let result = try runCommand(try BuiltProducts.path("flare"), [
+            "track", "--share-id", "AAAAAAAAAAAAAAAAAAAAAA", "--token", "not-a-token",
+            "--mqtt-url", "mqtt://127.0.0.1:\(broker.port)", "--interval", "0.05", "--quiet",
+        ])
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("refused the device token"), "\(result.stderr)")
+        #expect(!result.stderr.contains("not-a-token"))
+    }
+
     /// A Raspberry-Pi-style GPS box: gpsd reading a serial port (here a pseudo-terminal that the test feeds with a
     /// recorded NMEA stream, as the receiver would), `flare track --gpsd` publishing what gpsd reports.
     @Test func gpsdReceiverPositionsReachTheShare() throws {
