@@ -8,9 +8,12 @@ let swiftSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "Flare",
+    // Only FlareClient is meant for Apple platforms (async URLSession needs iOS 15 / macOS 12).
+    platforms: [.macOS(.v12), .iOS(.v15), .tvOS(.v15), .watchOS(.v8)],
     products: [
         .executable(name: "flared", targets: ["flared"]),
         .executable(name: "flare", targets: ["flare"]),
+        .library(name: "FlareClient", targets: ["FlareClient"]),
     ],
     targets: [
         // C libraries from Debian, one systemLibrary each: a modulemap and a shim.h, nothing else.
@@ -18,12 +21,14 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
 
         // One Swift module per C boundary.
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto"], swiftSettings: swiftSettings),
         .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
         // The domain: plain Swift, tested in memory.
         .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
@@ -32,13 +37,16 @@ let package = Package(
         .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP"],
+            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP", "FlareQR"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto"], swiftSettings: swiftSettings),
+
+        // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
+        .target(name: "FlareClient", dependencies: [], swiftSettings: swiftSettings),
 
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
@@ -49,6 +57,8 @@ let package = Package(
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),
     ]
 )

@@ -3,6 +3,10 @@
 set -euo pipefail
 
 packages=(mosquitto mosquitto-clients libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
+# OwnTracks provisioning QR codes; zbar-tools reads them back in the tests.
+packages+=(libqrencode-dev zbar-tools)
+# `flare track --gpsd` talks to gpsd; the tests run a real gpsd on a pseudo-terminal.
+packages+=(gpsd gpsd-clients)
 if [ "${1:-}" = "--browser" ]; then
   packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium)
 fi

@@ -50,6 +50,7 @@ extension Gateway {
                 ("mqtt_topic", Topics.location(id)),
                 ("status_topic", Topics.status(id)),
                 ("ingest_url", "\(configuration.publicURL)/api/v1/shares/\(id.rawValue)/locations"),
+                ("owntracks_config_url", "\(configuration.publicURL)/api/v1/shares/\(id.rawValue)/owntracks"),
             ])
             var http = HTTPResponse.json(201, response)
             http.headers.append(("Location", "/api/v1/shares/\(id.rawValue)"))

@@ -10,7 +10,9 @@ struct CommonOptions {
     let environment = ProcessInfo.processInfo.environment
 
     static let valueFlags: Set<String> = ["--server", "--key", "--data-dir", "--duration", "--name", "--label",
-                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed"]
+                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
+                                          "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every",
+                                          "--qr", "--otrc"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
 
     init(_ arguments: [String]) throws {
@@ -33,7 +35,8 @@ struct CommonOptions {
                 flags[argument] = value
                 continue
             }
-            if argument.hasPrefix("-") && argument.count > 1 && Double(argument) == nil {
+            // A share id is base64url and may itself begin with "-": it is an argument, not an option.
+            if argument.hasPrefix("-") && argument.count > 1 && Double(argument) == nil && ShareID(argument) == nil {
                 throw CLIError("unknown option \(argument) (see flare --help)")
             }
             positional.append(argument)
@@ -76,9 +79,15 @@ enum Commands {
           flare share show ID [--json]                                      state, expiry, last position time
           flare share stop ID                                               end a share now
           flare share extend ID [--duration SECONDS]                        same link, new expiry
+          flare share owntracks ID [--qr FILE.png] [--otrc FILE]            provision the OwnTracks app: a QR code to scan,
+                                                                            a config file, or (neither) the link itself
           flare keys create [--label LABEL]                                 a new owner key (printed once)
-          flare track --share-file FILE | --share-id ID --token TOKEN       simulated tracker on a built-in route
-                      [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--speed M/S] [--count N]
+          flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
+                      [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
+                      [--speed M/S]                                   the built-in route (default)
+                      [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
+                      [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
+                      [--queue N] [--status-every SECONDS] [--quiet]  outbox bound; status line period
 
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]
@@ -99,6 +108,7 @@ enum Commands {
         case ("share", "show"): return try shareShow(options, id: try argument(words, 2, "share id"))
         case ("share", "stop"): return try shareStop(options, id: try argument(words, 2, "share id"))
         case ("share", "extend"): return try shareExtend(options, id: try argument(words, 2, "share id"))
+        case ("share", "owntracks"): return try shareOwnTracks(options, id: try argument(words, 2, "share id"))
         case ("keys", "create"): return try keysCreate(options)
         case ("track", _): return try Tracker(options: options).run()
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
@@ -128,6 +138,7 @@ enum Commands {
             print("device publishes:  \(json["mqtt_topic"] ?? "") on \(json["mqtt_url"] ?? "")")
             print("                   username \(json["mqtt_username"] ?? ""), password = the device token below")
             print("device token:      \(json["device_token"] ?? "")")
+            print("OwnTracks app:     flare share owntracks \(json["share_id"] ?? "") --qr sos.png   (then scan sos.png)")
         }
         return 0
     }
@@ -167,6 +178,32 @@ enum Commands {
         guard response.status == 200 else { throw CLIError("cannot extend \(id): \(response.errorMessage)") }
         if options.json { print(String(decoding: response.body, as: UTF8.self)) } else {
             print("share \(id) now ends at \(response.json?["expires_at"] ?? "")")
+        }
+        return 0
+    }
+
+    /// The share's OwnTracks configuration, as a QR code image and/or an .otrc file; with neither, the
+    /// `owntracks:///config?inline=…` link on stdout. All of them contain the device token.
+    static func shareOwnTracks(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let path = "/api/v1/shares/\(id)/owntracks"
+        var wrote = false
+        for (flag, suffix, what) in [("--qr", "/qr.png", "QR code"), ("--otrc", ".otrc", "configuration")] {
+            guard let file = options.flags[flag] else { continue }
+            let response = try client.send("GET", path + suffix)
+            guard response.status == 200 else { throw CLIError("cannot get the OwnTracks \(what) for \(id): \(response.errorMessage)") }
+            guard FileManager.default.createFile(atPath: file, contents: response.body, attributes: [.posixPermissions: 0o600]) else {
+                throw CLIError("cannot write \(file)")
+            }
+            print("OwnTracks \(what) for share \(id) written to \(file) (it contains the share's device token)")
+            wrote = true
+        }
+        if !wrote {
+            let response = try client.send("GET", path + "/link")
+            guard response.status == 200, let link = response.json?["url"] as? String else {
+                throw CLIError("cannot get the OwnTracks link for \(id): \(response.errorMessage)")
+            }
+            print(link)
         }
         return 0
     }

@@ -3,15 +3,29 @@ import FlareMQTT
 import Foundation
 import Synchronization
 
-/// `flare track`: a simulated tracker. Publishes OwnTracks `location` messages along the built-in route over
-/// MQTT, QoS 1 and retained, with the share's device token, and stops when the share's status says it ended.
+/// `flare track`: a tracker for a share. Takes positions from a source — the built-in route (a simulation),
+/// a GPX file replay, or a live gpsd receiver — and publishes each as an OwnTracks `location` message over MQTT,
+/// QoS 1 and retained, with the share's device token. It stops when the share's status says it ended.
+///
+/// Delivery: fixes wait in an ordered outbox until the broker acknowledges them (PUBACK). While the broker is
+/// unreachable they stay queued (bounded; the oldest are dropped beyond `--queue`, and counted) and are sent, in
+/// order, after the reconnect. A fix whose acknowledgement was lost may reach the broker twice; the bridge
+/// stores it once (fixes are keyed by share, time and position).
 struct Tracker {
+    enum SourceKind {
+        case route(speed: Double)
+        case gpx(path: String, speedFactor: Double)
+        case gpsd(address: String)
+    }
+
     let shareID: ShareID
     let token: String
     let broker: MQTTURL
     let intervalSeconds: Double
-    let speed: Double
+    let source: SourceKind
     let count: Int?
+    let queueLimit: Int
+    let statusEverySeconds: Double
     let quiet: Bool
 
     init(options: CommonOptions) throws {
@@ -34,72 +48,215 @@ struct Tracker {
         self.shareID = shareID
         self.token = token
         self.broker = broker
-        self.intervalSeconds = try options.double("--interval") ?? 2
-        guard intervalSeconds >= 0.01 else { throw CLIError("--interval must be at least 0.01 seconds") }
-        self.speed = try options.double("--speed") ?? 1.5
+        let gpx = options.flags["--gpx"], gpsd = options.flags["--gpsd"]
+        guard gpx == nil || gpsd == nil else { throw CLIError("--gpx and --gpsd are two different sources: pick one") }
+        // gpsd reports once a second; by default pass each one on. The route and a GPX file without times use 2 s.
+        self.intervalSeconds = try options.double("--interval") ?? (gpsd != nil ? 1 : 2)
+        guard intervalSeconds >= 0.01 || (gpsd != nil && intervalSeconds >= 0) else { throw CLIError("--interval must be at least 0.01 seconds") }
+        if let gpx {
+            self.source = .gpx(path: gpx, speedFactor: try options.double("--speed-factor") ?? 1)
+        } else if let gpsd {
+            self.source = .gpsd(address: gpsd)
+        } else {
+            self.source = .route(speed: try options.double("--speed") ?? 1.5)
+        }
         self.count = try options.double("--count").map { Int($0) }
+        self.queueLimit = max(1, Int(try options.double("--queue") ?? 10_000))
+        self.statusEverySeconds = try options.double("--status-every") ?? 10
         self.quiet = options.switches.contains("--quiet")
     }
 
+    func makeSource() throws -> any FixSource {
+        switch source {
+        case .route(let speed): return RouteSource(interval: intervalSeconds, speed: speed)
+        case .gpx(let path, let speedFactor): return try GPXSource(path: path, speedFactor: speedFactor, fallbackInterval: intervalSeconds)
+        case .gpsd(let address): return try GPSDSource(address: address, interval: intervalSeconds, log: log)
+        }
+    }
+
     func run() throws -> Int32 {
+        let fixSource = SourceBox(try makeSource())
         var mqttOptions = MQTTClient.Options(clientID: "flare-track-\(shareID.rawValue.prefix(8))-\(UInt32.random(in: 0...UInt32.max))")
         mqttOptions.host = broker.host
         mqttOptions.port = broker.port
         mqttOptions.username = shareID.rawValue
         mqttOptions.password = token
+        // A tracker wants its backlog out soon after the broker is back.
+        mqttOptions.reconnectDelay = (1, 5)
         let client = try MQTTClient(options: mqttOptions)
         let ended = Mutex<String?>(nil)
+        let connection = Mutex("connecting")
+        let finishing = Atomic<Bool>(false)
+        let refused = Mutex<String?>(nil)
         client.setMessageHandler { message in
             guard let status = try? JSONValue.parse(message.payload), status["state"]?.stringValue == "ended" else { return }
             ended.withLock { $0 = status["reason"]?.stringValue ?? "ended" }
         }
+        let broker = self.broker
         client.setConnectionHandler { event in
             switch event {
-            case .connected: log("connected to \(broker.host):\(broker.port)")
-            case .disconnected(let reason): log("disconnected (\(reason)); reconnecting")
-            case .refused(let reason): log("broker refused the connection: \(reason)")
+            case .connected:
+                connection.withLock { $0 = "connected" }
+                log("connected to \(broker.host):\(broker.port)")
+            case .disconnected(let reason):
+                connection.withLock { $0 = "disconnected" }
+                if !finishing.load(ordering: .relaxed) { log("disconnected (\(reason)); reconnecting, fixes wait in the outbox") }
+            case .refused(let reason):
+                connection.withLock { $0 = "refused" }
+                refused.withLock { $0 = reason }
             }
         }
         try client.subscribe(Topics.status(shareID), qos: 1)
         try client.connect()
-        if !client.waitUntilConnected(timeout: .seconds(10)) {
-            log("still not connected to \(broker.host):\(broker.port); will keep trying")
+        let connectDeadline = ContinuousClock.now + .seconds(10)
+        while !client.waitUntilConnected(timeout: .milliseconds(100)), refused.withLock({ $0 }) == nil {
+            guard ContinuousClock.now < connectDeadline else {
+                log("still not connected to \(broker.host):\(broker.port); will keep trying")
+                break
+            }
         }
-        log("tracking share \(shareID) every \(intervalSeconds) s at \(speed) m/s; Ctrl-C stops")
-        var sent = 0
-        var battery = 87.0
-        while count.map({ sent < $0 }) ?? true {
+        log("tracking share \(shareID) with \(fixSource.source.summary); Ctrl-C stops")
+
+        // The source blocks (sleeps, socket reads) on its own thread; this thread only sends.
+        let outbox = Mutex(Outbox(capacity: queueLimit))
+        let stopProducing = Atomic<Bool>(false)
+        let limit = count
+        let producer = Thread {
+            var produced = 0
+            while !stopProducing.load(ordering: .relaxed), limit.map({ produced < $0 }) ?? true {
+                let next: Fix?
+                do { next = try fixSource.source.next() } catch {
+                    log("source failed: \(error)")
+                    break
+                }
+                guard let fix = next else { break }
+                outbox.withLock { $0.append(fix) }
+                produced += 1
+            }
+            outbox.withLock { $0.producerDone = true }
+        }
+        producer.start()
+
+        // Ctrl-C or SIGTERM: say what was sent and what was not, then leave.
+        let interrupted = Atomic<Bool>(false)
+        var signalSources: [any DispatchSourceSignal] = []
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { @Sendable in interrupted.store(true, ordering: .relaxed) }
+            source.resume()
+            signalSources.append(source)
+        }
+        defer { signalSources.forEach { $0.cancel() } }
+
+        var stats = Statistics()
+        var lastStatus = ContinuousClock.now
+        var failureLogged = false
+        func status(_ prefix: String = "status") {
+            let (queued, dropped) = outbox.withLock { ($0.queue.count, $0.dropped) }
+            let ack = stats.lastAck.map { RFC3339.format(seconds: Int64($0.timeIntervalSince1970)) } ?? "none yet"
+            log("\(prefix): \(connection.withLock { $0 }), \(stats.sent) fixes sent, \(queued) queued, \(dropped) dropped, last ack \(ack)")
+        }
+        while true {
             if let reason = ended.withLock({ $0 }) {
-                log("the share has ended (\(reason)); stopping after \(sent) fixes")
+                stopProducing.store(true, ordering: .relaxed)
+                log("the share has ended (\(reason)); stopping after \(stats.sent) fixes")
+                finishing.store(true, ordering: .relaxed)
                 client.disconnect()
                 return 0
             }
-            let metres = Double(sent) * speed * intervalSeconds
-            let position = Route.position(afterMetres: metres)
-            var fix = Fix(latitude: position.lat, longitude: position.lon, timestamp: Int64(Date().timeIntervalSince1970))
-            fix.accuracy = 8
-            fix.velocity = (speed * 3.6).rounded()
-            fix.course = position.course
-            fix.battery = Int(battery)
-            fix.trackerID = "ft"
-            battery = max(5, battery - 0.02)
+            if let reason = refused.withLock({ $0 }) {
+                // libmosquitto does not retry a refusal: wrong credentials, or a share whose token the broker no
+                // longer accepts because it ended.
+                stopProducing.store(true, ordering: .relaxed)
+                log("the broker refused the device token (\(reason)); has the share ended? stopping after \(stats.sent) fixes")
+                finishing.store(true, ordering: .relaxed)
+                client.disconnect()
+                return 1
+            }
+            if interrupted.load(ordering: .relaxed) {
+                stopProducing.store(true, ordering: .relaxed)
+                status("interrupted")
+                let unsent = outbox.withLock { $0.queue.count }
+                if unsent > 0 { log("\(unsent) fixes were not acknowledged and are not sent") }
+                finishing.store(true, ordering: .relaxed)
+                client.disconnect()
+                return 130
+            }
+            if statusEverySeconds > 0, ContinuousClock.now - lastStatus >= .milliseconds(Int64(statusEverySeconds * 1000)) {
+                status()
+                lastStatus = ContinuousClock.now
+            }
+            let (head, finished) = outbox.withLock { ($0.queue.first, $0.producerDone) }
+            guard let head else {
+                if finished { break }
+                Thread.sleep(forTimeInterval: 0.02)
+                continue
+            }
+            guard client.isConnected else {
+                Thread.sleep(forTimeInterval: 0.1)
+                continue
+            }
             let started = ContinuousClock.now
             do {
-                try client.publishAndWait(topic: Topics.location(shareID), payload: fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                sent += 1
+                try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
+                outbox.withLock { $0.remove(head.sequence) }
+                stats.sent += 1
+                stats.lastAck = Date()
+                failureLogged = false
                 if !quiet {
                     let elapsed = ContinuousClock.now - started
-                    log("fix \(sent) acknowledged in \(elapsed.components.attoseconds / 1_000_000_000_000_000 + elapsed.components.seconds * 1000) ms")
+                    log("fix \(stats.sent) acknowledged in \(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000) ms")
                 }
             } catch {
-                log("fix not acknowledged (\(error)); will retry")
+                // Not acknowledged (the connection dropped, or the broker is slow): it stays first in line.
+                if !failureLogged { log("fix not acknowledged (\(error)); it stays queued and is sent again") }
+                failureLogged = true
+                Thread.sleep(forTimeInterval: 0.2)
             }
-            Thread.sleep(forTimeInterval: intervalSeconds)
         }
+        status("done")
+        finishing.store(true, ordering: .relaxed)
         client.disconnect()
-        log("sent \(sent) fixes")
+        log("sent \(stats.sent) fixes")
         return 0
     }
+
+    struct Statistics {
+        var sent = 0
+        var lastAck: Date?
+    }
+}
+
+/// Fixes not yet acknowledged, oldest first, at most `capacity` of them.
+struct Outbox: Sendable {
+    let capacity: Int
+    var queue: [(sequence: UInt64, fix: Fix)] = []
+    var nextSequence: UInt64 = 0
+    var dropped = 0
+    var producerDone = false
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    mutating func append(_ fix: Fix) {
+        queue.append((nextSequence, fix))
+        nextSequence += 1
+        if queue.count > capacity {
+            queue.removeFirst()
+            dropped += 1
+        }
+    }
+
+    /// By identity: the head may have been dropped by the bound while it was being sent.
+    mutating func remove(_ sequence: UInt64) {
+        if let index = queue.firstIndex(where: { $0.sequence == sequence }) { queue.remove(at: index) }
+    }
+}
+
+/// The source moves to the producer thread and is used only there: the box just carries it across.
+final class SourceBox: @unchecked Sendable {
+    var source: any FixSource
+    init(_ source: any FixSource) { self.source = source }
 }
 
 func log(_ message: String) {

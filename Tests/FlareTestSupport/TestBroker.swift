@@ -43,7 +43,7 @@ public final class TestBroker: @unchecked Sendable {
         process.arguments = ["-c", configURL.path]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try TestBroker.withNoSignalsBlocked { try process.run() }
+        try process.runUnmasked()
         self.process = process
         guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else {
             process.terminate()
@@ -173,7 +173,26 @@ public func eventually(timeout: Duration = .seconds(20), _ condition: () throws 
 
 extension Process {
     /// `run()` with no signals blocked in the child (see `TestBroker.withNoSignalsBlocked`).
+    ///
+    /// Foundation spawns after listing /proc/self/fd and closing each listed descriptor in the child; a descriptor
+    /// that another test thread closes in between makes the spawn fail with EBADF. Nothing was started then, so
+    /// try again (a few times) instead of failing the test.
     public func runUnmasked() throws {
-        try TestBroker.withNoSignalsBlocked { try run() }
+        var attempt = 0
+        while true {
+            do {
+                try TestBroker.withNoSignalsBlocked { try run() }
+                return
+            } catch let error as NSError where attempt < 5 && Self.isBadDescriptor(error) {
+                attempt += 1
+                usleep(10_000)
+            }
+        }
+    }
+
+    private static func isBadDescriptor(_ error: NSError) -> Bool {
+        if error.domain == NSPOSIXErrorDomain && error.code == Int(EBADF) { return true }
+        guard let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError else { return false }
+        return isBadDescriptor(underlying)
     }
 }

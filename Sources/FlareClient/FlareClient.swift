@@ -1,0 +1,231 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How long to wait between attempts when Flare or the network is unavailable: exponential backoff with jitter,
+/// capped, honouring the server's `Retry-After`. Only 5xx, 408, 429 and network failures are retried; any
+/// other 4xx is an answer, not an outage.
+public struct RetryPolicy: Sendable, Equatable {
+    /// Attempts per call, the first one included (1 = never retry).
+    public var maxAttempts: Int
+    public var initialDelay: TimeInterval
+    public var maxDelay: TimeInterval
+    public var multiplier: Double
+    /// Up to this fraction of each delay is added at random, so phones that lost the network together do not
+    /// all come back in the same second.
+    public var jitter: Double
+
+    public init(maxAttempts: Int = 4, initialDelay: TimeInterval = 0.5, maxDelay: TimeInterval = 30, multiplier: Double = 2, jitter: Double = 0.2) {
+        self.maxAttempts = max(1, maxAttempts)
+        self.initialDelay = max(0, initialDelay)
+        self.maxDelay = max(0, maxDelay)
+        self.multiplier = max(1, multiplier)
+        self.jitter = min(max(0, jitter), 1)
+    }
+
+    public static let none = RetryPolicy(maxAttempts: 1)
+
+    /// The pause after failed attempt number `attempt` (1-based).
+    public func delay(afterAttempt attempt: Int, retryAfter: TimeInterval? = nil) -> TimeInterval {
+        let exponential = initialDelay * pow(multiplier, Double(max(0, attempt - 1)))
+        var delay = min(maxDelay, exponential)
+        delay += delay * Double.random(in: 0...jitter)
+        if let retryAfter { delay = max(delay, min(retryAfter, maxDelay)) }
+        return delay
+    }
+}
+
+/// A client for Flare's HTTP API, for the SOS app of the original question: create a share (owner key), stop or
+/// extend it (owner key or the share's device token), and report fixes (device token). Every answer and every
+/// `{"error","message"}` is decoded into Swift types. Stateless apart from its configuration, so it is freely
+/// shared between tasks; `LocationReporter` adds the ordered offline queue on top.
+///
+/// Foundation only (FoundationNetworking on Linux): no dependency for an app to vet.
+public final class FlareClient: Sendable {
+    public let baseURL: URL
+    let ownerKey: String?
+    let session: URLSession
+    public let retry: RetryPolicy
+    /// Per-request timeout.
+    public let timeout: TimeInterval
+
+    /// - Parameters:
+    ///   - baseURL: Flare's public address, e.g. `https://flare.example.org`.
+    ///   - ownerKey: needed to create shares and to read their status. See docs/ios.md for what it means to put
+    ///     one in a phone app.
+    public init(baseURL: URL, ownerKey: String? = nil, session: URLSession = .shared, retry: RetryPolicy = RetryPolicy(), timeout: TimeInterval = 15) {
+        self.baseURL = baseURL
+        self.ownerKey = ownerKey
+        self.session = session
+        self.retry = retry
+        self.timeout = timeout
+    }
+
+    // MARK: - Owner API
+
+    /// Starts a share. `duration` defaults to the server's (one hour); `name` is shown on the viewer page.
+    ///
+    /// Retried like every call: a retry after a lost answer can leave one unused share behind, which simply
+    /// expires. For an SOS, getting a link matters more.
+    public func createShare(duration: TimeInterval? = nil, name: String? = nil) async throws(FlareClientError) -> CreatedShare {
+        guard let ownerKey else { throw .missingCredential("creating a share needs an owner key") }
+        var body: [String: JSONBodyValue] = [:]
+        if let duration { body["duration_s"] = .number(duration) }
+        if let name { body["name"] = .string(name) }
+        return try await call("POST", "api/v1/shares", bearer: ownerKey, body: body, expecting: 201)
+    }
+
+    /// The share's state, expiry, last position and viewer count (owner key).
+    public func share(_ shareID: String) async throws(FlareClientError) -> ShareStatus {
+        guard let ownerKey else { throw .missingCredential("reading a share needs an owner key") }
+        return try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))", bearer: ownerKey, body: nil, expecting: 200)
+    }
+
+    /// Ends the share now. Pass the share's `deviceToken` to stop from the phone without the owner key.
+    /// Idempotent: stopping an ended share answers again with its end.
+    public func stopShare(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> StoppedShare {
+        let bearer = try credential(deviceToken)
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/stop", bearer: bearer, body: [:], expecting: 200)
+    }
+
+    /// Same link, new expiry: `duration` from now (server default when nil). The answer carries a new device
+    /// token valid until the new expiry; hand it to the `LocationReporter` (`updateDeviceToken`).
+    public func extendShare(_ shareID: String, duration: TimeInterval? = nil, deviceToken: String? = nil) async throws(FlareClientError) -> ExtendedShare {
+        let bearer = try credential(deviceToken)
+        var body: [String: JSONBodyValue] = [:]
+        if let duration { body["duration_s"] = .number(duration) }
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/extend", bearer: bearer, body: body, expecting: 200)
+    }
+
+    /// The share's OwnTracks `owntracks:///config?inline=…` link: open it on a phone with the OwnTracks app and
+    /// the app publishes into the share. It contains the device token: do not log it.
+    public func ownTracksLink(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> URL {
+        let bearer = try credential(deviceToken)
+        let answer: [String: String] = try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link",
+                                                     bearer: bearer, body: nil, expecting: 200)
+        guard let text = answer["url"], let url = URL(string: text) else {
+            throw .unexpectedResponse(status: 200, detail: "no url in the OwnTracks link answer")
+        }
+        return url
+    }
+
+    // MARK: - Device API
+
+    /// Reports one fix over HTTP ingest (`POST /api/v1/shares/{id}/locations`), retrying outages. For a stream of
+    /// fixes that must survive being offline, use `LocationReporter`.
+    public func reportLocation(_ location: Location, shareID: String, deviceToken: String) async throws(FlareClientError) -> IngestReceipt {
+        try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", bearer: deviceToken, encodable: location, expecting: 202, retry: retry)
+    }
+
+    /// One attempt, no retry: the reporter schedules its own.
+    func reportOnce(_ location: Location, shareID: String, deviceToken: String) async throws(FlareClientError) -> IngestReceipt {
+        try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", bearer: deviceToken, encodable: location, expecting: 202, retry: .none)
+    }
+
+    // MARK: - Transport
+
+    private func credential(_ deviceToken: String?) throws(FlareClientError) -> String {
+        if let deviceToken { return deviceToken }
+        if let ownerKey { return ownerKey }
+        throw .missingCredential("this call needs the owner key or the share's device token")
+    }
+
+    static func pathComponent(_ text: String) throws(FlareClientError) -> String {
+        // Share ids are URL-safe base64; anything else would change the path, so refuse it here.
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 == 45 || $0 == 95 || (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) }) else {
+            throw .unexpectedResponse(status: 0, detail: "not a share id")
+        }
+        return text
+    }
+
+    private func call<T: Decodable>(_ method: String, _ path: String, bearer: String, body: [String: JSONBodyValue]?,
+                                    expecting status: Int) async throws(FlareClientError) -> T {
+        let data: Data?
+        do { data = try body.map { try JSONEncoder().encode($0) } } catch {
+            throw .unexpectedResponse(status: 0, detail: "cannot encode the request body")
+        }
+        return try await send(method, path, bearer: bearer, body: data, expecting: status, retry: retry)
+    }
+
+    private func call<T: Decodable, Body: Encodable>(_ method: String, _ path: String, bearer: String, encodable: Body,
+                                                     expecting status: Int, retry: RetryPolicy) async throws(FlareClientError) -> T {
+        let data: Data
+        do { data = try JSONEncoder().encode(encodable) } catch {
+            throw .unexpectedResponse(status: 0, detail: "cannot encode the request body")
+        }
+        return try await send(method, path, bearer: bearer, body: data, expecting: status, retry: retry)
+    }
+
+    private func send<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?, expecting status: Int,
+                                    retry: RetryPolicy) async throws(FlareClientError) -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await sendOnce(method, path, bearer: bearer, body: body, expecting: status)
+            } catch {
+                guard error.isRetryable, attempt < retry.maxAttempts, !Task.isCancelled else { throw error }
+                var retryAfter: TimeInterval?
+                if case .api(let apiError) = error { retryAfter = apiError.retryAfter }
+                let pause = retry.delay(afterAttempt: attempt, retryAfter: retryAfter)
+                do { try await Task.sleep(nanoseconds: UInt64(pause * 1_000_000_000)) } catch { throw .transport("cancelled") }
+                attempt += 1
+            }
+        }
+    }
+
+    private func sendOnce<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?,
+                                        expecting expected: Int) async throws(FlareClientError) -> T {
+        var request = URLRequest(url: baseURL.appendingPathComponent(path), timeoutInterval: timeout)
+        request.httpMethod = method
+        request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await session.data(for: request)
+        } catch {
+            // The URLError's description names the URL, which carries the share id but no secret.
+            throw .transport((error as? URLError).map { "URLError \($0.code.rawValue)" } ?? String(describing: type(of: error)))
+        }
+        guard let http = response as? HTTPURLResponse else { throw .unexpectedResponse(status: 0, detail: "not an HTTP response") }
+        let decoder = JSONDecoder()
+        if http.statusCode == expected {
+            do { return try decoder.decode(T.self, from: data) } catch {
+                throw .unexpectedResponse(status: http.statusCode, detail: "cannot decode \(T.self): \(error)")
+            }
+        }
+        let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init)
+        if let shape = try? decoder.decode(ErrorBody.self, from: data) {
+            throw .api(FlareAPIError(status: http.statusCode, code: shape.error, message: shape.message ?? "", retryAfter: retryAfter))
+        }
+        // A proxy's page or an empty body: still an error with a status, retryable when it is a 5xx.
+        if http.statusCode >= 400 {
+            throw .api(FlareAPIError(status: http.statusCode, code: "http_\(http.statusCode)", message: "no Flare error body", retryAfter: retryAfter))
+        }
+        throw .unexpectedResponse(status: http.statusCode, detail: "expected \(expected)")
+    }
+
+    private struct ErrorBody: Decodable {
+        let error: String
+        let message: String?
+    }
+}
+
+/// The few JSON values request bodies need, so the encoder sees a concrete Sendable type.
+enum JSONBodyValue: Encodable, Sendable {
+    case number(Double)
+    case string(String)
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        }
+    }
+}

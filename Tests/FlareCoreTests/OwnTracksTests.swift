@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+@testable import FlareCore
+
+/// What the OwnTracks apps send and what Flare hands them.
+@Suite struct OwnTracksTests {
+    let parser = LocationPayloadParser()
+    let now: UnixMillis = 1_795_963_000_000
+    var tst: Int { Int(now / 1000) - 5 }
+
+    func parse(_ text: String) -> Result<Fix, RejectReason> {
+        parser.parse(Array(text.utf8), receivedAt: now, shareCreatedAt: now - 60_000)
+    }
+
+    /// The Android app's location message (its MessageLocation with extended data; fields after its own fixtures).
+    @Test func acceptsAnAndroidLocation() throws {
+        let text = #"{"_type":"location","_id":"8e2c41f0","acc":12,"alt":521,"batt":81,"bs":2,"conn":"m","created_at":\#(tst + 1),"lat":48.1371,"lon":11.5754,"m":2,"t":"u","tid":"AN","tst":\#(tst),"vac":4,"vel":3,"inregions":["Home"],"inrids":["a1b2c3"]}"#
+        let fix = try parse(text).get()
+        #expect(fix.latitude == 48.1371 && fix.longitude == 11.5754)
+        #expect(fix.timestamp == Int64(tst))
+        #expect(fix.accuracy == 12 && fix.altitude == 521 && fix.velocity == 3 && fix.battery == 81)
+        #expect(fix.trackerID == "AN")
+    }
+
+    /// The iOS app in move mode: a timer publish with pressure and motion activities in extended data.
+    @Test func acceptsAnIOSMoveModeLocation() throws {
+        let text = #"{"_type":"location","BSSID":"a4:2b:b0:11:22:33","SSID":"Home","acc":5,"alt":519,"batt":64,"bs":1,"conn":"w","created_at":\#(tst),"lat":48.137154,"lon":11.576124,"m":2,"motionactivities":["walking"],"p":95.81,"t":"t","tid":"AN","tst":\#(tst),"vac":3,"vel":5,"cog":87}"#
+        let fix = try parse(text).get()
+        #expect(fix.course == 87 && fix.velocity == 5)
+    }
+
+    /// Everything else the apps publish is counted and ignored, never an error, never a fix.
+    @Test(arguments: [
+        #"{"_type":"lwt","tst":1795962900}"#,
+        #"{"_type":"transition","wtst":1795900000,"lat":48.1,"lon":11.5,"tst":1795962990,"acc":10,"tid":"AN","event":"leave","desc":"Home","t":"c","rid":"a1b2c3"}"#,
+        #"{"_type":"status","android":{"wifi":1,"ps":0,"bo":1,"loc":0,"hib":0}}"#,
+        #"{"_type":"status","iOS":{"version":"18.1","locale":"de_DE","localeUsesMetricSystem":1,"locationManagerAuthorizationStatus":"authorizedAlways","backgroundRefreshStatus":"available","deviceSystemName":"iOS","deviceModel":"iPhone"}}"#,
+        #"{"_type":"waypoint","desc":"Home","lat":48.1,"lon":11.5,"rad":100,"tst":1795900000,"rid":"a1b2c3"}"#,
+        #"{"_type":"waypoints","waypoints":[{"_type":"waypoint","desc":"Home","lat":48.1,"lon":11.5,"rad":100,"tst":1795900000}]}"#,
+        #"{"_type":"card","name":"Anna","tid":"AN"}"#,
+        #"{"_type":"steps","tst":1795962990,"steps":1200,"from":1795900000,"to":1795962990}"#,
+        #"{"_type":"beacon","desc":"Car","uuid":"CA271EAE-5FA8-4E80-8F08-2A302A95A959","major":1,"minor":2,"tst":1795962990,"acc":1,"rssi":-60,"prox":1}"#,
+        #"{"_type":"encrypted","data":"c2VjcmV0"}"#,
+    ])
+    func ignoresTheAppsOtherMessages(_ text: String) {
+        #expect(parse(text) == .failure(.ignoredType))
+    }
+
+    @Test func configurationHasTheBookletsKeys() throws {
+        let id = ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!
+        let configuration = OwnTracksConfiguration(shareID: id, deviceToken: "tok.en.value", broker: MQTTURL("mqtts://flare.example.org:8883")!, shareName: "anna's SOS")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(configuration.json)) as? [String: Any])
+        #expect(object["_type"] as? String == "configuration")
+        #expect(object["mode"] as? Int == 0)
+        #expect(object["host"] as? String == "flare.example.org")
+        #expect(object["port"] as? Int == 8883)
+        #expect(object["tls"] as? Bool == true)
+        #expect(object["auth"] as? Bool == true)
+        #expect(object["username"] as? String == id.rawValue)
+        #expect(object["password"] as? String == "tok.en.value")
+        #expect(object["pubTopicBase"] as? String == "flare/v1/shares/\(id.rawValue)/location")
+        #expect(object["tid"] as? String == "AN")
+        #expect(object["monitoring"] as? Int == 2)
+        #expect(object["pubRetain"] as? Bool == true)
+        #expect(object["pubQos"] as? Int == 1)
+        #expect(object["willRetain"] as? Bool == false)
+        #expect(object["sub"] as? Bool == false)
+        #expect((object["locatorInterval"] as? Int ?? 0) > 0 && (object["locatorDisplacement"] as? Int ?? 0) > 0)
+    }
+
+    /// The inline link carries the same JSON in standard base64 with `+`, `/` and `=` percent-encoded.
+    @Test(arguments: ["A", "Ab", "Abc", nil])
+    func inlineLinkDecodesToTheConfiguration(name: String?) throws {
+        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t~?>>", broker: MQTTURL("mqtt://10.0.0.2:1883")!, shareName: name)
+        let link = configuration.inlineURL
+        #expect(link.hasPrefix("owntracks:///config?inline="))
+        let value = String(link.dropFirst("owntracks:///config?inline=".count))
+        #expect(!value.contains("-") && !value.contains("_") && !value.contains("+") && !value.contains("/") && !value.contains("="))
+        let base64 = try #require(value.removingPercentEncoding)
+        #expect(try #require(Data(base64Encoded: base64)) == Data(configuration.json))
+        #expect(configuration.trackerID.count == 2)
+    }
+}
