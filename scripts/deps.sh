@@ -2,7 +2,7 @@
 # Installs the Debian packages Flare needs, if any are missing. Used by `make run` and `make test`.
 set -euo pipefail
 
-packages=(mosquitto mosquitto-clients libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
+packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
 if [ "${1:-}" = "--browser" ]; then
   packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium)
 fi
