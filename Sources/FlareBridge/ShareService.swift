@@ -50,6 +50,8 @@ public final class ShareService: Sendable {
     private let scheduler = Mutex<DeadlineScheduler<Job>?>(nil)
     /// Broker messages that could not be handed over (broker down); re-sent on reconnect, newest per topic.
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
+    /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
+    private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
 
     public init(store: ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
@@ -102,6 +104,9 @@ public final class ShareService: Sendable {
                     schedule(.expire(share.id), at: share.expiresAt)
                 }
             } else if let endedAt = share.endedAt {
+                // A stop the broker may not have heard of (flared died before sending it): say it again; the
+                // broker's plugin treats a repeated revocation as one.
+                if share.endReason == .stopped, share.expiresAt > now { revoke(share) }
                 let purgeAt = endedAt + policy.historyRetentionSeconds * 1000
                 if purgeAt <= now {
                     purge(share.id)
@@ -181,6 +186,9 @@ public final class ShareService: Sendable {
         ended.endedAt = now
         ended.endReason = reason
         publishStatus(of: ended)
+        // A share stopped before its expiry still has tokens whose `exp` has not passed: the broker must refuse
+        // them from now on (and cut off a connected device). An expired share's tokens refuse themselves.
+        if reason == .stopped { revoke(ended) }
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
@@ -250,6 +258,26 @@ public final class ShareService: Sendable {
         }
     }
 
+    /// Tells the broker's auth plugin (`$CONTROL/flare/v1`) to refuse the share's device and watch tokens until
+    /// they expire and to disconnect its clients now. Not retained: the plugin keeps its own list on disk.
+    private func revoke(_ share: Share) {
+        let until = (share.expiresAt + 999) / 1000
+        if !sendRevocation(share.id, until: until) {
+            unsentRevocations.withLock { $0[share.id] = until }
+            logger.warning("broker unavailable; a revocation is kept and will be sent on reconnect")
+        }
+    }
+
+    private func sendRevocation(_ id: ShareID, until: Int64) -> Bool {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("op", "revoke")
+        writer.field("share_id", id.rawValue)
+        writer.field("until", until)
+        writer.endObject()
+        return publisher.publish(topic: Topics.brokerControl, payload: writer.bytes, qos: 1, retain: false, expirySeconds: nil)
+    }
+
     /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
     public func flushUnsent() {
         let pending = unsent.withLock { unsent in
@@ -257,5 +285,12 @@ public final class ShareService: Sendable {
             return unsent
         }
         for (topic, message) in pending { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
+        let revocations = unsentRevocations.withLock { pending in
+            defer { pending = [:] }
+            return pending
+        }
+        for (id, until) in revocations where !sendRevocation(id, until: until) {
+            unsentRevocations.withLock { $0[id] = until }
+        }
     }
 }
