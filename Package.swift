@@ -50,5 +50,6 @@ let package = Package(
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),
+        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
     ]
 )
