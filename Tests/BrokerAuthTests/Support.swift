@@ -14,11 +14,16 @@ struct AuthFixture {
     let adminPassword = Base64URL.encode(Crypto.randomBytes(24))
     let broker: TestBroker
 
+    /// `directory` is laid out like FLARE_DATA_DIR after scripts/broker.sh ran: token.key and
+    /// broker/flared.password, so a `flared` started on it finds both by default.
     init() throws {
         directory = try TempDirectory.make(prefix: "flare-auth")
         key = Crypto.randomBytes(32)
         keyPath = directory.appendingPathComponent("token.key").path
         try (Base64URL.encode(key) + "\n").write(toFile: keyPath, atomically: true, encoding: .utf8)
+        let brokerFiles = directory.appendingPathComponent("broker")
+        try FileManager.default.createDirectory(at: brokerFiles, withIntermediateDirectories: true)
+        try (flaredPassword + "\n").write(to: brokerFiles.appendingPathComponent("flared.password"), atomically: true, encoding: .utf8)
         broker = try TestBroker(auth: BrokerAuth(tokenKeyPath: keyPath,
                                                  serviceAccounts: ["flared": flaredPassword, "admin": adminPassword]))
     }
