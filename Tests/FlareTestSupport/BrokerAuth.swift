@@ -39,7 +39,7 @@ public struct BrokerAuth: Sendable {
 /// The built broker plugin, .build/broker/flare_auth.so (what `make plugin` makes). `swift test` on its own
 /// builds it with the same flags when it is missing or older than its source.
 public enum AuthPlugin {
-    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    public static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     private static let building = Mutex(false)
 
     public static func path() throws -> String {
