@@ -175,4 +175,39 @@ import Testing
         #expect(try fixture.client(bystanderID.rawValue, fixture.token(bystanderID, .device)).waitForOutcome() == .connected)
         #expect(fixture.broker.log.contains("share was stopped"))
     }
+
+    @Test func passedRevocationsArePrunedFromTheFileAtStartUpAndLiveOnesKept() throws {
+        let fixture = try AuthFixture()
+        let live = ShareID.generate(), passed = ShareID.generate()
+        let now = Int64(Date().timeIntervalSince1970)
+        fixture.broker.stop()
+        let file = fixture.broker.directory.appendingPathComponent("revocations")
+        try ("\(passed.rawValue) \(now - 10)\n" + "garbage line\n" + "\(live.rawValue) \(now + 3600)\n" + "\(live.rawValue) x\n")
+            .write(to: file, atomically: true, encoding: .utf8)
+        try fixture.broker.start()
+        #expect(try fixture.client(live.rawValue, fixture.token(live, .device)).waitForOutcome() == .refused)
+        #expect(try fixture.client(passed.rawValue, fixture.token(passed, .device)).waitForOutcome() == .connected)
+        #expect(try String(contentsOf: file, encoding: .utf8) == "\(live.rawValue) \(now + 3600)\n")
+    }
+
+    @Test func aRotatedTokenKeyIsTakenUpOnSIGHUP() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let oldToken = fixture.token(id, .device)
+        #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .connected)
+        let newKey = Crypto.randomBytes(32)
+        try (Base64URL.encode(newKey) + "\n").write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)
+        let pid = try #require(fixture.broker.processIdentifier)
+        kill(pid, SIGHUP)
+        let now = Int64(Date().timeIntervalSince1970)
+        let newToken = ShareToken(shareID: id, role: .device, issuedAt: now, expiresAt: now + 600).signed(with: newKey)
+        #expect(try eventually { try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected })
+        #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .refused)
+
+        // A broken key file on the next reload keeps the key in use.
+        try "not a key\n".write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)
+        kill(pid, SIGHUP)
+        #expect(eventually { fixture.broker.log.contains("keeping the token key already loaded") })
+        #expect(try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected)
+    }
 }

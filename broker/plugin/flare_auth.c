@@ -917,6 +917,26 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 	return check_rules(e, ed->topic, ed->access);
 }
 
+/* SIGHUP: read the token key again (a rotated key takes effect without dropping connections; clients already
+ * connected keep the claims they were verified with). A key that does not load leaves the old one in use. */
+static int on_reload(int event, void *event_data, void *userdata)
+{
+	unsigned char previous[MAX_KEY_LEN];
+	size_t previous_len = token_key_len;
+	(void)event;
+	(void)event_data;
+	(void)userdata;
+
+	memcpy(previous, token_key, sizeof(previous));
+	if(!load_key() && previous_len > 0){
+		memcpy(token_key, previous, sizeof(token_key));
+		token_key_len = previous_len;
+		mosquitto_log_printf(MOSQ_LOG_WARNING, "flare_auth: keeping the token key already loaded");
+	}
+	OPENSSL_cleanse(previous, sizeof(previous));
+	return MOSQ_ERR_SUCCESS;
+}
+
 static int on_disconnect(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_disconnect *ed = event_data;
@@ -1036,6 +1056,7 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 	if(mosquitto_callback_register(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL, NULL) != MOSQ_ERR_SUCCESS
+			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_CONTROL, on_control, CONTROL_TOPIC, NULL) != MOSQ_ERR_SUCCESS){
 		mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: cannot register callbacks");
 		return MOSQ_ERR_UNKNOWN;
@@ -1052,6 +1073,7 @@ int mosquitto_plugin_cleanup(void *userdata, struct mosquitto_opt *options, int 
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL);
+	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_CONTROL, on_control, CONTROL_TOPIC);
 	for(size_t i = 0; i < client_buckets; i++){
 		while(clients[i]){
