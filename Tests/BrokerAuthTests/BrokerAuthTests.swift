@@ -168,6 +168,10 @@ import Testing
         // Connecting again with the same token is refused.
         #expect(try fixture.client(id.rawValue, token).waitForOutcome() == .refused)
         #expect(try bystander.publish(Topics.location(bystanderID), "{}") == nil)
+        // flared repeats a stop it is not sure the broker heard: the list on disk keeps one line.
+        #expect(try flared.publish(Topics.brokerControl, revoke) == nil)
+        let revocations = fixture.broker.directory.appendingPathComponent("revocations")
+        #expect(try String(contentsOf: revocations, encoding: .utf8).split(separator: "\n").count == 1)
 
         fixture.broker.stop()
         try fixture.broker.start()

@@ -574,23 +574,25 @@ static bool grow_revocations(void)
 	return true;
 }
 
-static bool add_revocation(const char *share, long long until)
+/* 1: added or extended, 0: already known (flared repeats stops it is not sure the broker heard), -1: no memory. */
+static int add_revocation(const char *share, long long until)
 {
 	struct revocation *r = find_revocation(share);
 	if(r){
-		if(until > r->until) r->until = until;
-		return true;
+		if(until <= r->until) return 0;
+		r->until = until;
+		return 1;
 	}
-	if(revocation_count >= revocation_buckets && !grow_revocations()) return false;
+	if(revocation_count >= revocation_buckets && !grow_revocations()) return -1;
 	r = calloc(1, sizeof(*r));
-	if(r == NULL) return false;
+	if(r == NULL) return -1;
 	memcpy(r->share, share, SHARE_ID_LEN);
 	r->until = until;
 	size_t b = hash_share(share, revocation_buckets);
 	r->next = revocations[b];
 	revocations[b] = r;
 	revocation_count++;
-	return true;
+	return 1;
 }
 
 static void prune_revocations(time_t now)
@@ -643,6 +645,7 @@ static void rewrite_revocations_file(void)
 static void load_revocations(time_t now)
 {
 	char line[128];
+	bool complete = true;
 	FILE *f;
 
 	if(revocations_path[0] == '\0') return;
@@ -671,9 +674,17 @@ static void load_revocations(time_t now)
 			struct scanner s = { (const unsigned char *)line + SHARE_ID_LEN + 1, (const unsigned char *)line + len };
 			if(!scan_integer(&s, &until) || !at_end(&s)) continue;
 		}
-		if(until > (long long)now) add_revocation(share, until);
+		if(until > (long long)now && add_revocation(share, until) < 0){
+			complete = false;
+			break;
+		}
 	}
 	fclose(f);
+	if(!complete){
+		/* Never rewrite the list from a partial load: that would forget revocations. */
+		mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: out of memory loading %s", revocations_path);
+		return;
+	}
 	rewrite_revocations_file();
 	mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: %zu revoked shares loaded", revocation_count);
 }
@@ -988,11 +999,12 @@ static int on_control(int event, void *event_data, void *userdata)
 	if(!expect(&s, '}') || !at_end(&s) || seen != 7 || strcmp(op, "revoke") != 0 || !is_share_id(share)) goto bad;
 
 	if(until > (long long)now){
-		if(!add_revocation(share, until)){
+		int added = add_revocation(share, until);
+		if(added < 0){
 			mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: out of memory");
 			return MOSQ_ERR_SUCCESS;
 		}
-		persist_revocation(share, until, now);
+		if(added > 0) persist_revocation(share, until, now);
 	}
 	mosquitto_kick_client_by_username(share, false);
 	mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: share %s revoked", share);
