@@ -44,6 +44,10 @@ import Testing
         #expect(try watcher.subscribe(try #require(watch["topic_filter"] as? String)))
         #expect(eventually { watcher.messages.contains { $0.topic == Topics.status(id) } })
         #expect(try watcher.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == notAuthorized)
+        // HTTP ingest goes through the broker as flared: the watcher sees it.
+        let ingested = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/locations", body: #"{"lat":48.2,"lon":11.6}"#, bearer: deviceToken)
+        #expect((200...299).contains(ingested.status))
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(id) && String(decoding: $0.payload, as: UTF8.self).contains("48.2") } })
 
         // Stop: the broker disconnects the device within a second and refuses the token from then on.
         #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
