@@ -104,9 +104,11 @@ public final class ShareService: Sendable {
                     schedule(.expire(share.id), at: share.expiresAt)
                 }
             } else if let endedAt = share.endedAt {
-                // A stop the broker may not have heard of (flared died before sending it): say it again; the
-                // broker's plugin treats a repeated revocation as one.
-                if share.endReason == .stopped, share.expiresAt > now { revoke(share) }
+                // A stop the broker may not have heard of (flared died before sending it): say it again at the
+                // first connection; the broker's plugin treats a repeated revocation as one.
+                if share.endReason == .stopped, share.expiresAt > now {
+                    unsentRevocations.withLock { $0[share.id] = Self.revocationEnd(share) }
+                }
                 let purgeAt = endedAt + policy.historyRetentionSeconds * 1000
                 if purgeAt <= now {
                     purge(share.id)
@@ -261,12 +263,15 @@ public final class ShareService: Sendable {
     /// Tells the broker's auth plugin (`$CONTROL/flare/v1`) to refuse the share's device and watch tokens until
     /// they expire and to disconnect its clients now. Not retained: the plugin keeps its own list on disk.
     private func revoke(_ share: Share) {
-        let until = (share.expiresAt + 999) / 1000
+        let until = Self.revocationEnd(share)
         if !sendRevocation(share.id, until: until) {
             unsentRevocations.withLock { $0[share.id] = until }
             logger.warning("broker unavailable; a revocation is kept and will be sent on reconnect")
         }
     }
+
+    /// Unix seconds, rounded up: no token of the share has an `exp` later than its current expiry.
+    private static func revocationEnd(_ share: Share) -> Int64 { (share.expiresAt + 999) / 1000 }
 
     private func sendRevocation(_ id: ShareID, until: Int64) -> Bool {
         var writer = JSONWriter()

@@ -151,5 +151,14 @@ import Testing
         #expect(json["until"]?.doubleValue == Double((stopped.share.expiresAt + 999) / 1000))
         fixture.service.end(expiring.share.id, reason: .expired)
         #expect(fixture.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
+
+        // A restarted flared says it again at its first connection (it cannot know the broker heard it).
+        let restarted = try BridgeFixture(directory: fixture.directory, key: fixture.key)
+        try restarted.service.recover()
+        #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.isEmpty)
+        restarted.service.flushUnsent()
+        let again = try #require(restarted.publisher.last(on: Topics.brokerControl))
+        #expect(try JSONValue.parse(again.payload)["share_id"] == .string(stopped.share.id.rawValue))
+        #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
     }
 }
