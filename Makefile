@@ -3,12 +3,12 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps build swift-test browser-test clean
+.PHONY: run test deps browser-deps build plugin swift-test browser-test clean
 
-run: deps build
+run: deps build plugin
 	./scripts/run.sh
 
-test: deps build swift-test browser-test
+test: deps build plugin swift-test browser-test
 
 deps:
 	./scripts/deps.sh
@@ -16,8 +16,18 @@ deps:
 browser-deps:
 	./scripts/deps.sh --browser
 
-build:
+build: plugin
 	$(SWIFT) build $(SWIFT_BUILD_FLAGS)
+
+# The broker's auth plugin (C, mosquitto 2.0 plugin API v5, OpenSSL libcrypto). scripts/broker.sh loads it.
+CC ?= cc
+PLUGIN := .build/broker/flare_auth.so
+PLUGIN_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fstack-protector-strong -D_FORTIFY_SOURCE=2 -O2 -fPIC -shared
+plugin: $(PLUGIN)
+
+$(PLUGIN): broker/plugin/flare_auth.c
+	mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $< -lcrypto
 
 swift-test:
 	$(SWIFT) test $(SWIFT_BUILD_FLAGS)

@@ -13,6 +13,8 @@ export FLARE_MQTT_PORT=$(free_port)
 http_port=$(free_port)
 export FLARE_HTTP_ADDR=127.0.0.1:$http_port
 export FLARE_MQTT_CLIENT_ID=flared-browser-test
+# Only the plain listener, on a free port: no fixed TLS or WebSockets ports that a running `make run` may hold.
+export FLARE_MQTT_TLS_PORT= FLARE_MQTT_WS_PORT=
 
 pids=()
 cleanup() {

@@ -2,7 +2,7 @@
 # Installs the Debian packages Flare needs, if any are missing. Used by `make run` and `make test`.
 set -euo pipefail
 
-packages=(mosquitto mosquitto-clients libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
+packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
 # OwnTracks provisioning QR codes; zbar-tools reads them back in the tests.
 packages+=(libqrencode-dev zbar-tools)
 # `flare track --gpsd` talks to gpsd; the tests run a real gpsd on a pseudo-terminal.

@@ -7,6 +7,9 @@ bin=${FLARE_BIN:-$here/.build/debug}
 export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data}
 export FLARE_MQTT_PORT=${FLARE_MQTT_PORT:-1884}
 export FLARE_HTTP_ADDR=${FLARE_HTTP_ADDR:-127.0.0.1:8080}
+# The broker's TLS and WebSockets listeners (set either to empty to leave it off).
+export FLARE_MQTT_TLS_PORT=${FLARE_MQTT_TLS_PORT-8883}
+export FLARE_MQTT_WS_PORT=${FLARE_MQTT_WS_PORT-8083}
 mkdir -p "$FLARE_DATA_DIR"
 export FLARE_DATA_DIR=$(cd "$FLARE_DATA_DIR" && pwd)
 http_port=${FLARE_HTTP_ADDR##*:}
@@ -49,7 +52,8 @@ cat >&2 <<MSG
   Flare is running.
     viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $link
     owner key:  $FLARE_DATA_DIR/owner.key   (flare share create | show | stop | extend)
-    broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT    metrics: http://127.0.0.1:$http_port/metrics
+    broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
+    metrics:    http://127.0.0.1:$http_port/metrics
   Ctrl-C stops everything.
 
 MSG

@@ -50,6 +50,8 @@ public final class ShareService: Sendable {
     private let scheduler = Mutex<DeadlineScheduler<Job>?>(nil)
     /// Broker messages that could not be handed over (broker down); re-sent on reconnect, newest per topic.
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
+    /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
+    private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
 
     public init(store: ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
@@ -102,6 +104,11 @@ public final class ShareService: Sendable {
                     schedule(.expire(share.id), at: share.expiresAt)
                 }
             } else if let endedAt = share.endedAt {
+                // A stop the broker may not have heard of (flared died before sending it): say it again at the
+                // first connection; the broker's plugin treats a repeated revocation as one.
+                if share.endReason == .stopped, share.expiresAt > now {
+                    unsentRevocations.withLock { $0[share.id] = Self.revocationEnd(share) }
+                }
                 let purgeAt = endedAt + policy.historyRetentionSeconds * 1000
                 if purgeAt <= now {
                     purge(share.id)
@@ -181,6 +188,9 @@ public final class ShareService: Sendable {
         ended.endedAt = now
         ended.endReason = reason
         publishStatus(of: ended)
+        // A share stopped before its expiry still has tokens whose `exp` has not passed: the broker must refuse
+        // them from now on (and cut off a connected device). An expired share's tokens refuse themselves.
+        if reason == .stopped { revoke(ended) }
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
@@ -203,13 +213,15 @@ public final class ShareService: Sendable {
     }
 
     // MARK: Tokens
+    // Issued "at" the share's creation, so a share's token is the same string until its expiry changes: the
+    // OwnTracks link, file and QR code fetched a second apart carry the same password.
 
     public func deviceToken(for share: Share) -> String {
-        ShareToken(shareID: share.id, role: .device, issuedAt: clock.now() / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
+        ShareToken(shareID: share.id, role: .device, issuedAt: share.createdAt / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
     }
 
     public func watchToken(for share: Share) -> String {
-        ShareToken(shareID: share.id, role: .watch, issuedAt: clock.now() / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
+        ShareToken(shareID: share.id, role: .watch, issuedAt: share.createdAt / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
     }
 
     /// A device token for `id` that verifies, for HTTP calls. The share's own state decides whether it still
@@ -251,6 +263,29 @@ public final class ShareService: Sendable {
         }
     }
 
+    /// Tells the broker's auth plugin (`$CONTROL/flare/v1`) to refuse the share's device and watch tokens until
+    /// they expire and to disconnect its clients now. Not retained: the plugin keeps its own list on disk.
+    private func revoke(_ share: Share) {
+        let until = Self.revocationEnd(share)
+        if !sendRevocation(share.id, until: until) {
+            unsentRevocations.withLock { $0[share.id] = until }
+            logger.warning("broker unavailable; a revocation is kept and will be sent on reconnect")
+        }
+    }
+
+    /// Unix seconds, rounded up: no token of the share has an `exp` later than its current expiry.
+    private static func revocationEnd(_ share: Share) -> Int64 { (share.expiresAt + 999) / 1000 }
+
+    private func sendRevocation(_ id: ShareID, until: Int64) -> Bool {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("op", "revoke")
+        writer.field("share_id", id.rawValue)
+        writer.field("until", until)
+        writer.endObject()
+        return publisher.publish(topic: Topics.brokerControl, payload: writer.bytes, qos: 1, retain: false, expirySeconds: nil)
+    }
+
     /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
     public func flushUnsent() {
         let pending = unsent.withLock { unsent in
@@ -258,5 +293,12 @@ public final class ShareService: Sendable {
             return unsent
         }
         for (topic, message) in pending { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
+        let revocations = unsentRevocations.withLock { pending in
+            defer { pending = [:] }
+            return pending
+        }
+        for (id, until) in revocations where !sendRevocation(id, until: until) {
+            unsentRevocations.withLock { $0[id] = until }
+        }
     }
 }

@@ -3,6 +3,8 @@ public enum Topics {
     public static let prefix = "flare/v1/shares/"
     /// What the bridge subscribes to.
     public static let allLocations = "flare/v1/shares/+/location"
+    /// Where flared tells the broker's auth plugin to revoke a share's tokens (only flared may write it).
+    public static let brokerControl = "$CONTROL/flare/v1"
 
     public static func shareRoot(_ id: ShareID) -> String { prefix + id.rawValue }
     public static func location(_ id: ShareID) -> String { prefix + id.rawValue + "/location" }

@@ -105,6 +105,7 @@ public final class Gateway: Sendable {
         case ("shares", 3, "GET") where parts[2] == "owntracks": return ownTracksConfiguration(request, id: parts[1], download: false)
         case ("shares", 3, "GET") where parts[2] == "owntracks.otrc": return ownTracksConfiguration(request, id: parts[1], download: true)
         case ("shares", 4, "GET") where parts[2] == "owntracks": return ownTracksResource(request, id: parts[1], name: parts[3])
+        case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response

@@ -49,8 +49,11 @@ final class Daemon: Sendable {
         var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID", default: "flared"))
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
-        mqttOptions.username = config.string("FLARE_MQTT_USERNAME")
-        mqttOptions.password = config.string("FLARE_MQTT_PASSWORD")
+        let credentials = try DataDirectory.brokerCredentials(
+            in: dataDirectory, username: config.string("FLARE_MQTT_USERNAME"), password: config.string("FLARE_MQTT_PASSWORD"),
+            passwordFile: config.string("FLARE_MQTT_PASSWORD_FILE"))
+        mqttOptions.username = credentials.username
+        mqttOptions.password = credentials.password
         mqttOptions.cleanSession = false
         let client = try MQTTClient(options: mqttOptions)
 

@@ -42,6 +42,30 @@ enum DataDirectory {
         logger.info("created an owner key; it is in \(path) (use it as Authorization: Bearer, or with `flare share create`)")
     }
 
+    /// The bridge's broker login. A password given directly wins; otherwise FLARE_MQTT_PASSWORD_FILE, or the
+    /// file scripts/broker.sh writes (`broker/flared.password`) when it exists. With a password and no username
+    /// the username is `flared`, the service account the broker's password and ACL files know.
+    static func brokerCredentials(in directory: String, username: String?, password: String?, passwordFile: String?)
+        throws -> (username: String?, password: String?) {
+        let username = username.flatMap { $0.isEmpty ? nil : $0 }
+        if let password, !password.isEmpty { return (username ?? "flared", password) }
+        let path: String
+        if let passwordFile, !passwordFile.isEmpty {
+            path = passwordFile
+        } else {
+            path = directory + "/broker/flared.password"
+            guard FileManager.default.fileExists(atPath: path) else { return (username, nil) }
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw Configuration.ConfigurationError("cannot read the broker password file \(path) (FLARE_MQTT_PASSWORD_FILE)")
+        }
+        let secret = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        guard !secret.isEmpty else {
+            throw Configuration.ConfigurationError("the broker password file \(path) is empty (FLARE_MQTT_PASSWORD_FILE)")
+        }
+        return (username ?? "flared", secret)
+    }
+
     static func writeSecretFile(_ path: String, _ contents: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: Data(contents.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw Configuration.ConfigurationError("cannot write \(path)")

@@ -12,6 +12,7 @@ enum FlaredSettings {
         .init("FLARE_MQTT_CLIENT_ID", "flared", "the bridge's MQTT client id (its persistent session)"),
         .init("FLARE_MQTT_USERNAME", "", "the bridge's broker username, if the broker requires one"),
         .init("FLARE_MQTT_PASSWORD", "", "the bridge's broker password"),
+        .init("FLARE_MQTT_PASSWORD_FILE", nil, "file holding the bridge's broker password (default FLARE_DATA_DIR/broker/flared.password if it exists; username then defaults to flared)"),
         .init("FLARE_DEFAULT_DURATION_S", "3600", "share duration when the request names none"),
         .init("FLARE_MAX_DURATION_S", "86400", "longest share (and longest extension) allowed"),
         .init("FLARE_HISTORY_RETENTION_S", "86400", "how long positions are kept after a share ends (0 = delete at once)"),

@@ -134,6 +134,31 @@ import Testing
         fixture.service.flushUnsent()
         #expect(fixture.publisher.lastJSON(on: Topics.status(created.share.id))?["state"] == .string("ended"))
         #expect(fixture.publisher.last(on: Topics.location(created.share.id))?.payload == [])
-        #expect(fixture.publisher.messages.count == 2)  // newest per topic only
+        #expect(fixture.publisher.lastJSON(on: Topics.brokerControl)?["share_id"] == .string(created.share.id.rawValue))
+        #expect(fixture.publisher.messages.count == 3)  // newest per topic only, and the revocation
+    }
+
+    @Test func stoppingAShareRevokesItsTokensAtTheBrokerAndExpiringDoesNot() throws {
+        let fixture = try BridgeFixture()
+        let stopped = try fixture.service.create(name: nil, durationSeconds: 600)
+        let expiring = try fixture.service.create(name: nil, durationSeconds: 600)
+        try fixture.service.stop(stopped.share.id)
+        let revocation = try #require(fixture.publisher.last(on: Topics.brokerControl))
+        #expect(revocation.retain == false)
+        let json = try JSONValue.parse(revocation.payload)
+        #expect(json["op"] == .string("revoke"))
+        #expect(json["share_id"] == .string(stopped.share.id.rawValue))
+        #expect(json["until"]?.doubleValue == Double((stopped.share.expiresAt + 999) / 1000))
+        fixture.service.end(expiring.share.id, reason: .expired)
+        #expect(fixture.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
+
+        // A restarted flared says it again at its first connection (it cannot know the broker heard it).
+        let restarted = try BridgeFixture(directory: fixture.directory, key: fixture.key)
+        try restarted.service.recover()
+        #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.isEmpty)
+        restarted.service.flushUnsent()
+        let again = try #require(restarted.publisher.last(on: Topics.brokerControl))
+        #expect(try JSONValue.parse(again.payload)["share_id"] == .string(stopped.share.id.rawValue))
+        #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
     }
 }

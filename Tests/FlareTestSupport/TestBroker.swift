@@ -12,15 +12,15 @@ public final class TestBroker: @unchecked Sendable {
     public let configURL: URL
     private var process: Process?
 
-    /// Starts mosquitto with `allow_anonymous true` on 127.0.0.1 and waits until it accepts connections.
+    /// Starts mosquitto on 127.0.0.1 and waits until it accepts connections: with `allow_anonymous true`, or,
+    /// given `auth`, as Flare deploys it (the flare_auth plugin, a password file and broker/acl.in).
     /// `extraConfig` lines are appended to the generated config file.
-    public init(port: Int? = nil, directory: URL? = nil, persistence: Bool = true, extraConfig: [String] = []) throws {
+    public init(port: Int? = nil, directory: URL? = nil, persistence: Bool = true, auth: BrokerAuth? = nil, extraConfig: [String] = []) throws {
         self.port = try port ?? FreePort.next()
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-broker")
         self.configURL = self.directory.appendingPathComponent("mosquitto.conf")
         var lines = [
             "listener \(self.port) 127.0.0.1",
-            "allow_anonymous true",
             // Started as root, mosquitto would switch to the `mosquitto` user and could not write its persistence
             // file into a temp directory it does not own.
             "user \(TestBroker.currentUserName)",
@@ -30,6 +30,11 @@ public final class TestBroker: @unchecked Sendable {
             "log_type error",
             "log_type warning",
         ]
+        if let auth {
+            lines += try auth.configLines(in: self.directory)
+        } else {
+            lines.append("allow_anonymous true")
+        }
         lines += extraConfig
         try (lines.joined(separator: "\n") + "\n").write(to: configURL, atomically: true, encoding: .utf8)
         try start()
@@ -42,7 +47,12 @@ public final class TestBroker: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: TestBroker.mosquittoPath)
         process.arguments = ["-c", configURL.path]
         process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        // Appended across restarts; `log` reads it (the auth tests look for the plugin's refusals).
+        let logURL = directory.appendingPathComponent("mosquitto.log")
+        if !FileManager.default.fileExists(atPath: logURL.path) { _ = FileManager.default.createFile(atPath: logURL.path, contents: nil) }
+        let log = try FileHandle(forWritingTo: logURL)
+        log.seekToEndOfFile()
+        process.standardError = log
         try process.runUnmasked()
         self.process = process
         guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else {
@@ -69,6 +79,9 @@ public final class TestBroker: @unchecked Sendable {
     }
 
     public var isRunning: Bool { process?.isRunning ?? false }
+
+    /// What mosquitto wrote to stderr so far (errors, warnings, and the flare_auth plugin's notices).
+    public var log: String { (try? String(contentsOf: directory.appendingPathComponent("mosquitto.log"), encoding: .utf8)) ?? "" }
 
     /// The broker's pid while it runs, e.g. to SIGSTOP it and simulate a broker that stopped answering.
     public var processIdentifier: Int32? { process?.processIdentifier }

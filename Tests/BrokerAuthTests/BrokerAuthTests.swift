@@ -1,0 +1,218 @@
+import FlareCore
+import FlareCrypto
+import FlareMQTT
+import FlareTestSupport
+import Foundation
+import Testing
+
+/// The broker itself enforces share tokens: a real mosquitto with the flare_auth plugin, real MQTT clients.
+@Suite struct BrokerAuthTests {
+    @Test func aDeviceTokenPublishesAndSubscribesOnlyWithinItsOwnShare() throws {
+        let fixture = try AuthFixture()
+        let a = ShareID.generate(), b = ShareID.generate()
+        let device = try fixture.client(a.rawValue, fixture.token(a, .device))
+        #expect(device.waitForOutcome() == .connected)
+        #expect(try device.publish(Topics.location(a), #"{"lat":1,"lon":2}"#) == nil)
+        #expect(try device.publish(Topics.location(b), #"{"lat":1,"lon":2}"#) == notAuthorized)
+        #expect(try device.publish(Topics.status(a), #"{"state":"ended"}"#) == notAuthorized)  // only the bridge says that
+        #expect(try device.publish("elsewhere", "x") == notAuthorized)
+        #expect(try device.subscribe(Topics.status(a)))
+
+        let snooper = try fixture.client(a.rawValue, fixture.token(a, .device))
+        #expect(snooper.waitForOutcome() == .connected)
+        #expect(try snooper.subscribe(Topics.status(b)) == false)
+        let wildcard = try fixture.client(a.rawValue, fixture.token(a, .device))
+        #expect(wildcard.waitForOutcome() == .connected)
+        #expect(try wildcard.subscribe("flare/v1/shares/+/location") == false)
+    }
+
+    @Test func aTokenOnlyWorksWithItsOwnShareAsUsername() throws {
+        let fixture = try AuthFixture()
+        let a = ShareID.generate(), b = ShareID.generate()
+        let impostor = try fixture.client(b.rawValue, fixture.token(a, .device))
+        #expect(impostor.waitForOutcome() == .refused)
+        #expect(fixture.broker.log.contains("token is for another share"))
+    }
+
+    @Test func aWatchTokenSubscribesToItsShareButCannotPublish() throws {
+        let fixture = try AuthFixture()
+        let a = ShareID.generate(), b = ShareID.generate()
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.publish(Topics.status(a), #"{"state":"active"}"#) == nil)
+
+        let watcher = try fixture.client(a.rawValue, fixture.token(a, .watch))
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.subscribe(Topics.shareRoot(a) + "/#"))
+        #expect(try flared.publish(Topics.location(a), #"{"lat":3,"lon":4}"#) == nil)
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(a) } })
+        #expect(try watcher.publish(Topics.location(a), #"{"lat":1,"lon":2}"#) == notAuthorized)
+
+        let other = try fixture.client(a.rawValue, fixture.token(a, .watch))
+        #expect(other.waitForOutcome() == .connected)
+        #expect(try other.subscribe(Topics.shareRoot(b) + "/#") == false)
+    }
+
+    @Test func badTokensAreRefusedAtConnect() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let good = fixture.token(id, .device)
+        let parts = good.split(separator: ".").map(String.init)
+        let now = Int64(Date().timeIntervalSince1970)
+
+        let expired = ShareToken(shareID: id, role: .device, issuedAt: now - 7200, expiresAt: now - 1).signed(with: fixture.key)
+        // Claims rewritten to live longer, signature kept.
+        let longer = ShareToken(shareID: id, role: .device, issuedAt: now, expiresAt: now + 999_999).signed(with: fixture.key)
+        let tampered = parts[0] + "." + longer.split(separator: ".")[1] + "." + parts[2]
+        let otherKey = ShareToken(shareID: id, role: .device, issuedAt: now, expiresAt: now + 3600).signed(with: Crypto.randomBytes(32))
+        let noneHeader = Base64URL.encode(#"{"alg":"none","typ":"JWT"}"#)
+        let algNone = noneHeader + "." + parts[1] + "."
+        let algNoneSigned = noneHeader + "." + parts[1] + "." + Base64URL.encode(Crypto.hmacSHA256(key: fixture.key, message: Array((noneHeader + "." + parts[1]).utf8)))
+        let hs512Header = Base64URL.encode(#"{"alg":"HS512","typ":"JWT"}"#)
+        let hs512 = hs512Header + "." + parts[1] + "." + Base64URL.encode(Crypto.hmacSHA256(key: fixture.key, message: Array((hs512Header + "." + parts[1]).utf8)))
+        let cases: [(String, String?)] = [
+            ("expired", expired),
+            ("tampered", tampered),
+            ("signed with another key", otherKey),
+            ("alg none, no signature", algNone),
+            ("alg none, with a signature", algNoneSigned),
+            ("alg HS512", hs512),
+            ("truncated", String(good.dropLast(5))),
+            ("header only", parts[0]),
+            ("two segments", parts[0] + "." + parts[1]),
+            ("four segments", good + ".x"),
+            ("padding", good + "="),
+            ("empty", ""),
+            ("no password", nil),
+            ("not base64", "!!!.???.***"),
+            ("oversized", good + String(repeating: "A", count: 3000)),
+        ]
+        for (name, password) in cases {
+            let client = try fixture.client(id.rawValue, password)
+            #expect(client.waitForOutcome() == .refused, "\(name) token was not refused")
+        }
+        // The real one still works, and nothing of any token reached the log.
+        let device = try fixture.client(id.rawValue, good)
+        #expect(device.waitForOutcome() == .connected)
+        let log = fixture.broker.log
+        #expect(log.contains("token has expired"))
+        #expect(log.contains("token algorithm is not HS256"))
+        #expect(log.contains("token signature does not verify"))
+        #expect(!log.contains(parts[1]) && !log.contains(parts[2]))
+    }
+
+    @Test func aTokenThatExpiresWhileConnectedStopsWorking() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        // Five seconds: long enough to connect and publish once on a busy machine, short enough to wait for.
+        let device = try fixture.client(id.rawValue, fixture.token(id, .device, expiresIn: 5))
+        #expect(device.waitForOutcome() == .connected)
+        #expect(try device.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == nil)
+        #expect(try eventually(timeout: .seconds(20)) {
+            try device.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == notAuthorized
+        })
+    }
+
+    @Test func anonymousClientsAndUnknownAccountsAreRefused() throws {
+        let fixture = try AuthFixture()
+        #expect(try fixture.client(nil, nil).waitForOutcome() == .refused)
+        #expect(try fixture.client("flared", "wrong").waitForOutcome() == .refused)
+        #expect(try fixture.client("somebody", "x").waitForOutcome() == .refused)
+        #expect(try fixture.flared().waitForOutcome() == .connected)
+    }
+
+    @Test func onlyFlaredMayWriteTheControlTopic() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let token = fixture.token(id, .device)
+        let device = try fixture.client(id.rawValue, token)
+        #expect(device.waitForOutcome() == .connected)
+        let revoke = #"{"op":"revoke","share_id":"\#(id.rawValue)","until":\#(Int64(Date().timeIntervalSince1970) + 3600)}"#
+
+        // The device itself, a watcher and the read-only admin account are refused, and nothing happens.
+        #expect(try device.publish(Topics.brokerControl, revoke) == notAuthorized)
+        let watcher = try fixture.client(id.rawValue, fixture.token(id, .watch))
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.publish(Topics.brokerControl, revoke) == notAuthorized)
+        let admin = try fixture.client("admin", fixture.adminPassword)
+        #expect(admin.waitForOutcome() == .connected)
+        #expect(try admin.publish(Topics.brokerControl, revoke) == notAuthorized)
+        #expect(try device.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == nil)
+        #expect(device.disconnectCount == 0)
+
+        // Malformed control messages from flared are ignored without dropping flared.
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.publish(Topics.brokerControl, "not json") == nil)
+        #expect(try flared.publish(Topics.brokerControl, #"{"op":"revoke","share_id":"short","until":1}"#) == nil)
+        #expect(try flared.publish(Topics.location(id), "{}") == nil)
+        #expect(flared.disconnectCount == 0)
+        #expect(device.disconnectCount == 0)
+    }
+
+    @Test func aRevokedShareIsCutOffAtOnceAndStaysRefusedAfterABrokerRestart() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate(), bystanderID = ShareID.generate()
+        let token = fixture.token(id, .device)
+        let device = try fixture.client(id.rawValue, token)
+        let bystander = try fixture.client(bystanderID.rawValue, fixture.token(bystanderID, .device))
+        let flared = try fixture.flared()
+        #expect(device.waitForOutcome() == .connected)
+        #expect(bystander.waitForOutcome() == .connected)
+        #expect(flared.waitForOutcome() == .connected)
+
+        let revoke = #"{"op":"revoke","share_id":"\#(id.rawValue)","until":\#(Int64(Date().timeIntervalSince1970) + 3600)}"#
+        #expect(try flared.publish(Topics.brokerControl, revoke) == nil)
+        // Disconnected within a second of the broker taking the revocation (it kicks synchronously).
+        #expect(eventually(timeout: .seconds(1)) { device.disconnectCount >= 1 })
+        #expect(!device.mqtt.isConnected)
+        // Connecting again with the same token is refused.
+        #expect(try fixture.client(id.rawValue, token).waitForOutcome() == .refused)
+        #expect(try bystander.publish(Topics.location(bystanderID), "{}") == nil)
+        // flared repeats a stop it is not sure the broker heard: the list on disk keeps one line.
+        #expect(try flared.publish(Topics.brokerControl, revoke) == nil)
+        let revocations = fixture.broker.directory.appendingPathComponent("revocations")
+        #expect(try String(contentsOf: revocations, encoding: .utf8).split(separator: "\n").count == 1)
+
+        fixture.broker.stop()
+        try fixture.broker.start()
+        #expect(try fixture.client(id.rawValue, token).waitForOutcome() == .refused)
+        #expect(try fixture.client(bystanderID.rawValue, fixture.token(bystanderID, .device)).waitForOutcome() == .connected)
+        #expect(fixture.broker.log.contains("share was stopped"))
+    }
+
+    @Test func passedRevocationsArePrunedFromTheFileAtStartUpAndLiveOnesKept() throws {
+        let fixture = try AuthFixture()
+        let live = ShareID.generate(), passed = ShareID.generate()
+        let now = Int64(Date().timeIntervalSince1970)
+        fixture.broker.stop()
+        let file = fixture.broker.directory.appendingPathComponent("revocations")
+        try ("\(passed.rawValue) \(now - 10)\n" + "garbage line\n" + "\(live.rawValue) \(now + 3600)\n" + "\(live.rawValue) x\n")
+            .write(to: file, atomically: true, encoding: .utf8)
+        try fixture.broker.start()
+        #expect(try fixture.client(live.rawValue, fixture.token(live, .device)).waitForOutcome() == .refused)
+        #expect(try fixture.client(passed.rawValue, fixture.token(passed, .device)).waitForOutcome() == .connected)
+        #expect(try String(contentsOf: file, encoding: .utf8) == "\(live.rawValue) \(now + 3600)\n")
+    }
+
+    @Test func aRotatedTokenKeyIsTakenUpOnSIGHUP() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let oldToken = fixture.token(id, .device)
+        #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .connected)
+        let newKey = Crypto.randomBytes(32)
+        try (Base64URL.encode(newKey) + "\n").write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)
+        let pid = try #require(fixture.broker.processIdentifier)
+        kill(pid, SIGHUP)
+        let now = Int64(Date().timeIntervalSince1970)
+        let newToken = ShareToken(shareID: id, role: .device, issuedAt: now, expiresAt: now + 600).signed(with: newKey)
+        #expect(try eventually { try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected })
+        #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .refused)
+
+        // A broken key file on the next reload keeps the key in use.
+        try "not a key\n".write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)
+        kill(pid, SIGHUP)
+        #expect(eventually { fixture.broker.log.contains("keeping the token key already loaded") })
+        #expect(try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected)
+    }
+}

@@ -1,0 +1,76 @@
+import FlareCore
+import FlareMQTT
+import FlareTestSupport
+import Foundation
+import Testing
+
+/// The built `flared` against a broker that enforces tokens: it logs in as the `flared` service account, its
+/// device and watch tokens work at the broker, and stopping a share cuts the device off.
+@Suite struct FlaredWithAuthTests {
+    @Test func flaredWorksEndToEndAsTheServiceAccountAndStoppingAShareCutsItsDeviceOff() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        #expect(eventually { (try? flared.request("GET", "/healthz"))?.status == 200 })
+        #expect(fixture.broker.log.contains("u'flared'") || flared.log.contains("connected to the broker"))
+
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        #expect(created.status == 201)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let deviceToken = try #require(share["device_token"])
+
+        // The device publishes with its token; flared (subscribed as the service account) stores the fix.
+        let device = try fixture.client(id.rawValue, deviceToken)
+        #expect(device.waitForOutcome() == .connected)
+        #expect(try device.publish(Topics.location(id), #"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970))}"#) == nil)
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any]) != nil
+        })
+
+        // Watch tokens: owner key only, active shares only.
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens").status == 401)
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: deviceToken).status == 401)
+        #expect(try flared.request("POST", "/api/v1/shares/\(ShareID.generate().rawValue)/watch-tokens", bearer: flared.ownerKey).status == 404)
+        let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
+        #expect(issued.status == 201)
+        let watch = try #require(issued.json)
+        #expect(watch["mqtt_username"] as? String == id.rawValue)
+        #expect(watch["topic_filter"] as? String == "flare/v1/shares/\(id.rawValue)/#")
+        #expect(watch["expires_at"] as? String == share["expires_at"])
+        let watchToken = try #require(watch["watch_token"] as? String)
+        let watcher = try fixture.client(id.rawValue, watchToken)
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.subscribe(try #require(watch["topic_filter"] as? String)))
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.status(id) } })
+        #expect(try watcher.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == notAuthorized)
+        // HTTP ingest goes through the broker as flared: the watcher sees it.
+        let ingested = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/locations", body: #"{"lat":48.2,"lon":11.6}"#, bearer: deviceToken)
+        #expect((200...299).contains(ingested.status))
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(id) && String(decoding: $0.payload, as: UTF8.self).contains("48.2") } })
+
+        // Stop: the broker disconnects the device within a second and refuses the token from then on.
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
+        #expect(eventually(timeout: .seconds(1)) { !device.mqtt.isConnected })
+        #expect(try fixture.client(id.rawValue, deviceToken).waitForOutcome() == .refused)
+        #expect(try fixture.client(id.rawValue, watchToken).waitForOutcome() == .refused)
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).status == 409)
+
+        // A broker restart keeps the revocation, and flared carries on as before.
+        fixture.broker.stop()
+        try fixture.broker.start()
+        #expect(try fixture.client(id.rawValue, deviceToken).waitForOutcome() == .refused)
+        #expect(eventually(timeout: .seconds(20)) { (try? flared.request("GET", "/healthz"))?.json?["mqtt"] as? String == "connected" })
+        let next = try flared.request("POST", "/api/v1/shares", body: "{}", bearer: flared.ownerKey)
+        let nextShare = try #require(next.json as? [String: String])
+        let nextID = try #require(nextShare["share_id"].flatMap { ShareID($0) })
+        let nextDevice = try fixture.client(nextID.rawValue, try #require(nextShare["device_token"]))
+        #expect(nextDevice.waitForOutcome() == .connected)
+        #expect(try nextDevice.publish(Topics.location(nextID), #"{"lat":1,"lon":2}"#) == nil)
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(nextID.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any]) != nil
+        })
+        #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.flaredPassword))
+        #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
+    }
+}

@@ -1,0 +1,118 @@
+import FlareCore
+import FlareCrypto
+import FlareMQTT
+import FlareTestSupport
+import Foundation
+import Synchronization
+
+/// A broker with the flare_auth plugin and the flared service account, and a key to mint share tokens with.
+struct AuthFixture {
+    let directory: URL
+    let key: [UInt8]
+    let keyPath: String
+    let flaredPassword = Base64URL.encode(Crypto.randomBytes(24))
+    let adminPassword = Base64URL.encode(Crypto.randomBytes(24))
+    let broker: TestBroker
+
+    /// `directory` is laid out like FLARE_DATA_DIR after scripts/broker.sh ran: token.key and
+    /// broker/flared.password, so a `flared` started on it finds both by default.
+    init() throws {
+        directory = try TempDirectory.make(prefix: "flare-auth")
+        key = Crypto.randomBytes(32)
+        keyPath = directory.appendingPathComponent("token.key").path
+        try (Base64URL.encode(key) + "\n").write(toFile: keyPath, atomically: true, encoding: .utf8)
+        let brokerFiles = directory.appendingPathComponent("broker")
+        try FileManager.default.createDirectory(at: brokerFiles, withIntermediateDirectories: true)
+        try (flaredPassword + "\n").write(to: brokerFiles.appendingPathComponent("flared.password"), atomically: true, encoding: .utf8)
+        broker = try TestBroker(auth: BrokerAuth(tokenKeyPath: keyPath,
+                                                 serviceAccounts: ["flared": flaredPassword, "admin": adminPassword]))
+    }
+
+    func token(_ share: ShareID, _ role: ShareToken.Role, expiresIn seconds: Int64 = 3600) -> String {
+        let now = Int64(Date().timeIntervalSince1970)
+        return ShareToken(shareID: share, role: role, issuedAt: now, expiresAt: now + seconds).signed(with: key)
+    }
+
+    func client(_ username: String?, _ password: String?) throws -> Client {
+        try Client(port: broker.port, username: username, password: password)
+    }
+
+    func flared() throws -> Client { try client("flared", flaredPassword) }
+}
+
+/// An MQTT v5 client (the real libmosquitto one) that records its connection events and messages.
+final class Client: Sendable {
+    enum Outcome: Equatable { case connected, refused, pending }
+
+    let mqtt: MQTTClient
+    /// A class around the Mutex, so the handlers can hold it without holding the client.
+    private final class Recorder: Sendable {
+        let state = Mutex<(events: [MQTTConnectionEvent], messages: [MQTTMessage])>(([], []))
+    }
+    private let recorder = Recorder()
+
+    init(port: Int, username: String?, password: String?) throws {
+        var options = MQTTClient.Options(clientID: "auth-test-\(UUID().uuidString.prefix(12))")
+        options.port = port
+        options.username = username
+        options.password = password
+        options.reconnectDelay = (1, 1)
+        mqtt = try MQTTClient(options: options)
+        mqtt.setConnectionHandler { [recorder] event in recorder.state.withLock { $0.events.append(event) } }
+        mqtt.setMessageHandler { [recorder] message in recorder.state.withLock { $0.messages.append(message) } }
+        try mqtt.connect()
+    }
+
+    deinit { mqtt.disconnect() }
+
+    var events: [MQTTConnectionEvent] { recorder.state.withLock { $0.events } }
+    var messages: [MQTTMessage] { recorder.state.withLock { $0.messages } }
+
+    var outcome: Outcome {
+        for event in events {
+            switch event {
+            case .connected: return .connected
+            case .refused: return .refused
+            case .disconnected: continue
+            }
+        }
+        return .pending
+    }
+
+    /// Waits for the first CONNACK (either way).
+    func waitForOutcome() -> Outcome {
+        _ = eventually(timeout: .seconds(10)) { outcome != .pending }
+        return outcome
+    }
+
+    var disconnectCount: Int {
+        events.filter { if case .disconnected = $0 { return true } else { return false } }.count
+    }
+
+    var refusedCount: Int {
+        events.filter { if case .refused = $0 { return true } else { return false } }.count
+    }
+
+    /// QoS 1 publish; nil when the broker acknowledged it as accepted, else the MQTT v5 reason code.
+    func publish(_ topic: String, _ payload: String) throws -> Int32? {
+        do {
+            try mqtt.publishAndWait(topic: topic, payload: Array(payload.utf8), qos: 1, retain: false, timeout: .seconds(10))
+            return nil
+        } catch let error as MQTTError where error.code >= 0x80 {
+            return error.code
+        }
+    }
+
+    /// True if the broker granted the subscription, false if it refused it.
+    func subscribe(_ filter: String) throws -> Bool {
+        try mqtt.subscribe(filter, qos: 1)
+        do {
+            guard try mqtt.waitUntilSubscribed(timeout: .seconds(10)) else { throw TestSupportError("no SUBACK for \(filter)") }
+            return true
+        } catch let error as MQTTError where error.code >= 0x80 {
+            return false
+        }
+    }
+}
+
+let notAuthorized: Int32 = 0x87
