@@ -3,7 +3,7 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps build swift-test browser-test clean
+.PHONY: run test deps browser-deps bench-deps build swift-test browser-test bench clean
 
 run: deps build
 	./scripts/run.sh
@@ -25,6 +25,15 @@ swift-test:
 # The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
 browser-test: browser-deps
 	./scripts/browser-test.sh
+
+bench-deps:
+	./scripts/deps.sh --bench
+
+# Benchmarks against references measured in the same run (release build, own broker and flared on loopback).
+# `make bench` takes about two minutes; `make bench ARGS=--long` is the full-size run quoted in the README.
+bench: deps bench-deps
+	$(SWIFT) build -c release
+	/usr/bin/python3 scripts/bench/bench.py $(ARGS)
 
 clean:
 	rm -rf .build

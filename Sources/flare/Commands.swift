@@ -10,7 +10,9 @@ struct CommonOptions {
     let environment = ProcessInfo.processInfo.environment
 
     static let valueFlags: Set<String> = ["--server", "--key", "--data-dir", "--duration", "--name", "--label",
-                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed"]
+                                          "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
+                                          "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
+                                          "--pattern", "--expect", "--timeout", "--report-every"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
 
     init(_ arguments: [String]) throws {
@@ -80,6 +82,8 @@ enum Commands {
           flare track --share-file FILE | --share-id ID --token TOKEN       simulated tracker on a built-in route
                       [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--speed M/S] [--count N]
 
+          flare bench publish|count ...                                     MQTT load tools for `make bench` (loopback only)
+
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]
           --key KEY        owner key              [env FLARE_OWNER_KEY, default $FLARE_DATA_DIR/owner.key]
@@ -101,6 +105,7 @@ enum Commands {
         case ("share", "extend"): return try shareExtend(options, id: try argument(words, 2, "share id"))
         case ("keys", "create"): return try keysCreate(options)
         case ("track", _): return try Tracker(options: options).run()
+        case ("bench", _): return try Bench.run(options, words)
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
         }
     }
