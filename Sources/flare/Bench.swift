@@ -23,12 +23,13 @@ enum Bench {
         return url
     }
 
-    static func client(_ options: CommonOptions, name: String, inflight: Int) throws -> MQTTClient {
+    static func client(_ options: CommonOptions, name: String, inflight: Int, receiveMaximum: Int = 20) throws -> MQTTClient {
         let url = try broker(options)
         var mqttOptions = MQTTClient.Options(clientID: "flare-bench-\(name)-\(UInt32.random(in: 0...UInt32.max))")
         mqttOptions.host = url.host
         mqttOptions.port = url.port
         mqttOptions.maxInflightMessages = inflight
+        mqttOptions.receiveMaximum = receiveMaximum
         return try MQTTClient(options: mqttOptions)
     }
 
@@ -105,7 +106,8 @@ enum Bench {
         struct Tally { var count = 0; var first: Int64 = 0; var last: Int64 = 0 }
         let tally = Mutex(Tally())
         let done = DispatchSemaphore(value: 0)
-        let client = try client(options, name: "count", inflight: 100)
+        // The same receive maximum as flared's bridge, so both get the same flow control from the broker.
+        let client = try client(options, name: "count", inflight: 100, receiveMaximum: max(1, try integer(options, "--inflight", default: 1000)))
         client.setMessageHandler { message in
             guard !message.payload.isEmpty else { return }
             let now = nowNanos()
