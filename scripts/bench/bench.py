@@ -316,9 +316,11 @@ def paho_publisher(stack):
     return client
 
 
-def steady_publish(stack, shares, rate, seconds, lat_base):
-    """Publishes `rate` fixes/s for `seconds` round-robin over `shares`; returns {lat: send ns}."""
-    client = paho_publisher(stack)
+def steady_publish(client, shares, rate, seconds, lat_base):
+    """Publishes `rate` fixes/s for `seconds` round-robin over `shares`; returns {lat: send ns}.
+
+    `client` comes from paho_publisher(), made before the viewers' sockets: paho 1.6 waits with select(),
+    which cannot watch a descriptor numbered 1024 or higher."""
     sent = {}
     total = int(rate * seconds)
     start = time.monotonic()
@@ -345,9 +347,10 @@ def percentile(sorted_values, p):
 
 
 def bench_latency(stack, shares, rate, seconds):
+    publisher = paho_publisher(stack)
     viewers = SSEViewers(stack, [s[1] for s in shares])
     wait_for(lambda: viewers.open + viewers.errors >= len(shares), 30, "SSE viewers")
-    sent = steady_publish(stack, shares, rate, seconds, 48.0)
+    sent = steady_publish(publisher, shares, rate, seconds, 48.0)
     time.sleep(0.5)
     viewers.close()
     lat_ms = sorted((ns - sent[round(lat, 6)]) / 1e6 for ns, lat in viewers.events if round(lat, 6) in sent)
@@ -438,11 +441,12 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
                      "target": "flared <= 300 MB at 100k; create >= 2000/s",
                      "pass": (rss_mb(stack.flared.pid) <= 300 or level < 100_000) and burst / took >= 2000})
     if viewer_count:
+        publisher = paho_publisher(stack)
         viewers = SSEViewers(stack, [s[1] for s in shares[:viewer_count]])
         wait_for(lambda: viewers.open + viewers.errors >= viewer_count, 120, f"{viewer_count} SSE viewers")
         opened = viewers.open
         before = len(viewers.events)
-        sent = steady_publish(stack, shares[:viewer_count], rate, seconds, 49.0)
+        sent = steady_publish(publisher, shares[:viewer_count], rate, seconds, 49.0)
         time.sleep(1)
         got = sum(1 for _, lat in viewers.events[before:] if round(lat, 6) in sent)
         rows.append({"name": f"{viewer_count} SSE viewers", "open": opened, "errors": viewers.errors,
