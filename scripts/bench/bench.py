@@ -186,6 +186,7 @@ def bench_ingest(stack, shares, total, qos, burst):
     assert counter.stderr.readline().strip() == "ready"
     start_ns = None
     ref_received, ref_end = 0, 0
+    final_line = None
     for r in range(rounds):
         n = min(burst, total - r * burst)
         pub = flare_cli(stack, "publish", "--shares-file", path, "--prefix", prefix, "--count", str(n), "--qos", str(qos), "--offset", str(r * burst))
@@ -195,14 +196,20 @@ def bench_ingest(stack, shares, total, qos, burst):
             line = counter.stdout.readline()
             if line:
                 line = json.loads(line)
+                if "at_ns" not in line:  # the counter's final line: it ended (timeout) before this burst arrived
+                    final_line = line
+                    break
                 ref_received, ref_end = line["received"], line["at_ns"]
-    counter.stdout.flush()
     out = counter.stdout.read()  # not communicate(): it would skip what readline() already buffered
     err = counter.stderr.read()
     counter.wait(320)
-    if not out.strip():
+    lines = [json.loads(x) for x in out.strip().splitlines() if x.strip()]
+    if final_line:
+        lines.append(final_line)
+    finals = [x for x in lines if "last_ns" in x]
+    if not finals:
         raise SystemExit(f"bench: the reference subscriber failed ({counter.returncode}): {err.strip()[-300:]}")
-    ref = json.loads(out.strip().splitlines()[-1])
+    ref = finals[-1]
     if ref["received"] > ref_received:
         ref_received, ref_end = ref["received"], ref["last_ns"]
     ref_rate = ref_received / max(1e-9, (ref_end - start_ns) / 1e9)
