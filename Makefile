@@ -3,12 +3,12 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps bench-deps build swift-test browser-test bench clean
+.PHONY: run test deps browser-deps bench-deps build swift-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build
 	./scripts/run.sh
 
-test: deps build swift-test browser-test
+test: deps build swift-test browser-test chaos-quick fuzz
 
 deps:
 	./scripts/deps.sh
@@ -34,6 +34,18 @@ bench-deps:
 bench: deps bench-deps
 	$(SWIFT) build -c release
 	/usr/bin/python3 scripts/bench/bench.py $(ARGS)
+
+# Fault tests against real processes: kill -9 during ingest, broker restart, full disk, malformed HTTP, link abuse.
+chaos: deps build
+	/usr/bin/python3 scripts/chaos/chaos.py $(ARGS)
+
+# The same cases with shorter streams (about a minute), part of `make test`.
+chaos-quick: deps build
+	/usr/bin/python3 scripts/chaos/chaos.py --quick
+
+# libFuzzer on the payload and token parsers, FUZZ_SECONDS long (default 30).
+fuzz:
+	./scripts/fuzz/fuzz.sh
 
 clean:
 	rm -rf .build
