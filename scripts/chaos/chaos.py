@@ -160,6 +160,32 @@ def case_kill9(work, quick):
         stack.stop()
 
 
+def case_kill9_burst(work, quick):
+    """kill -9 flared in the middle of a full-speed burst: measures the worst in-flight window.
+
+    libmosquitto acknowledges a QoS 1 message before the bridge sees it; what the bridge holds unwritten
+    (the ingest queue, 8,192, plus the batch being committed, up to 8,192) is lost with the process."""
+    stack = Stack(work)
+    try:
+        shares = [stack.create_share()["share_id"] for _ in range(100)]
+        total = 40000
+        pub = bench_publish(stack, shares, total, 0, 0)
+        wait_for(lambda: stack.metric("flare_fixes_accepted_total") >= 5000, 30, "burst under way")
+        depth = int(stack.metric("flare_ingest_queue_depth"))
+        stack.flared.send_signal(signal.SIGKILL)
+        stack.flared.wait()
+        stack.start_flared()
+        pub.communicate(timeout=120)
+        wait_for(lambda: stack.metric("flare_ingest_queue_depth") == 0 and stack.metric("flare_fixes_accepted_total") > 0, 30, "ingest settled")
+        time.sleep(1.0)
+        stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
+        lost = total - stored
+        assert 0 <= lost <= 2 * 8192, f"lost {lost}: more than the queue and one batch"
+        return f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost} (queue depth just before the kill: {depth})", {"published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
+    finally:
+        stack.stop()
+
+
 def case_broker_restart(work, quick):
     """Broker restart mid-stream: flared and `flare track` reconnect; retained status survives; nothing twice."""
     stack = Stack(work)
@@ -361,7 +387,7 @@ def case_link_abuse(work, quick):
         stack.stop()
 
 
-CASES = [("kill -9 during ingest", case_kill9), ("broker restart", case_broker_restart), ("disk full", case_disk_full),
+CASES = [("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("disk full", case_disk_full),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
 
 
