@@ -434,10 +434,13 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
             new, took = create_shares(stack, missing)
             shares.extend(new)
             created_rate = missing / took
-            path = shares_file(stack, new, "scale-shares.txt")
-            before = stack.metric("flare_fixes_accepted_total")
-            flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(new)), "--qos", "1", "--offset", "7")
-            wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(new), 120, "last positions")
+            # In bursts of 40,000 (see bench_ingest: a larger unpaced burst gets the publisher disconnected).
+            for start in range(0, len(new), 40_000):
+                chunk = new[start:start + 40_000]
+                path = shares_file(stack, chunk, "scale-shares.txt")
+                before = stack.metric("flare_fixes_accepted_total")
+                flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
+                wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
         # Creation rate with `level` shares present: a short burst measured on its own.
         burst = max(500, min(5000, level // 10))
         extra, took = create_shares(stack, burst)
