@@ -3,12 +3,12 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps build plugin swift-test browser-test clean
+.PHONY: run test deps browser-deps bench-deps build plugin swift-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build plugin
 	./scripts/run.sh
 
-test: deps build plugin swift-test browser-test
+test: deps build plugin swift-test browser-test chaos-quick fuzz
 
 deps:
 	./scripts/deps.sh
@@ -35,6 +35,27 @@ swift-test:
 # The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
 browser-test: browser-deps
 	./scripts/browser-test.sh
+
+bench-deps:
+	./scripts/deps.sh --bench
+
+# Benchmarks against references measured in the same run (release build, own broker and flared on loopback).
+# `make bench` takes about two minutes; `make bench ARGS=--long` is the full-size run quoted in the README.
+bench: deps bench-deps plugin
+	$(SWIFT) build -c release
+	/usr/bin/python3 scripts/bench/bench.py $(ARGS)
+
+# Fault tests against real processes: kill -9 during ingest, broker restart, full disk, malformed HTTP, link abuse.
+chaos: deps build plugin
+	/usr/bin/python3 scripts/chaos/chaos.py $(ARGS)
+
+# The same cases with shorter streams (about a minute), part of `make test`.
+chaos-quick: deps build plugin
+	/usr/bin/python3 scripts/chaos/chaos.py --quick
+
+# libFuzzer on the payload and token parsers, FUZZ_SECONDS long (default 30).
+fuzz:
+	./scripts/fuzz/fuzz.sh
 
 clean:
 	rm -rf .build

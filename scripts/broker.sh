@@ -49,7 +49,7 @@ random_secret() { head -c 32 /dev/urandom | base64 -w0 | tr '+/' '-_' | tr -d '=
 # Password file: one line per service account that has a password file; hashed in place by mosquitto_passwd
 # (-U), so no password ever appears on a command line.
 passwd_tmp=$(mktemp "$broker_dir/passwd.XXXXXX")
-for account in flared admin; do
+for account in flared admin bench; do
   [ -s "$broker_dir/$account.password" ] || continue
   printf '%s:%s\n' "$account" "$(head -n1 "$broker_dir/$account.password")" >> "$passwd_tmp"
 done

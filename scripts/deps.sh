@@ -10,6 +10,9 @@ packages+=(gpsd gpsd-clients)
 if [ "${1:-}" = "--browser" ]; then
   packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium)
 fi
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(wrk nginx-light python3-paho-mqtt)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -30,7 +30,7 @@ public final class FixIngestor: Sendable {
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
     public init(store: ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
-                parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 1024) {
+                parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 8192) {
         self.store = store
         self.registry = registry
         self.metrics = metrics

@@ -25,6 +25,9 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         public var protocolVersion: ProtocolVersion = .v5
         /// Outgoing QoS 1/2 messages in flight at once (MOSQ_OPT_SEND_MAXIMUM); more are queued in the library.
         public var maxInflightMessages: Int = 100
+        /// MQTT v5: incoming QoS 1/2 messages the broker may have in flight to us at once (MOSQ_OPT_RECEIVE_MAXIMUM).
+        /// libmosquitto's default of 20 makes a busy subscriber wait a round trip per 20 messages.
+        public var receiveMaximum: Int = 20
         /// Seconds between reconnection attempts, growing (quadratically, libmosquitto's "exponential") from min to max.
         public var reconnectDelay: (min: Int, max: Int) = (1, 10)
 
@@ -61,6 +64,9 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         let version = options.protocolVersion == .v5 ? MQTT_PROTOCOL_V5 : MQTT_PROTOCOL_V311
         try MQTTError.check(mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, version), "protocol version")
         try MQTTError.check(mosquitto_int_option(handle, MOSQ_OPT_SEND_MAXIMUM, Int32(clamping: options.maxInflightMessages)), "maxInflightMessages")
+        if options.protocolVersion == .v5 {
+            try MQTTError.check(mosquitto_int_option(handle, MOSQ_OPT_RECEIVE_MAXIMUM, Int32(clamping: options.receiveMaximum)), "receiveMaximum")
+        }
         let delay = options.reconnectDelay
         guard delay.min >= 1, delay.max >= delay.min else {
             throw MQTTError(operation: "reconnectDelay", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "needs 1 <= min <= max")

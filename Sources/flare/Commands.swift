@@ -12,7 +12,9 @@ struct CommonOptions {
     static let valueFlags: Set<String> = ["--server", "--key", "--data-dir", "--duration", "--name", "--label",
                                           "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
                                           "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every",
-                                          "--qr", "--otrc"]
+                                          "--qr", "--otrc",
+                                          "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
+                                          "--pattern", "--expect", "--timeout", "--report-every"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
 
     init(_ arguments: [String]) throws {
@@ -89,6 +91,8 @@ enum Commands {
                       [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
                       [--queue N] [--status-every SECONDS] [--quiet]  outbox bound; status line period
 
+          flare bench publish|count ...                                     MQTT load tools for `make bench` (loopback only)
+
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]
           --key KEY        owner key              [env FLARE_OWNER_KEY, default $FLARE_DATA_DIR/owner.key]
@@ -111,6 +115,7 @@ enum Commands {
         case ("share", "owntracks"): return try shareOwnTracks(options, id: try argument(words, 2, "share id"))
         case ("keys", "create"): return try keysCreate(options)
         case ("track", _): return try Tracker(options: options).run()
+        case ("bench", _): return try Bench.run(options, words)
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
         }
     }

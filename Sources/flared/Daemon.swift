@@ -78,7 +78,9 @@ final class Daemon: Sendable {
             viewerDirectory: config.string("FLARE_VIEWER_DIR"),
             tileURLTemplate: config.string("FLARE_TILE_URL", default: "https://tile.openstreetmap.org/{z}/{x}/{y}.png"),
             tileAttribution: config.string("FLARE_TILE_ATTRIBUTION", default: "&copy; OpenStreetMap contributors"),
-            staleAfterSeconds: Int(try config.integer("FLARE_STALE_AFTER_S", in: 1...86_400)))
+            staleAfterSeconds: Int(try config.integer("FLARE_STALE_AFTER_S", in: 1...86_400)),
+            linkRatePerAddress: try Self.rateRule(config, "FLARE_LINK_RATE_PER_ADDRESS", default: "5/60"),
+            linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"))
         let ingestor = self.ingestor
         gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,
                               ingest: ingestor, ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
@@ -91,6 +93,17 @@ final class Daemon: Sendable {
         serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
         server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
         logger.info("data in \(dataDirectory); links as \(publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
+    }
+
+    /// "RATE/BURST", e.g. "5/60": RATE requests per second on average, BURST at once.
+    static func rateRule(_ config: Configuration, _ name: String, default fallback: String) throws -> RateLimiter.Rule {
+        let text = config.string(name, default: fallback)
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let rate = Double(parts[0]), let burst = Double(parts[1]),
+              rate > 0, rate.isFinite, burst >= 1, burst.isFinite else {
+            throw Configuration.ConfigurationError("\(name) must be RATE/BURST with RATE > 0 and BURST >= 1, e.g. 5/60 (got \(text))")
+        }
+        return RateLimiter.Rule(ratePerSecond: rate, burst: burst)
     }
 
     func start() throws {

@@ -24,6 +24,8 @@ enum FlaredSettings {
         .init("FLARE_TILE_ATTRIBUTION", "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors", "map attribution (HTML)"),
         .init("FLARE_STALE_AFTER_S", "120", "the viewer warns when the last position is older than this"),
         .init("FLARE_HTTP_THREADS", "4", "HTTP worker threads"),
+        .init("FLARE_LINK_RATE_PER_ADDRESS", "5/60", "link requests per client address: per second/burst"),
+        .init("FLARE_LINK_RATE_PER_TOKEN", "20/120", "link requests per view token: per second/burst"),
         .init("FLARE_LOG_LEVEL", "info", "debug, info, warning or error"),
     ]
 

@@ -1,0 +1,141 @@
+import FlareCore
+import FlareMQTT
+import Foundation
+import Synchronization
+
+/// `flare bench publish|count`: the MQTT load generator and the bare reference subscriber that scripts/bench
+/// drives. Both are thin over libmosquitto (FlareMQTT), so the reference is as fast as the broker delivers.
+/// Loopback only: they refuse any broker host that is not 127.0.0.1, ::1 or localhost.
+enum Bench {
+    static func run(_ options: CommonOptions, _ words: [String]) throws -> Int32 {
+        switch words.count > 1 ? words[1] : "" {
+        case "publish": return try publish(options)
+        case "count": return try count(options)
+        default: throw CLIError("usage: flare bench publish|count (see scripts/bench/bench.py)")
+        }
+    }
+
+    static func broker(_ options: CommonOptions) throws -> MQTTURL {
+        let text = options.flags["--mqtt-url"] ?? "mqtt://127.0.0.1:\(options.environment["FLARE_MQTT_PORT"] ?? "1883")"
+        guard let url = MQTTURL(text), !url.tls, ["127.0.0.1", "::1", "localhost"].contains(url.host) else {
+            throw CLIError("bench talks only to a broker on loopback (mqtt://127.0.0.1:PORT), got \(text)")
+        }
+        return url
+    }
+
+    static func client(_ options: CommonOptions, name: String, inflight: Int, receiveMaximum: Int = 20) throws -> MQTTClient {
+        let url = try broker(options)
+        var mqttOptions = MQTTClient.Options(clientID: "flare-bench-\(name)-\(UInt32.random(in: 0...UInt32.max))")
+        mqttOptions.host = url.host
+        mqttOptions.port = url.port
+        mqttOptions.maxInflightMessages = inflight
+        mqttOptions.receiveMaximum = receiveMaximum
+        // The broker admits no one anonymously: the load tools log in as the `bench` service account, which
+        // exists only where a benchmark or fault run created its password file.
+        let passwordFile = options.environment["FLARE_BENCH_PASSWORD_FILE"] ?? options.dataDirectory + "/broker/bench.password"
+        if let password = try? String(contentsOfFile: passwordFile, encoding: .utf8) {
+            mqttOptions.username = "bench"
+            mqttOptions.password = password.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        return try MQTTClient(options: mqttOptions)
+    }
+
+    static func integer(_ options: CommonOptions, _ flag: String, default fallback: Int) throws -> Int {
+        guard let text = options.flags[flag] else { return fallback }
+        guard let value = Int(text), value >= 0 else { throw CLIError("\(flag) needs a whole number, got \(text)") }
+        return value
+    }
+
+    static func nowNanos() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
+    }
+
+    /// Publishes `--count` fixes round-robin over the share ids in `--shares-file` (one a line) to
+    /// `<--prefix>/<id>/location`, at `--qos`, retained, as fast as the broker takes them or at `--rate` per second.
+    /// Every fix differs from the others of its share (coordinates step by 1e-6°), so each is a new row.
+    /// Prints one JSON line: start and end wall-clock times (ns) and how many were handed over.
+    static func publish(_ options: CommonOptions) throws -> Int32 {
+        guard let file = options.flags["--shares-file"], let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+            throw CLIError("bench publish needs --shares-file FILE (one share id a line)")
+        }
+        let prefix = options.flags["--prefix"] ?? "flare/v1/shares"
+        let ids = text.split(whereSeparator: \.isNewline).map(String.init)
+        guard !ids.isEmpty else { throw CLIError("\(file) names no share") }
+        let total = try integer(options, "--count", default: ids.count)
+        let qos = try integer(options, "--qos", default: 1)
+        let rate = try integer(options, "--rate", default: 0)
+        let offset = try integer(options, "--offset", default: 0)
+        let inflight = try integer(options, "--inflight", default: 1000)
+        let topics = ids.map { "\(prefix)/\($0)/location" }
+        let client = try client(options, name: "pub", inflight: max(1, inflight))
+        try client.connect()
+        guard client.waitUntilConnected(timeout: .seconds(10)) else { throw CLIError("cannot reach the broker") }
+        let tst = Int64(Date().timeIntervalSince1970)
+        let started = nowNanos()
+        var sent = 0
+        var index = 0
+        while index < total {
+            let round = (index + offset) / ids.count
+            let step = Double(round % 1_000_000) * 1e-6
+            let payload = Array("{\"_type\":\"location\",\"lat\":\(47.0 + step),\"lon\":\(8.0 + step),\"tst\":\(tst),\"acc\":5,\"tid\":\"bn\"}".utf8)
+            if rate > 0 {
+                let due = started + Int64(index) * 1_000_000_000 / Int64(rate)
+                let wait = due - nowNanos()
+                if wait > 0 { usleep(UInt32(wait / 1000)) }
+            }
+            do {
+                // Past the inflight window libmosquitto queues in memory: the broker's PUBACKs pace the stream.
+                _ = try client.publish(topic: topics[(index + offset) % ids.count], payload: payload, qos: qos, retain: true)
+                sent += 1
+                index += 1
+            } catch {
+                usleep(1000)  // reconnecting: try the same fix again
+            }
+        }
+        // The last one with an acknowledgement: when it is back, the broker has taken everything before it (in order).
+        try? client.publishAndWait(topic: "\(prefix)/bench-done/location", payload: [], qos: 1, retain: false, timeout: .seconds(120))
+        let finished = nowNanos()
+        client.disconnect()
+        print("{\"published\":\(sent),\"start_ns\":\(started),\"end_ns\":\(finished)}")
+        return 0
+    }
+
+    /// Subscribes to `--pattern` at `--qos` with a clean session and counts messages until `--expect` arrived or
+    /// `--timeout` seconds passed. Prints "ready" once subscribed (stderr), then one JSON line at the end.
+    static func count(_ options: CommonOptions) throws -> Int32 {
+        let pattern = options.flags["--pattern"] ?? "bench/v1/shares/+/location"
+        let qos = try integer(options, "--qos", default: 1)
+        let expect = try integer(options, "--expect", default: 1)
+        let timeout = try integer(options, "--timeout", default: 120)
+        let every = try integer(options, "--report-every", default: 0)
+        struct Tally { var count = 0; var first: Int64 = 0; var last: Int64 = 0 }
+        let tally = Mutex(Tally())
+        let done = DispatchSemaphore(value: 0)
+        // The same receive maximum as flared's bridge, so both get the same flow control from the broker.
+        let client = try client(options, name: "count", inflight: 100, receiveMaximum: max(1, try integer(options, "--inflight", default: 1000)))
+        client.setMessageHandler { message in
+            guard !message.payload.isEmpty else { return }
+            let now = nowNanos()
+            let (reached, count) = tally.withLock { tally -> (Bool, Int) in
+                if tally.count == 0 { tally.first = now }
+                tally.count += 1
+                tally.last = now
+                return (tally.count == expect, tally.count)
+            }
+            // Progress for a driver that sends the next burst when this one has arrived.
+            if every > 0, count % every == 0 { FileHandle.standardOutput.write(Data("{\"received\":\(count),\"at_ns\":\(now)}\n".utf8)) }
+            if reached { done.signal() }
+        }
+        try client.subscribe(pattern, qos: qos)
+        try client.connect()
+        guard try client.waitUntilSubscribed(timeout: .seconds(10)) else { throw CLIError("cannot subscribe") }
+        FileHandle.standardError.write(Data("ready\n".utf8))
+        _ = done.wait(timeout: .now() + .seconds(timeout))
+        let result = tally.withLock { $0 }
+        client.disconnect()
+        print("{\"received\":\(result.count),\"first_ns\":\(result.first),\"last_ns\":\(result.last)}")
+        return result.count >= expect ? 0 : 3
+    }
+}

@@ -1,0 +1,564 @@
+#!/usr/bin/python3
+"""Flare's benchmark suite (`make bench`, `make bench ARGS=--long`).
+
+Starts its own mosquitto (scripts/broker.sh) and a release-built flared on free loopback ports in a temp
+directory, measures each benchmark against a reference taken in the same run, prints a table and writes
+bench-results/<time>.json. Every load goes to 127.0.0.1 only, is bounded in count and time, and stops itself.
+"""
+import argparse
+import http.client
+import json
+import os
+import secrets
+import resource
+import select
+import selectors
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RELEASE = os.path.join(ROOT, ".build", "release")
+HOST = "127.0.0.1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def write_bench_password(broker_dir):
+    """The broker admits no one anonymously: the load tools log in as the `bench` service account."""
+    os.makedirs(broker_dir, exist_ok=True)
+    path = os.path.join(broker_dir, "bench.password")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
+class Stack:
+    """A broker and flared, each a child process, in one temp data directory."""
+
+    def __init__(self, work):
+        self.work = work
+        self.data = os.path.join(work, "data")
+        os.makedirs(self.data)
+        self.mqtt_port = free_port()
+        self.http_port = free_port()
+        env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
+                   FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_LOG_LEVEL="warning",
+                   # The benchmarks measure throughput, not the link rate limits (the fault tests check those).
+                   FLARE_LINK_RATE_PER_ADDRESS="1000000/1000000", FLARE_LINK_RATE_PER_TOKEN="1000000/1000000",
+                   FLARE_MAX_DURATION_S="86400", FLARE_DEFAULT_DURATION_S="86400")
+        self.env = env
+        self.conn = None
+        write_bench_password(os.path.join(self.data, "broker"))
+        self.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=env,
+                                       stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
+        self.flared = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
+                                       stdout=open(os.path.join(work, "flared.log"), "w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: self.get("/healthz")[0] == 200, 20, "flared")
+        with open(os.path.join(self.data, "owner.key")) as f:
+            self.owner_key = f.read().strip()
+
+    def request(self, method, path, body=None, headers=None):
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(HOST, self.http_port, timeout=30)
+            try:
+                self.conn.request(method, path, body=body, headers=headers or {})
+                response = self.conn.getresponse()
+                return response.status, response.read()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+
+    def get(self, path):
+        try:
+            return self.request("GET", path)
+        except OSError:
+            return 0, b""
+
+    def metric(self, name):
+        total = 0.0
+        for line in self.request("GET", "/metrics")[1].decode().splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stored_fixes(self):
+        db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
+        try:
+            return db.execute("SELECT count(*) FROM fixes").fetchone()[0]
+        finally:
+            db.close()
+
+    def stop(self):
+        for proc in (self.flared, self.broker):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def port_open(port):
+    try:
+        socket.create_connection((HOST, port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for(check, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"bench: {what} did not come up within {seconds} s")
+
+
+def create_shares(stack, count, threads=4):
+    """POST /api/v1/shares `count` times on `threads` keep-alive connections. Returns (shares, seconds)."""
+    results = [[] for _ in range(threads)]
+    body = json.dumps({"duration_s": 86400}).encode()
+    headers = {"Authorization": f"Bearer {stack.owner_key}", "Content-Type": "application/json"}
+
+    def worker(slot, n):
+        conn = http.client.HTTPConnection(HOST, stack.http_port, timeout=30)
+        for _ in range(n):
+            conn.request("POST", "/api/v1/shares", body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 201:
+                raise SystemExit(f"bench: share create answered {response.status}: {data[:200]!r}")
+            doc = json.loads(data)
+            results[slot].append((doc["share_id"], doc["share_url"].rsplit("/", 1)[1]))
+        conn.close()
+
+    started = time.monotonic()
+    pool = [threading.Thread(target=worker, args=(i, count // threads + (1 if i < count % threads else 0))) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return [s for r in results for s in r], time.monotonic() - started
+
+
+def flare_cli(stack, *args, timeout=600):
+    out = subprocess.run([os.path.join(RELEASE, "flare"), "bench", *args, "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}"],
+                         capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"bench: flare bench {args[0]} failed: {out.stderr.strip()[-500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def shares_file(stack, shares, name):
+    path = os.path.join(stack.work, name)
+    with open(path, "w") as f:
+        f.write("".join(s[0] + "\n" for s in shares))
+    return path
+
+
+def bench_ingest(stack, shares, total, qos, burst):
+    """Reference: a bare libmosquitto subscriber on a topic tree flared does not read. Then the same stream to Flare.
+
+    The stream goes in bursts of `burst` fixes, each sent as fast as the broker takes it once the previous one
+    has arrived: mosquitto 2.0 disconnects a publisher ("out of memory") when a subscriber's queue reaches
+    max_queued_bytes, so an unpaced 200,000-fix burst measures that limit, not delivery.
+    """
+    path = shares_file(stack, shares, "ingest-shares.txt")
+    rounds = (total + burst - 1) // burst
+    prefix = f"bench/q{qos}"
+    counter = subprocess.Popen([os.path.join(RELEASE, "flare"), "bench", "count", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
+                                "--pattern", f"{prefix}/+/location", "--qos", str(qos), "--expect", str(total),
+                                "--report-every", str(burst), "--timeout", "60" if qos else "10"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert counter.stderr.readline().strip() == "ready"
+    start_ns = None
+    ref_received, ref_end = 0, 0
+    final_line = None
+    for r in range(rounds):
+        n = min(burst, total - r * burst)
+        pub = flare_cli(stack, "publish", "--shares-file", path, "--prefix", prefix, "--count", str(n), "--qos", str(qos), "--offset", str(r * burst))
+        start_ns = start_ns or pub["start_ns"]
+        # QoS 0 may drop: then the progress line never comes and the counter's own timeout ends the run.
+        if select.select([counter.stdout], [], [], 30 if qos else 3)[0]:
+            line = counter.stdout.readline()
+            if line:
+                line = json.loads(line)
+                if "at_ns" not in line:  # the counter's final line: it ended (timeout) before this burst arrived
+                    final_line = line
+                    break
+                ref_received, ref_end = line["received"], line["at_ns"]
+    out = counter.stdout.read()  # not communicate(): it would skip what readline() already buffered
+    err = counter.stderr.read()
+    counter.wait(320)
+    lines = [json.loads(x) for x in out.strip().splitlines() if x.strip()]
+    if final_line:
+        lines.append(final_line)
+    finals = [x for x in lines if "last_ns" in x]
+    if not finals:
+        raise SystemExit(f"bench: the reference subscriber failed ({counter.returncode}): {err.strip()[-300:]}")
+    ref = finals[-1]
+    if ref["received"] > ref_received:
+        ref_received, ref_end = ref["received"], ref["last_ns"]
+    ref_rate = ref_received / max(1e-9, (ref_end - start_ns) / 1e9)
+
+    accepted0 = stack.metric("flare_fixes_accepted_total")
+    rows0 = stack.stored_fixes()
+
+    def wait_accepted(target, seconds=120):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            value = stack.metric("flare_fixes_accepted_total") - accepted0
+            if value >= target:
+                return value, time.time_ns()
+            time.sleep(0.005)
+        return stack.metric("flare_fixes_accepted_total") - accepted0, None
+
+    start_ns = None
+    accepted, end_ns = 0, None
+    offset = 10 * total  # new coordinates: every fix is a new row
+    for r in range(rounds):
+        n = min(burst, total - r * burst)
+        pub = flare_cli(stack, "publish", "--shares-file", path, "--count", str(n), "--qos", str(qos), "--offset", str(offset + r * burst))
+        start_ns = start_ns or pub["start_ns"]
+        accepted, end_ns = wait_accepted(r * burst + n, 120 if qos else 3)
+        if end_ns is None:
+            end_ns = time.time_ns()
+            if qos:
+                break
+    rows = stack.stored_fixes() - rows0
+    flare_rate = accepted / max(1e-9, (end_ns - start_ns) / 1e9)
+    ratio = flare_rate / ref_rate
+    return {"name": f"ingest QoS {qos}", "fixes": total, "shares": len(shares), "burst": burst,
+            "reference_received": ref_received, "reference_per_s": round(ref_rate),
+            "flare_accepted": int(accepted), "flare_rows": rows, "flare_per_s": round(flare_rate),
+            "ratio": round(ratio, 3), "target": ">= 0.8",
+            "pass": ratio >= 0.8 and (rows >= total if qos else True)}
+
+
+class SSEViewers:
+    """Many Server-Sent-Events connections on one selector thread; records (receive ns, fix lat) per event."""
+
+    def __init__(self, stack, tokens):
+        self.sel = selectors.DefaultSelector()
+        self.events = []
+        self.errors = 0
+        self.open = 0
+        self.stop = False
+        for token in tokens:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex((HOST, stack.http_port))
+            self.sel.register(s, selectors.EVENT_WRITE, {"buf": b"", "req": f"GET /api/v1/view/{token}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode(), "hdr": False})
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.stop:
+            for key, mask in self.sel.select(timeout=0.1):
+                s, st = key.fileobj, key.data
+                if mask & selectors.EVENT_WRITE:
+                    try:
+                        s.send(st["req"])
+                        self.sel.modify(s, selectors.EVENT_READ, st)
+                    except OSError:
+                        self.errors += 1
+                        self.sel.unregister(s)
+                        s.close()
+                    continue
+                try:
+                    chunk = s.recv(65536)
+                except OSError:
+                    chunk = b""
+                now = time.time_ns()
+                if not chunk:
+                    self.sel.unregister(s)
+                    s.close()
+                    self.open -= 1 if st["hdr"] else 0
+                    continue
+                st["buf"] += chunk
+                if not st["hdr"]:
+                    if b"\r\n\r\n" not in st["buf"]:
+                        continue
+                    head, st["buf"] = st["buf"].split(b"\r\n\r\n", 1)
+                    if not head.startswith(b"HTTP/1.1 200"):
+                        self.errors += 1
+                    st["hdr"] = True
+                    self.open += 1
+                while b"\n\n" in st["buf"]:
+                    block, st["buf"] = st["buf"].split(b"\n\n", 1)
+                    if b"event: fix" in block:
+                        for line in block.split(b"\n"):
+                            if line.startswith(b"data: "):
+                                try:
+                                    self.events.append((now, json.loads(line[6:])["lat"]))
+                                except ValueError:
+                                    pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+
+
+def paho_publisher(stack):
+    import paho.mqtt.client as mqtt
+    client = mqtt.Client(client_id=f"flare-bench-lat-{os.getpid()}", protocol=mqtt.MQTTv311)
+    client.max_inflight_messages_set(1000)
+    with open(os.path.join(stack.data, "broker", "bench.password")) as f:
+        client.username_pw_set("bench", f.read().strip())
+    client.connect(HOST, stack.mqtt_port)
+    client.loop_start()
+    return client
+
+
+def steady_publish(client, shares, rate, seconds, lat_base):
+    """Publishes `rate` fixes/s for `seconds` round-robin over `shares`; returns {lat: send ns}.
+
+    `client` comes from paho_publisher(), made before the viewers' sockets: paho 1.6 waits with select(),
+    which cannot watch a descriptor numbered 1024 or higher."""
+    sent = {}
+    total = int(rate * seconds)
+    start = time.monotonic()
+    tst = int(time.time())
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        lat = round(lat_base + i * 1e-6, 6)
+        payload = json.dumps({"_type": "location", "lat": lat, "lon": 8.5, "tst": tst, "acc": 5})
+        sent[lat] = time.time_ns()
+        client.publish(f"flare/v1/shares/{shares[i % len(shares)][0]}/location", payload, qos=1, retain=True)
+    time.sleep(1.0)
+    client.loop_stop()
+    client.disconnect()
+    return sent
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(round(p / 100 * (len(sorted_values) - 1))))]
+
+
+def bench_latency(stack, shares, rate, seconds):
+    publisher = paho_publisher(stack)
+    viewers = SSEViewers(stack, [s[1] for s in shares])
+    wait_for(lambda: viewers.open + viewers.errors >= len(shares), 30, "SSE viewers")
+    sent = steady_publish(publisher, shares, rate, seconds, 48.0)
+    time.sleep(0.5)
+    viewers.close()
+    lat_ms = sorted((ns - sent[round(lat, 6)]) / 1e6 for ns, lat in viewers.events if round(lat, 6) in sent)
+    p99 = percentile(lat_ms, 99)
+    return {"name": "latency publish->SSE", "rate_per_s": rate, "seconds": seconds, "viewers": len(shares),
+            "sent": len(sent), "received": len(lat_ms), "p50_ms": round(percentile(lat_ms, 50), 2),
+            "p99_ms": round(p99, 2), "max_ms": round(lat_ms[-1], 2) if lat_ms else None,
+            "target": "p99 <= 25 ms", "pass": p99 <= 25 and len(lat_ms) == len(sent)}
+
+
+def wrk(url, seconds, connections):
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout
+    rps = 0.0
+    non2xx = 0
+    for line in out.splitlines():
+        if line.startswith("Requests/sec:"):
+            rps = float(line.split()[1])
+        if "Non-2xx" in line:
+            non2xx = int(line.split()[-1])
+    return rps, non2xx
+
+
+def bench_view(stack, share, seconds):
+    """wrk on the view JSON and the viewer page, then on nginx serving files of the same sizes."""
+    token = share[1]
+    view_body = stack.request("GET", f"/api/v1/view/{token}")[1]
+    page_body = stack.request("GET", f"/s/{token}")[1]
+    root = os.path.join(stack.work, "nginx")
+    os.makedirs(os.path.join(root, "www"))
+    with open(os.path.join(root, "www", "view.json"), "wb") as f:
+        f.write(view_body)
+    with open(os.path.join(root, "www", "page.html"), "wb") as f:
+        f.write(page_body)
+    port = free_port()
+    conf = os.path.join(root, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""worker_processes 2;
+pid {root}/nginx.pid;
+error_log {root}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/tmp; proxy_temp_path {root}/tmp; fastcgi_temp_path {root}/tmp;
+  uwsgi_temp_path {root}/tmp; scgi_temp_path {root}/tmp;
+  keepalive_requests 1000000;
+  server {{ listen {HOST}:{port}; root {root}/www; }}
+}}
+""")
+    nginx = subprocess.Popen(["nginx", "-c", conf, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: port_open(port), 10, "nginx")
+        rows = []
+        for label, flare_path, static in (("view JSON", f"/api/v1/view/{token}", "/view.json"), ("viewer page", f"/s/{token}", "/page.html")):
+            flare_rps, flare_bad = wrk(f"http://{HOST}:{stack.http_port}{flare_path}", seconds, 50)
+            nginx_rps, _ = wrk(f"http://{HOST}:{port}{static}", seconds, 50)
+            ratio = flare_rps / nginx_rps if nginx_rps else 0
+            rows.append({"name": f"view endpoint: {label}", "bytes": len(view_body if static == "/view.json" else page_body),
+                         "flare_rps": round(flare_rps), "flare_non_2xx": flare_bad, "nginx_rps": round(nginx_rps),
+                         "ratio": round(ratio, 3), "target": ">= 0.5", "pass": ratio >= 0.5 and flare_bad == 0})
+        return rows
+    finally:
+        nginx.terminate()
+        nginx.wait()
+
+
+def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
+    """Grows to each level of live shares, each with a last position; RSS and share-creation rate at each."""
+    rows = []
+    for level in levels:
+        missing = level - len(shares)
+        created_rate = None
+        if missing > 0:
+            new, took = create_shares(stack, missing)
+            shares.extend(new)
+            created_rate = missing / took
+            # In bursts of 40,000 (see bench_ingest: a larger unpaced burst gets the publisher disconnected).
+            for start in range(0, len(new), 40_000):
+                chunk = new[start:start + 40_000]
+                path = shares_file(stack, chunk, "scale-shares.txt")
+                before = stack.metric("flare_fixes_accepted_total")
+                flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
+                wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
+        # Creation rate with `level` shares present: a short burst measured on its own.
+        burst = max(500, min(5000, level // 10))
+        extra, took = create_shares(stack, burst)
+        shares.extend(extra)
+        rows.append({"name": f"scale {level} shares", "live_shares": int(stack.metric("flare_shares_active")),
+                     "flared_rss_mb": round(rss_mb(stack.flared.pid), 1), "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1),
+                     "create_per_s": round(burst / took), "bulk_create_per_s": round(created_rate) if created_rate else None,
+                     "target": "flared <= 300 MB at 100k; create >= 2000/s",
+                     "pass": (rss_mb(stack.flared.pid) <= 300 or level < 100_000) and burst / took >= 2000})
+    if viewer_count:
+        publisher = paho_publisher(stack)
+        viewers = SSEViewers(stack, [s[1] for s in shares[:viewer_count]])
+        wait_for(lambda: viewers.open + viewers.errors >= viewer_count, 120, f"{viewer_count} SSE viewers")
+        opened = viewers.open
+        before = len(viewers.events)
+        sent = steady_publish(publisher, shares[:viewer_count], rate, seconds, 49.0)
+        time.sleep(1)
+        got = sum(1 for _, lat in viewers.events[before:] if round(lat, 6) in sent)
+        rows.append({"name": f"{viewer_count} SSE viewers", "open": opened, "errors": viewers.errors,
+                     "sse_clients_metric": int(stack.metric("flare_sse_clients")),
+                     "fixes_sent": len(sent), "events_received": got,
+                     "flared_rss_mb": round(rss_mb(stack.flared.pid), 1), "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1),
+                     "target": "all open, every fix delivered", "pass": opened == viewer_count and got == len(sent)})
+        viewers.close()
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
+    parser.add_argument("--only", default="ingest,latency,view,scale", help="comma-separated subset")
+    parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
+    if args.long:
+        cfg = dict(ingest=(1_000_000, 1_000), latency=(1000, 60), view_s=30, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20)
+    else:
+        cfg = dict(ingest=(200_000, 1_000), latency=(1000, 15), view_s=8, levels=(1_000, 10_000), viewers=2_000, viewer_s=5)
+    for tool in ("wrk", "nginx"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
+    work = tempfile.mkdtemp(prefix="flare-bench-")
+    stack = Stack(work)
+    results = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "long": args.long, "cpus": os.cpu_count(),
+               "mosquitto": subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0:1], "rows": []}
+    rows = results["rows"]
+    try:
+        total, share_count = cfg["ingest"]
+        shares, took = create_shares(stack, share_count)
+        if "ingest" in only:
+            rows.append(bench_ingest(stack, shares, total, 1, 40_000))
+            print_row(rows[-1])
+            rows.append(bench_ingest(stack, shares, total, 0, 40_000))
+            print_row(rows[-1])
+        if "latency" in only:
+            rows.append(bench_latency(stack, shares[:100], *cfg["latency"]))
+            print_row(rows[-1])
+        if "view" in only:
+            for row in bench_view(stack, shares[0], cfg["view_s"]):
+                rows.append(row)
+                print_row(row)
+        if "scale" in only:
+            for row in bench_scale(stack, shares, cfg["levels"], cfg["viewers"], 1000, cfg["viewer_s"]):
+                rows.append(row)
+                print_row(row)
+    finally:
+        stack.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"bench: kept {work}", file=sys.stderr)
+    os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)
+    out = os.path.join(ROOT, "bench-results", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ("-long" if args.long else "") + ".json")
+    with open(out, "w") as f:
+        json.dump(results, f, indent=2)
+    print()
+    print_table(rows)
+    print(f"\nwritten to {os.path.relpath(out, ROOT)}")
+    return 0
+
+
+def print_row(row):
+    print("bench: " + json.dumps(row), flush=True)
+
+
+def print_table(rows):
+    print(f"{'benchmark':34} {'Flare':>14} {'reference':>14} {'ratio / figure':>26}  {'target':>34}  ok")
+    for r in rows:
+        name = r["name"]
+        if name.startswith("ingest"):
+            cells = (f"{r['flare_per_s']:,}/s", f"{r['reference_per_s']:,}/s", f"{r['ratio']}")
+        elif name.startswith("latency"):
+            cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
+        elif name.startswith("view"):
+            cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']}")
+        elif name.startswith("scale"):
+            cells = (f"{r['flared_rss_mb']} MB", f"mosq {r['mosquitto_rss_mb']} MB", f"create {r['create_per_s']:,}/s")
+        else:
+            cells = (f"{r['open']:,} open", f"{r['events_received']}/{r['fixes_sent']}", f"RSS {r['flared_rss_mb']} MB")
+        print(f"{name:34} {cells[0]:>14} {cells[1]:>14} {cells[2]:>26}  {r['target']:>34}  {'yes' if r['pass'] else 'NO'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
