@@ -23,6 +23,10 @@ public struct ShareSnapshot: Sendable {
     public let last: Fix?
     public let trail: [TrailPoint]
     public let viewers: Int
+    /// Changes whenever anything above changes; the key for `cachedView`.
+    public let version: UInt64
+    /// What the gateway rendered for this version, if it did (see `ShareRegistry.cacheView`).
+    public let cachedView: [UInt8]?
 }
 
 /// The bridge's in-memory view of every share that still has history: state, expiry, last fix and a short
@@ -36,6 +40,16 @@ public final class ShareRegistry: Sendable {
         var last: Fix?
         var trail: [TrailPoint] = []
         var subscribers: [Int: Subscriber] = [:]
+        var version: UInt64 = 0
+        /// The link holders' rendering of this version: rendering the trail's numbers dominated the view
+        /// endpoint's CPU time, and a share changes far less often than its link is polled.
+        var cachedView: (version: UInt64, bytes: [UInt8])?
+
+        /// Every change goes through here, so a cached rendering can never outlive the state it shows.
+        mutating func changed() {
+            version &+= 1
+            cachedView = nil
+        }
     }
 
     private struct State {
@@ -87,7 +101,16 @@ public final class ShareRegistry: Sendable {
     }
 
     private static func snapshot(_ entry: Entry) -> ShareSnapshot {
-        ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count)
+        ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count,
+                      version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
+    }
+
+    /// Keeps the gateway's rendering of a snapshot, unless the share changed since that snapshot was taken.
+    public func cacheView(_ id: ShareID, version: UInt64, bytes: [UInt8]) {
+        state.withLock { state in
+            guard state.entries[id]?.version == version else { return }
+            state.entries[id]!.cachedView = (version, bytes)
+        }
     }
 
     /// What the ingest path needs to validate a fix, in one short lock.
@@ -111,6 +134,7 @@ public final class ShareRegistry: Sendable {
             guard var entry = state.entries[id] else { return [] }
             let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
             Self.append(fix, to: &entry, trailLength: trailLength)
+            entry.changed()
             state.entries[id] = entry
             return isNewest && entry.share.isActive ? Array(entry.subscribers.values) : []
         }
@@ -134,6 +158,7 @@ public final class ShareRegistry: Sendable {
         let subscribers: [Subscriber] = state.withLock { state in
             guard state.entries[id]?.share.isActive == true else { return [] }
             state.entries[id]!.share.expiresAt = expiresAt
+            state.entries[id]!.changed()
             return Array(state.entries[id]!.subscribers.values)
         }
         for subscriber in subscribers { subscriber(.extended(expiresAt: expiresAt)) }
@@ -145,6 +170,7 @@ public final class ShareRegistry: Sendable {
             guard var entry = state.entries[id], entry.share.isActive else { return [] }
             entry.share.endedAt = endedAt
             entry.share.endReason = reason
+            entry.changed()
             let subscribers = Array(entry.subscribers.values)
             state.viewerCount -= entry.subscribers.count
             entry.subscribers = [:]

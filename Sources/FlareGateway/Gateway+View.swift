@@ -41,11 +41,25 @@ extension Gateway {
         case .purged(let share):
             return .json(410, viewDocument(share: share, last: nil, trail: []))
         case .live(let snapshot):
-            return .json(snapshot.share.isActive ? 200 : 410, viewDocument(share: snapshot.share, last: snapshot.last, trail: snapshot.trail))
+            let status = snapshot.share.isActive ? 200 : 410
+            if let cached = snapshot.cachedView { return .json(status, withServerTime(cached)) }
+            let document = viewDocumentBody(share: snapshot.share, last: snapshot.last, trail: snapshot.trail)
+            registry.cacheView(snapshot.share.id, version: snapshot.version, bytes: document)
+            return .json(status, withServerTime(document))
         }
     }
 
     private func viewDocument(share: Share, last: Fix?, trail: [TrailPoint]) -> [UInt8] {
+        withServerTime(viewDocumentBody(share: share, last: last, trail: trail))
+    }
+
+    /// Closes a rendered view document with the one field that changes every second.
+    private func withServerTime(_ body: [UInt8]) -> [UInt8] {
+        body + Array(",\"server_time\":\"\(RFC3339.format(millis: clock.now()))\"}".utf8)
+    }
+
+    /// The view document without its closing `server_time` field and brace: the part that depends only on the share.
+    private func viewDocumentBody(share: Share, last: Fix?, trail: [TrailPoint]) -> [UInt8] {
         var writer = JSONWriter(capacity: 256 + trail.count * 48)
         writer.beginObject()
         if share.isActive {
@@ -57,7 +71,6 @@ extension Gateway {
         }
         writer.field("name", share.name)
         writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
-        writer.field("server_time", RFC3339.format(millis: clock.now()))
         writer.key("last")
         if let last { last.writeViewJSON(into: &writer) } else { writer.null() }
         writer.key("trail")
@@ -70,7 +83,6 @@ extension Gateway {
             writer.endObject()
         }
         writer.endArray()
-        writer.endObject()
         return writer.bytes
     }
 

@@ -86,6 +86,32 @@ import Testing
         #expect(snapshot.trail.map(\.timestamp) == [30, 35, 40])
     }
 
+    @Test func aCachedRenderingNeverOutlivesTheStateItShows() {
+        let registry = ShareRegistry()
+        let share = stored()
+        let id = share.share.id
+        registry.insert(share)
+        let first = registry.snapshot(id)!
+        #expect(first.cachedView == nil)
+        registry.cacheView(id, version: first.version, bytes: [1])
+        #expect(registry.snapshot(id)?.cachedView == [1])
+
+        // A rendering of an older snapshot is not kept.
+        let before = registry.snapshot(id)!
+        registry.record(Fix(latitude: 1, longitude: 2, timestamp: 3), for: id)
+        #expect(registry.snapshot(id)?.cachedView == nil)
+        registry.cacheView(id, version: before.version, bytes: [2])
+        #expect(registry.snapshot(id)?.cachedView == nil)
+
+        for change in [{ registry.updateExpiry(id, expiresAt: 5_000_000) }, { registry.markEnded(id, reason: .stopped, at: 9) }] {
+            let current = registry.snapshot(id)!
+            registry.cacheView(id, version: current.version, bytes: [3])
+            #expect(registry.snapshot(id)?.cachedView == [3])
+            change()
+            #expect(registry.snapshot(id)?.cachedView == nil)
+        }
+    }
+
     @Test func countsActiveSharesAndViewers() {
         let registry = ShareRegistry()
         let a = stored(), b = stored(active: false)
