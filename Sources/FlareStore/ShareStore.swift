@@ -1,5 +1,6 @@
 public import FlareCore
 import Synchronization
+import Foundation
 
 /// A share row and its store key.
 public struct StoredShare: Sendable, Equatable {
@@ -45,7 +46,31 @@ public final class ShareStore: Sendable {
         // memory (64 MiB) instead of re-reading them for every batch (SQLite's default is 2 MiB).
         try db.execute("PRAGMA cache_size=-65536")
         try Self.migrate(db)
+        // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
+        // not inside the commit that happens to cross SQLite's threshold: that commit's fixes would wait for it.
+        try db.execute("PRAGMA wal_autocheckpoint=0")
         database = Mutex(db)
+        let checkpointer = try SQLiteDatabase(path: path)
+        Self.startCheckpointing(checkpointer, for: self)
+    }
+
+    /// Every second, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
+    /// Stops when the store is gone.
+    private static func startCheckpointing(_ connection: SQLiteDatabase, for store: ShareStore) {
+        final class Connection: @unchecked Sendable {
+            // @unchecked: used only by the checkpoint thread after this hand-over.
+            let database: SQLiteDatabase
+            init(_ database: SQLiteDatabase) { self.database = database }
+        }
+        let handOver = Connection(connection)
+        let thread = Thread { [weak store] in
+            while store != nil {
+                Thread.sleep(forTimeInterval: 1)
+                guard store != nil else { break }
+                try? handOver.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            }
+        }
+        thread.start()
     }
 
     private static func migrate(_ db: SQLiteDatabase) throws(StoreError) {
