@@ -169,7 +169,7 @@ def create_shares(stack, count, threads=4):
 
 def flare_cli(stack, *args, timeout=600):
     out = subprocess.run([os.path.join(RELEASE, "flare"), "bench", *args, "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}"],
-                         capture_output=True, text=True, timeout=timeout)
+                         capture_output=True, text=True, timeout=timeout, env=stack.env)
     if out.returncode != 0:
         raise SystemExit(f"bench: flare bench {args[0]} failed: {out.stderr.strip()[-500:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -195,7 +195,7 @@ def bench_ingest(stack, shares, total, qos, burst):
     counter = subprocess.Popen([os.path.join(RELEASE, "flare"), "bench", "count", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
                                 "--pattern", f"{prefix}/+/location", "--qos", str(qos), "--expect", str(total),
                                 "--report-every", str(burst), "--timeout", "60" if qos else "10"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stack.env)
     assert counter.stderr.readline().strip() == "ready"
     start_ns = None
     ref_received, ref_end = 0, 0
