@@ -47,14 +47,15 @@ public final class ShareStore: Sendable {
         try db.execute("PRAGMA cache_size=-65536")
         try Self.migrate(db)
         // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
-        // not inside the commit that happens to cross SQLite's threshold: that commit's fixes would wait for it.
-        try db.execute("PRAGMA wal_autocheckpoint=0")
+        // four times a second, so the commit that would cross SQLite's threshold (1,000 pages) and have its fixes
+        // wait for a checkpoint rarely comes. SQLite's own checkpoint stays on as the backstop: with it off, a
+        // store whose disk filled up did not recover when space returned (`make chaos`, disk full).
         database = Mutex(db)
         let checkpointer = try SQLiteDatabase(path: path)
         Self.startCheckpointing(checkpointer, for: self)
     }
 
-    /// Every second, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
+    /// Every 250 ms, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
     /// Stops when the store is gone.
     private static func startCheckpointing(_ connection: SQLiteDatabase, for store: ShareStore) {
         final class Connection: @unchecked Sendable {
@@ -65,7 +66,7 @@ public final class ShareStore: Sendable {
         let handOver = Connection(connection)
         let thread = Thread { [weak store] in
             while store != nil {
-                Thread.sleep(forTimeInterval: 1)
+                Thread.sleep(forTimeInterval: 0.25)
                 guard store != nil else { break }
                 try? handOver.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
             }
