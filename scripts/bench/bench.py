@@ -9,7 +9,6 @@ import argparse
 import http.client
 import json
 import os
-import secrets
 import resource
 import select
 import selectors
@@ -22,15 +21,10 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from flarestack import HOST, ROOT, free_port, port_open, write_bench_password  # noqa: E402
+
 RELEASE = os.path.join(ROOT, ".build", "release")
-HOST = "127.0.0.1"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid):
@@ -39,17 +33,6 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def write_bench_password(broker_dir):
-    """The broker admits no one anonymously: the load tools log in as the `bench` service account."""
-    os.makedirs(broker_dir, exist_ok=True)
-    path = os.path.join(broker_dir, "bench.password")
-    if not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
-    return path
 
 
 class Stack:
@@ -121,14 +104,6 @@ class Stack:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-
-
-def port_open(port):
-    try:
-        socket.create_connection((HOST, port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def wait_for(check, seconds, what):

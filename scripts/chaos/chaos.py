@@ -9,7 +9,6 @@ import argparse
 import http.client
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -19,23 +18,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-HOST = "127.0.0.1"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from flarestack import HOST, ROOT, free_port, port_open, write_bench_password  # noqa: E402
+
 BIN = os.path.join(ROOT, ".build", "debug")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def port_open(port):
-    try:
-        socket.create_connection((HOST, port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def wait_for(check, seconds, what):
@@ -48,17 +34,6 @@ def wait_for(check, seconds, what):
             pass
         time.sleep(0.05)
     raise AssertionError(f"{what} did not happen within {seconds} s")
-
-
-def write_bench_password(broker_dir):
-    """The broker admits no one anonymously: the load tools log in as the `bench` service account."""
-    os.makedirs(broker_dir, exist_ok=True)
-    path = os.path.join(broker_dir, "bench.password")
-    if not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
-    return path
 
 
 class Stack:

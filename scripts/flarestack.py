@@ -1,0 +1,33 @@
+"""Helpers shared by scripts/bench and scripts/chaos: loopback ports and the broker's `bench` service account."""
+import os
+import secrets
+import socket
+
+HOST = "127.0.0.1"
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_open(port):
+    try:
+        socket.create_connection((HOST, port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def write_bench_password(broker_dir):
+    """The broker admits no one anonymously: the load tools log in as the `bench` service account, which exists
+    only where this file does (scripts/broker.sh adds it to the password file)."""
+    os.makedirs(broker_dir, exist_ok=True)
+    path = os.path.join(broker_dir, "bench.password")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    return path
