@@ -134,11 +134,6 @@ public struct Configuration: Sendable {
         return value
     }
 
-    public mutating func setDerived(_ name: String, _ value: String) {
-        guard string(name) == nil else { return }
-        values[name] = value
-        sources[name] = "derived"
-    }
 
     /// The `--help` text: usage, then every setting with its default.
     public static func helpText(usage: String, settings: [Setting]) -> String {

@@ -26,7 +26,6 @@ public final class Gateway: Sendable {
     let shares: ShareService
     let registry: ShareRegistry
     let store: ShareStore
-    let ingest: FixIngestor
     let ingestPublisher: any IngestPublisher
     let metrics: Metrics
     let logger: Logger
@@ -39,14 +38,13 @@ public final class Gateway: Sendable {
     let parser: LocationPayloadParser
 
     public init(configuration: GatewayConfiguration, shares: ShareService, registry: ShareRegistry, store: ShareStore,
-                ingest: FixIngestor, ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
+                ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
                 clock: any WallClock, parser: LocationPayloadParser = LocationPayloadParser(),
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
         self.configuration = configuration
         self.shares = shares
         self.registry = registry
         self.store = store
-        self.ingest = ingest
         self.ingestPublisher = ingestPublisher
         self.metrics = metrics
         self.logger = logger

@@ -9,11 +9,6 @@ public struct StoreError: Error, CustomStringConvertible {
 
     public var description: String { "\(operation) failed: \(message) (sqlite code \(code))" }
 
-    /// The disk is full or the file cannot be written: the caller may retry later.
-    public var isStorageUnavailable: Bool {
-        let primary = code & 0xFF
-        return primary == SQLITE_FULL || primary == SQLITE_READONLY || primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN || primary == SQLITE_BUSY
-    }
 }
 
 /// Owns one `sqlite3*` connection. Not thread-safe by itself: `ShareStore` serialises access.

@@ -320,10 +320,4 @@ public final class ShareStore: Sendable {
         }
     }
 
-    /// A cheap write-path probe for /healthz.
-    public func checkWritable() throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            try db.execute("BEGIN IMMEDIATE; COMMIT")
-        }
-    }
 }

@@ -83,7 +83,7 @@ final class Daemon: Sendable {
             linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"))
         let ingestor = self.ingestor
         gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,
-                              ingest: ingestor, ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
+                              ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
                               clock: clock, parser: parser) {
             HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy)
         }
