@@ -114,11 +114,11 @@ public final class FixIngestor: Sendable {
                         logger.info("store writable again; \(batch.count) queued fixes written")
                     }
                     retryDelayMillis = 50
-                    var accepted = 0
-                    for (item, isNew) in zip(batch, inserted) where isNew {
-                        registry.record(item.pending.fix, for: item.shareID)
-                        accepted += 1
-                    }
+                    var stored: [(share: ShareID, fix: Fix)] = []
+                    stored.reserveCapacity(batch.count)
+                    for (item, isNew) in zip(batch, inserted) where isNew { stored.append((item.shareID, item.pending.fix)) }
+                    registry.record(stored)
+                    let accepted = stored.count
                     metrics.increment(FlareMetrics.fixesAccepted, by: Double(accepted))
                     if accepted < batch.count { metrics.increment(FlareMetrics.fixesDuplicate, by: Double(batch.count - accepted)) }
                     break

@@ -130,15 +130,32 @@ public final class ShareRegistry: Sendable {
     /// Records a stored fix. It becomes the last position unless an newer one is already known (a tracker may
     /// deliver fixes it buffered while offline); viewers hear only about a new last position.
     public func record(_ fix: Fix, for id: ShareID) {
-        let subscribers: [Subscriber] = state.withLock { state in
-            guard var entry = state.entries[id] else { return [] }
-            let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
-            Self.append(fix, to: &entry, trailLength: trailLength)
-            entry.changed()
-            state.entries[id] = entry
-            return isNewest && entry.share.isActive ? Array(entry.subscribers.values) : []
+        record([(id, fix)])
+    }
+
+    /// Records a batch of stored fixes, in order, under one lock; viewers are told after it is released.
+    public func record(_ fixes: [(share: ShareID, fix: Fix)]) {
+        var notifications: [(Subscriber, Fix)] = []
+        state.withLock { state in
+            for (id, fix) in fixes {
+                // Changed in place: copying the entry out would copy its trail and subscribers for every fix.
+                guard let index = state.entries.index(forKey: id) else { continue }
+                let isNewest = Self.record(fix, into: &state.entries.values[index], trailLength: trailLength)
+                let entry = state.entries.values[index]
+                if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
+                    for subscriber in entry.subscribers.values { notifications.append((subscriber, fix)) }
+                }
+            }
         }
-        for subscriber in subscribers { subscriber(.fix(fix)) }
+        for (subscriber, fix) in notifications { subscriber(.fix(fix)) }
+    }
+
+    /// Returns whether the fix is the share's newest.
+    private static func record(_ fix: Fix, into entry: inout Entry, trailLength: Int) -> Bool {
+        let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
+        append(fix, to: &entry, trailLength: trailLength)
+        entry.changed()
+        return isNewest
     }
 
     private static func append(_ fix: Fix, to entry: inout Entry, trailLength: Int) {

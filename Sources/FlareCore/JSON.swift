@@ -41,6 +41,25 @@ extension JSONValue {
     }
 
     public static func parse(_ text: String) throws(JSONError) -> JSONValue { try parse(Array(text.utf8)) }
+
+    /// Walks a JSON object's members in order without building a dictionary: the ingest path reads a handful of
+    /// known keys from every payload, and hashing every key into a fresh dictionary was most of its parse time.
+    /// Accepts and refuses exactly the texts `parse` does (and then only objects); a key that appears twice is
+    /// reported twice, so a caller keeping the last one sees what `parse(bytes)[key]` would.
+    public static func forEachMember(
+        ofObject bytes: [UInt8], _ body: (_ key: String, _ value: JSONValue) -> Void
+    ) throws(JSONError) {
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in
+            var parser = JSONParser(bytes: buffer)
+            parser.skipWhitespace()
+            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else {
+                throw parser.error("expected an object")
+            }
+            try parser.parseMembers(depth: 0, body)
+            parser.skipWhitespace()
+            guard parser.index == buffer.count else { throw parser.error("trailing characters after the value") }
+        }
+    }
 }
 
 private struct JSONParser {
@@ -84,10 +103,17 @@ private struct JSONParser {
     }
 
     mutating func parseObject(depth: Int) throws(JSONError) -> JSONValue {
-        index += 1
         var members: [String: JSONValue] = [:]
+        try parseMembers(depth: depth) { key, value in members[key] = value }
+        return .object(members)
+    }
+
+    /// From the opening brace to just past the closing one, handing each member to `body` as it is read.
+    mutating func parseMembers(depth: Int, _ body: (String, JSONValue) -> Void) throws(JSONError) {
+        guard depth < JSONValue.maximumDepth else { throw error("nested too deeply") }
+        index += 1
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
@@ -96,11 +122,11 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            members[key] = try parseValue(depth: depth + 1)
+            body(key, try parseValue(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return }
             throw error("expected ',' or '}'")
         }
     }
@@ -123,28 +149,56 @@ private struct JSONParser {
 
     mutating func parseNumber() throws(JSONError) -> Double {
         let start = index
-        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        let negative = bytes[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
         guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
+        // The digits, as an integer, while they fit the exact fast path below (at most 15 of them).
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var fractionDigits = 0
         if bytes[index] == UInt8(ascii: "0") {
             index += 1
+            digits = 1
         } else {
-            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            while index < bytes.count, isDigit(bytes[index]) {
+                mantissa = digits < 15 ? mantissa &* 10 &+ UInt64(bytes[index] &- UInt8(ascii: "0")) : mantissa
+                digits += 1
+                index += 1
+            }
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             index += 1
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
-            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            while index < bytes.count, isDigit(bytes[index]) {
+                mantissa = digits < 15 ? mantissa &* 10 &+ UInt64(bytes[index] &- UInt8(ascii: "0")) : mantissa
+                digits += 1
+                fractionDigits += 1
+                index += 1
+            }
         }
+        var hasExponent = false
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            hasExponent = true
             index += 1
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("invalid number") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         guard index - start <= 64 else { throw error("number too long") }
+        // Clinger's fast path: an integer below 2^53 and a power of ten up to 10^22 are both exact doubles, so
+        // one IEEE division rounds correctly. That covers coordinates as trackers send them (strtod was a
+        // tenth of the ingest path); anything longer or with an exponent goes through the full conversion.
+        if !hasExponent, digits <= 15, fractionDigits <= 22 {
+            let magnitude = Double(mantissa) / Self.powersOfTen[fractionDigits]
+            return negative ? -magnitude : magnitude
+        }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         guard let value = Double(text) else { throw error("invalid number") }
         return value
+    }
+
+    private static let powersOfTen: [Double] = (0...22).map { exponent in
+        (0..<exponent).reduce(1.0) { power, _ in power * 10 }  // exact: every 10^k up to 10^22 is a double
     }
 
     func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
@@ -229,6 +283,9 @@ private struct JSONParser {
     }
 
     func validUTF8(_ buffer: UnsafeBufferPointer<UInt8>) throws(JSONError) -> String {
+        // Keys and most values are ASCII, which is valid as it stands; String(validating:) is generic over the
+        // encoding and looked up type metadata on every call.
+        if buffer.allSatisfy({ $0 < 0x80 }) { return String(decoding: buffer, as: UTF8.self) }
         guard let string = String(validating: buffer, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
         return string
     }

@@ -47,19 +47,24 @@ public struct LocationPayloadParser: Sendable {
     ///   - shareCreatedAt: fixes timestamped long before the share began are refused.
     public func parse(_ payload: [UInt8], receivedAt: UnixMillis, shareCreatedAt: UnixMillis) -> Result<Fix, RejectReason> {
         guard payload.count <= maximumBytes else { return .failure(.tooLarge) }
-        guard let object = (try? JSONValue.parse(payload))?.objectValue else { return .failure(.malformed) }
-        if let type = object["_type"] {
+        var fields = Fields()
+        do {
+            try JSONValue.forEachMember(ofObject: payload) { key, value in fields.take(key, value) }
+        } catch {
+            return .failure(.malformed)
+        }
+        if let type = fields.type {
             guard type.stringValue == "location" else { return .failure(.ignoredType) }
         }
-        guard let latitude = object["lat"]?.doubleValue ?? Self.numericString(object["lat"]),
-              let longitude = object["lon"]?.doubleValue ?? Self.numericString(object["lon"])
+        guard let latitude = fields.lat?.doubleValue ?? Self.numericString(fields.lat),
+              let longitude = fields.lon?.doubleValue ?? Self.numericString(fields.lon)
         else { return .failure(.missingCoordinates) }
         guard latitude.isFinite, longitude.isFinite, abs(latitude) <= 90, abs(longitude) <= 180 else {
             return .failure(.invalidCoordinates)
         }
         let nowSeconds = receivedAt / 1000
         var timestamp = nowSeconds
-        if let tst = object["tst"] {
+        if let tst = fields.tst {
             guard let seconds = tst.doubleValue, seconds.isFinite, seconds >= 0, seconds < 1e11 else { return .failure(.malformed) }
             timestamp = Int64(seconds)
         }
@@ -68,13 +73,35 @@ public struct LocationPayloadParser: Sendable {
 
         // Optional fields that are out of range are dropped, not fatal: a bad battery reading must never cost a position.
         var fix = Fix(latitude: latitude, longitude: longitude, timestamp: timestamp)
-        fix.accuracy = Self.number(object["acc"], in: 0...1_000_000)
-        fix.altitude = Self.number(object["alt"], in: -20_000...100_000)
-        fix.velocity = Self.number(object["vel"], in: 0...5_000)
-        fix.course = Self.number(object["cog"], in: 0...360)
-        fix.battery = Self.number(object["batt"], in: 0...100).map { Int($0) }
-        if let tid = object["tid"]?.stringValue, tid.utf8.count <= 8 { fix.trackerID = tid }
+        fix.accuracy = Self.number(fields.acc, in: 0...1_000_000)
+        fix.altitude = Self.number(fields.alt, in: -20_000...100_000)
+        fix.velocity = Self.number(fields.vel, in: 0...5_000)
+        fix.course = Self.number(fields.cog, in: 0...360)
+        fix.battery = Self.number(fields.batt, in: 0...100).map { Int($0) }
+        if let tid = fields.tid?.stringValue, tid.utf8.count <= 8 { fix.trackerID = tid }
         return .success(fix)
+    }
+
+    /// The members a location is made of; everything else in the payload is read (it must be valid JSON) and
+    /// dropped. A repeated key keeps its last value, as a JSON object would.
+    private struct Fields {
+        var type, lat, lon, tst, acc, alt, vel, cog, batt, tid: JSONValue?
+
+        mutating func take(_ key: String, _ value: JSONValue) {
+            switch key {
+            case "_type": type = value
+            case "lat": lat = value
+            case "lon": lon = value
+            case "tst": tst = value
+            case "acc": acc = value
+            case "alt": alt = value
+            case "vel": vel = value
+            case "cog": cog = value
+            case "batt": batt = value
+            case "tid": tid = value
+            default: break
+            }
+        }
     }
 
     private static func number(_ value: JSONValue?, in range: ClosedRange<Double>) -> Double? {

@@ -16,7 +16,11 @@ final class SQLiteDatabase {
     private let handle: OpaquePointer
     private var statements: [String: SQLiteStatement] = [:]
 
+    /// Process-wide SQLite settings, applied once before the first connection opens.
+    private static let configured: Int32 = flare_sqlite3_disable_memory_statistics()
+
     init(path: String) throws(StoreError) {
+        _ = Self.configured  // SQLITE_MISUSE if SQLite was already initialised: harmless, statistics stay on
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &db, flags, nil)
@@ -98,6 +102,9 @@ final class SQLiteStatement {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
     }
+
+    /// Ready for the next row of a loop that binds every parameter each time: clearing them would be wasted work.
+    func resetKeepingBindings() { sqlite3_reset(handle) }
 
     func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(handle, index, value) }
     func bind(_ index: Int32, _ value: Double) { sqlite3_bind_double(handle, index, value) }

@@ -86,6 +86,24 @@ import Testing
         #expect(snapshot.trail.map(\.timestamp) == [30, 35, 40])
     }
 
+    @Test func aBatchIsRecordedInOrderAndViewersHearOnlyOfNewLastPositions() {
+        let registry = ShareRegistry(trailLength: 4)
+        let a = stored(), b = stored(), gone = ShareID.generate()
+        registry.insert(a)
+        registry.insert(b)
+        let heard = Mutex<[Int64]>([])
+        _ = registry.subscribe(a.share.id) { event in
+            if case .fix(let fix) = event { heard.withLock { $0.append(fix.timestamp) } }
+        }
+        let fix = { (t: Int64) in Fix(latitude: 1, longitude: 2, timestamp: t) }
+        registry.record([(a.share.id, fix(10)), (b.share.id, fix(11)), (gone, fix(12)), (a.share.id, fix(30)), (a.share.id, fix(20))])
+        #expect(heard.withLock { $0 } == [10, 30])  // 20 arrived after 30: stored in the trail, not news
+        #expect(registry.snapshot(a.share.id)?.trail.map(\.timestamp) == [10, 20, 30])
+        #expect(registry.snapshot(a.share.id)?.last?.timestamp == 30)
+        #expect(registry.snapshot(b.share.id)?.last?.timestamp == 11)
+        #expect(registry.snapshot(gone) == nil)
+    }
+
     @Test func aCachedRenderingNeverOutlivesTheStateItShows() {
         let registry = ShareRegistry()
         let share = stored()

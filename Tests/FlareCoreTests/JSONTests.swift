@@ -25,6 +25,46 @@ import Testing
         #expect(throws: JSONError.self) { try JSONValue.parse(text) }
     }
 
+    @Test func walksAnObjectsMembersInOrderAsParseReadsThem() throws {
+        let text = #"{"_type":"location","lat":48.1,"inregions":["home",{"a":1}],"lat":-2.5e1,"x":null,"t":"é\n"}"#
+        var members: [(String, JSONValue)] = []
+        try JSONValue.forEachMember(ofObject: Array(text.utf8)) { members.append(($0, $1)) }
+        #expect(members.map(\.0) == ["_type", "lat", "inregions", "lat", "x", "t"])
+        var lastWins: [String: JSONValue] = [:]
+        for (key, value) in members { lastWins[key] = value }
+        #expect(JSONValue.object(lastWins) == (try JSONValue.parse(text)))
+        #expect(lastWins["lat"] == .number(-25))
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"a\":}", "{\"a\":1,}", "{\"a\" 1}", "{'a':1}", "{\"a\":1} x", "{\"a\":[1,]}", "[1]", "\"a\"", "1", "null",
+        "{\"a\":" + String(repeating: "[", count: 40) + String(repeating: "]", count: 40) + "}",
+    ])
+    func memberWalkRefusesWhatIsNotAWellFormedObject(_ text: String) {
+        #expect(throws: JSONError.self) { try JSONValue.forEachMember(ofObject: Array(text.utf8)) { _, _ in } }
+    }
+
+    /// Short decimals take an exact shortcut past strtod; it must give the very same double, bit for bit.
+    @Test func numbersMatchTheFullConversionBitForBit() throws {
+        var samples = ["0", "-0", "0.1", "0.5", "-0.000001", "47.000001", "8.123456789012", "123456789012345", "1234567890123456",
+                       "99999999999999999999", "0.1234567890123456789", "0.0000000000000000000001", "1e22", "1.5E-7", "-180",
+                       "90.00000000000001", "3.141592653589793", "0.30000000000000004", "9007199254740993", "179.9999999999999"]
+        var generator = SplitMix64(seed: 0x5EED)
+        for _ in 0..<20_000 {
+            let integerDigits = Int(generator.next() % 4)
+            let fractionDigits = Int(generator.next() % 17)
+            var text = generator.next() % 2 == 0 ? "-" : ""
+            text += integerDigits == 0 ? "0" : String(generator.next() % 1000 + 1).prefix(integerDigits)
+            if fractionDigits > 0 { text += "." + (0..<fractionDigits).map { _ in String(generator.next() % 10) }.joined() }
+            samples.append(text)
+        }
+        for text in samples {
+            let expected = try #require(Double(text))
+            let parsed = try JSONValue.parse(text).doubleValue
+            #expect(parsed?.bitPattern == expected.bitPattern, "\(text)")
+        }
+    }
+
     @Test func rejectsInvalidUTF8() {
         #expect(throws: JSONError.self) { try JSONValue.parse([0x22, 0xFF, 0xFE, 0x22]) }
     }
@@ -98,5 +138,18 @@ import Testing
         #expect(!redacted.contains("eyJhbGciOi"))
         #expect(redacted.contains("127.0.0.1"))
         #expect(redacted.hasPrefix("Error processing request for `/s/[redacted]'"))
+    }
+}
+
+/// A small deterministic generator, so a failing sample is the same on every run.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

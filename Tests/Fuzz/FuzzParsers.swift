@@ -12,7 +12,21 @@ private let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8
 public func fuzzParsers(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     _ = LocationPayloadParser().parse(bytes, receivedAt: 1_800_000_000_000, shareCreatedAt: 1_799_999_000_000)
-    _ = try? JSONValue.parse(bytes)
+    let parsed = try? JSONValue.parse(bytes)
+    // The member walk the ingest path uses must accept exactly what the parser does, with the same members.
+    var members: [String: JSONValue] = [:]
+    let walked = try? JSONValue.forEachMember(ofObject: bytes) { members[$0] = $1 }
+    if case .object(let object)? = parsed {
+        precondition(walked != nil && members == object, "member walk disagrees with parse")
+    } else {
+        precondition(walked == nil, "member walk accepted what parse refused, or a non-object")
+    }
+    // A number's shortcut past strtod must give the same double, bit for bit.
+    if case .number(let value)? = parsed {
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        let text = String(decoding: bytes.drop(while: isSpace).reversed().drop(while: isSpace).reversed(), as: UTF8.self)
+        precondition(Double(text)?.bitPattern == value.bitPattern, "number conversion differs from Double(String)")
+    }
     let text = String(decoding: bytes, as: UTF8.self)
     _ = try? ShareToken.verify(text, key: key, nowSeconds: 1_800_000_000)
     // The same bytes as the claims of a correctly signed token, so the claim checks are reached too.
