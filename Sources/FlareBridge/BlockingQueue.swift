@@ -43,9 +43,19 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
 
     /// Waits for at least one element and takes up to `maximum`. Returns [] only once closed and empty.
     func takeBatch(maximum: Int) -> [Element] {
+        take(maximum: maximum, waiting: true)
+    }
+
+    /// Takes up to `maximum` elements that are already there, without waiting.
+    func takeAvailable(maximum: Int) -> [Element] {
+        take(maximum: maximum, waiting: false)
+    }
+
+    private func take(maximum: Int, waiting: Bool) -> [Element] {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
-        while count == 0 && !closed { pthread_cond_wait(&notEmpty, &mutex) }
+        while waiting && count == 0 && !closed { pthread_cond_wait(&notEmpty, &mutex) }
+        guard count > 0 else { return [] }
         let taken = min(maximum, count)
         let batch = Array(items[head..<head + taken])
         head += taken
@@ -58,6 +68,12 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         }
         pthread_cond_broadcast(&notFull)
         return batch
+    }
+
+    var isClosed: Bool {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return closed
     }
 
     /// Wakes every waiter; `put` refuses from now on, `takeBatch` drains what is left.

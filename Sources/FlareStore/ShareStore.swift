@@ -33,6 +33,7 @@ public final class ShareStore: Sendable {
     public let path: String
 
     static let schemaVersion: Int64 = 1
+    static let backstopCheckpointPages = 10_000
 
     public init(path: String) throws(StoreError) {
         self.path = path
@@ -41,15 +42,20 @@ public final class ShareStore: Sendable {
         // NORMAL in WAL mode: a commit survives a crash of the process; only a power loss can roll back the
         // last transactions. That is the durability the bridge needs at tens of thousands of fixes/s.
         try db.execute("PRAGMA synchronous=NORMAL")
-        try db.execute("PRAGMA foreign_keys=ON")
+        // Foreign keys off: shares are never deleted (only their history is) and a fix's share row comes from
+        // this store, so the check could never fail, and it was a sixth of the cost of storing a fix.
+        try db.execute("PRAGMA foreign_keys=OFF")
         // Fixes of many shares interleave, so each batch touches pages all over the fixes table: keep them in
         // memory (64 MiB) instead of re-reading them for every batch (SQLite's default is 2 MiB).
         try db.execute("PRAGMA cache_size=-65536")
         try Self.migrate(db)
         // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
-        // four times a second, so the commit that would cross SQLite's threshold (1,000 pages) and have its fixes
-        // wait for a checkpoint rarely comes. SQLite's own checkpoint stays on as the backstop: with it off, a
-        // store whose disk filled up did not recover when space returned (`make chaos`, disk full).
+        // four times a second: each page is copied once however many commits rewrote it meanwhile. SQLite's own
+        // checkpoint, run by the commit that crosses its threshold, stays on as a backstop (with it off, a store
+        // whose disk filled up did not recover when space returned: `make chaos`, disk full), but at 10,000
+        // pages, not 1,000: a batch over 1,000 shares dirties ~1,000 pages, so at the default nearly every
+        // commit checkpointed on the writer's thread, a third of the cost of storing a fix.
+        try db.execute("PRAGMA wal_autocheckpoint=\(Self.backstopCheckpointPages)")
         database = Mutex(db)
         let checkpointer = try SQLiteDatabase(path: path)
         Self.startCheckpointing(checkpointer, for: self)

@@ -168,3 +168,20 @@ import Testing
         scheduler.stop()
     }
 }
+
+@Suite struct BlockingQueueTests {
+    @Test func takesInOrderWithAndWithoutWaitingAndDrainsAfterClose() {
+        let queue = BlockingQueue<Int>(capacity: 4)
+        #expect(queue.takeAvailable(maximum: 10) == [])  // empty: returns at once
+        for value in 1...4 { #expect(queue.put(value)) }
+        #expect(queue.takeAvailable(maximum: 3) == [1, 2, 3])
+        #expect(queue.put(5))
+        #expect(queue.takeBatch(maximum: 10) == [4, 5])
+        #expect(queue.put(6))
+        queue.close()
+        #expect(queue.isClosed)
+        #expect(!queue.put(7))  // refused once closed…
+        #expect(queue.takeBatch(maximum: 10) == [6])  // …but what was queued is still handed out
+        #expect(queue.takeBatch(maximum: 10) == [])
+    }
+}
