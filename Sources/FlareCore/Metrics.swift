@@ -22,6 +22,7 @@ public final class Metrics: Sendable {
         var families: [String: Family] = [:]
         var order: [String] = []
         var values: [Series: Double] = [:]
+        var counters: [Series: Counter] = [:]
         var gauges: [String: @Sendable () -> Double] = [:]
     }
 
@@ -54,16 +55,41 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// One series of a counter family that is counted without taking the metrics lock: for paths that count
+    /// on every request from several threads at once, where that lock was a point of contention.
+    public final class Counter: Sendable {
+        private let count = Atomic<UInt64>(0)
+        public func increment() { count.wrappingAdd(1, ordering: .relaxed) }
+        var value: Double { Double(count.load(ordering: .relaxed)) }
+    }
+
+    /// The lock-free handle of one series; the same handle for the same family and labels. Its count is part of
+    /// the series, with anything `increment` adds to it.
+    public func counter(_ family: Family, labels: [(String, String)] = []) -> Counter {
+        register(family)
+        let series = Series(family: family.name, labels: Self.render(labels: labels))
+        return state.withLock { state in
+            if let existing = state.counters[series] { return existing }
+            let counter = Counter()
+            state.counters[series] = counter
+            return counter
+        }
+    }
+
     public func value(_ family: Family, labels: [(String, String)] = []) -> Double {
         let series = Series(family: family.name, labels: Self.render(labels: labels))
         return state.withLock { state in
             if let gauge = state.gauges[family.name] { return gauge() }
-            return state.values[series] ?? 0
+            return (state.values[series] ?? 0) + (state.counters[series]?.value ?? 0)
         }
     }
 
     public func renderText() -> String {
-        let (families, order, values, gauges) = state.withLock { ($0.families, $0.order, $0.values, $0.gauges) }
+        let (families, order, gauges, values) = state.withLock { state in
+            var values = state.values
+            for (series, counter) in state.counters where counter.value > 0 { values[series, default: 0] += counter.value }
+            return (state.families, state.order, state.gauges, values)
+        }
         var output = ""
         for name in order {
             guard let family = families[name] else { continue }

@@ -94,4 +94,21 @@ import Testing
         #expect(text.contains("flare_test_total{reason=\"a\\\"b\"} 3"))
         #expect(text.contains("flare_test_gauge 7"))
     }
+
+    @Test func lockFreeCountersAddToTheSameSeries() async {
+        let metrics = Metrics()
+        let family = Metrics.Family("flare_requests_total", .counter, "Requests.")
+        let ok = metrics.counter(family, labels: [("status", "200")])
+        #expect(metrics.counter(family, labels: [("status", "200")]) === ok)
+        #expect(metrics.renderText().contains("flare_requests_total 0"))  // nothing counted yet: the family's zero
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 { group.addTask { for _ in 0..<1000 { ok.increment() } } }
+        }
+        metrics.increment(family, labels: [("status", "200")])
+        metrics.increment(family, labels: [("status", "404")])
+        #expect(metrics.value(family, labels: [("status", "200")]) == 4001)
+        let text = metrics.renderText()
+        #expect(text.contains("flare_requests_total{status=\"200\"} 4001"))
+        #expect(text.contains("flare_requests_total{status=\"404\"} 1"))
+    }
 }
