@@ -24,6 +24,7 @@ public final class FixIngestor: Sendable {
     private let queue: BlockingQueue<Item>
     private let batchSize: Int
     private let minimumCommitIntervalMillis: Int
+    static let busyBatchCount = 16
     private let gatherThreshold: Int
     private let gatherMillis: Int
     private let finished = DispatchSemaphore(value: 0)
@@ -111,13 +112,14 @@ public final class FixIngestor: Sendable {
     ///
     /// Every commit has a fixed cost, and fixes of many shares interleave, so each fix of a commit dirties a
     /// different page that the commit writes to the WAL: ten commits of 8 fixes write ~80 pages, one commit of
-    /// 4,000 fixes over 1,000 shares ~1,000. So commits start at most every `minimumCommitIntervalMillis` (a fix
-    /// that arrives right after a commit waits at most that long; one after a quiet spell is written at once),
-    /// and a batch that found hundreds waiting keeps gathering, up to `gatherMillis`, for as long as the inflow
-    /// keeps up, so the end of a burst is not held back.
-    private func gather(_ batch: inout [Item], lastCommitStart: Int64) {
+    /// 4,000 fixes over 1,000 shares ~1,000. So while the previous batch was busy (`busyBatchCount` or more),
+    /// commits start at most every `minimumCommitIntervalMillis`; and a batch that found hundreds waiting keeps
+    /// gathering, up to `gatherMillis`, for as long as the inflow keeps up, so the end of a burst is not held
+    /// back. At an ordinary rate a batch is one or two fixes and is written at once: a fix acknowledged to the
+    /// broker but not yet committed is lost if the process is killed, and that window stays as short as it was.
+    private func gather(_ batch: inout [Item], lastCommitStart: Int64, previousBatchCount: Int) {
         let sinceLastCommit = monotonicMillis() - lastCommitStart
-        if sinceLastCommit < Int64(minimumCommitIntervalMillis) {
+        if previousBatchCount >= Self.busyBatchCount, sinceLastCommit < Int64(minimumCommitIntervalMillis) {
             usleepMillis(minimumCommitIntervalMillis - Int(sinceLastCommit))
             batch.append(contentsOf: queue.takeAvailable(maximum: batchSize - batch.count))
         }
@@ -135,11 +137,13 @@ public final class FixIngestor: Sendable {
     private func writeLoop() {
         var retryDelayMillis = 50
         var lastCommitStart: Int64 = 0
+        var previousBatchCount = 0
         while true {
             var batch = queue.takeBatch(maximum: batchSize)
             if batch.isEmpty { break }
-            gather(&batch, lastCommitStart: lastCommitStart)
+            gather(&batch, lastCommitStart: lastCommitStart, previousBatchCount: previousBatchCount)
             lastCommitStart = monotonicMillis()
+            previousBatchCount = batch.count
             // A failed commit is retried with the same batch until it succeeds: the queue behind it fills and
             // back-pressure stops intake, so a full or read-only disk delays fixes but never drops them.
             while true {
@@ -164,6 +168,7 @@ public final class FixIngestor: Sendable {
                     }
                     usleepMillis(retryDelayMillis)
                     retryDelayMillis = min(retryDelayMillis * 2, 5000)
+                    store.checkpointAfterFailedWrite()
                 }
             }
         }
@@ -183,6 +188,7 @@ public enum FlareMetrics {
     public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay).")
     public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
     public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
+    public static let storeFreeBytes = Metrics.Family("flare_store_free_bytes", .gauge, "Free space on the store's disk (-1: unknown).")
     public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
     public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
     public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")

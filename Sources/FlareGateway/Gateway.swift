@@ -7,10 +7,16 @@ import Synchronization
 /// Health of the parts the gateway cannot see for itself.
 public struct HealthReport: Sendable {
     public var mqttConnected: Bool
+    /// False after a failed write, until a write succeeds again.
     public var storeHealthy: Bool
-    public init(mqttConnected: Bool, storeHealthy: Bool) {
+    /// The store's disk is below its minimum free space (it may still be writing).
+    public var storeSpaceLow: Bool
+    public var storeFreeBytes: Int64?
+    public init(mqttConnected: Bool, storeHealthy: Bool, storeSpaceLow: Bool = false, storeFreeBytes: Int64? = nil) {
         self.mqttConnected = mqttConnected
         self.storeHealthy = storeHealthy
+        self.storeSpaceLow = storeSpaceLow
+        self.storeFreeBytes = storeFreeBytes
     }
 }
 
@@ -123,10 +129,11 @@ public final class Gateway: Sendable {
         let report = health()
         var writer = JSONWriter()
         writer.beginObject()
-        let healthy = report.mqttConnected && report.storeHealthy
+        let healthy = report.mqttConnected && report.storeHealthy && !report.storeSpaceLow
         writer.field("status", healthy ? "ok" : "unhealthy")
         writer.field("mqtt", report.mqttConnected ? "connected" : "disconnected")
-        writer.field("store", report.storeHealthy ? "ok" : "failing")
+        writer.field("store", !report.storeHealthy ? "failing" : report.storeSpaceLow ? "low_space" : "ok")
+        if let free = report.storeFreeBytes { writer.field("store_free_mib", free / 1_048_576) }
         writer.field("active_shares", registry.activeShareCount)
         writer.endObject()
         return .json(healthy ? 200 : 503, writer.bytes)

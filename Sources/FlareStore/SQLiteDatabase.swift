@@ -45,7 +45,7 @@ final class SQLiteDatabase {
         guard code == SQLITE_OK else {
             let message = errorMessage.map { String(cString: $0) } ?? lastMessage
             sqlite3_free(errorMessage)
-            throw StoreError(operation: "exec", code: code, message: message)
+            throw StoreError(operation: "exec \(sql.prefix(40))", code: code, message: message)  // literal SQL, never a bound value
         }
     }
 

@@ -51,14 +51,26 @@ public final class ShareStore: Sendable {
         try Self.migrate(db)
         // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
         // four times a second: each page is copied once however many commits rewrote it meanwhile. SQLite's own
-        // checkpoint, run by the commit that crosses its threshold, stays on as a backstop (with it off, a store
-        // whose disk filled up did not recover when space returned: `make chaos`, disk full), but at 10,000
-        // pages, not 1,000: a batch over 1,000 shares dirties ~1,000 pages, so at the default nearly every
-        // commit checkpointed on the writer's thread, a third of the cost of storing a fix.
+        // checkpoint, run by the commit that crosses its threshold, stays on as a backstop at 10,000 pages, not
+        // 1,000: a batch over 1,000 shares dirties ~1,000 pages, so at the default nearly every commit
+        // checkpointed on the writer's thread, a third of the cost of storing a fix. After a failed write the
+        // store goes back to 1,000 (`checkpointAfterFailedWrite`).
         try db.execute("PRAGMA wal_autocheckpoint=\(Self.backstopCheckpointPages)")
         database = Mutex(db)
         let checkpointer = try SQLiteDatabase(path: path)
         Self.startCheckpointing(checkpointer, for: self)
+    }
+
+    /// After a failed write (a full or read-only disk): checkpoints on the writer's own connection, truncates the
+    /// WAL, and from then on lets SQLite checkpoint at its default 1,000 pages. With the 10,000-page backstop,
+    /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
+    /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
+    /// are ignored: the retried write reports the state.
+    public func checkpointAfterFailedWrite() {
+        database.withLock { db in
+            try? db.execute("PRAGMA wal_autocheckpoint=1000")
+            try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
     }
 
     /// Every 250 ms, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.

@@ -82,10 +82,15 @@ final class Daemon: Sendable {
             linkRatePerAddress: try Self.rateRule(config, "FLARE_LINK_RATE_PER_ADDRESS", default: "5/60"),
             linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"))
         let ingestor = self.ingestor
+        let space = StoreSpace(storePath: store.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
+                               logger: logger.with(label: "store"))
+        metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(space.read().freeBytes ?? -1) }
         gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,
                               ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
                               clock: clock, parser: parser) {
-            HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy)
+            let reading = space.read()
+            return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,
+                                storeSpaceLow: reading.isLow, storeFreeBytes: reading.freeBytes)
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
         serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS", in: 1...64))

@@ -166,6 +166,22 @@ import Testing
         #expect((try flared.request("GET", "/api/v1/view/\(viewToken(share))").json?["last"]) is NSNull)
     }
 
+    @Test func healthzWarnsOfALowDiskBeforeAnyWriteFails() throws {
+        let broker = try TestBroker()
+        // A minimum no disk here has: the store is idle and writable, yet an operator must hear of it now.
+        let flared = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_STORE_MIN_FREE_MB": "1048576"])
+        let health = try flared.request("GET", "/healthz")
+        #expect(health.status == 503)
+        #expect(health.json?["store"] as? String == "low_space")
+        #expect(health.json?["mqtt"] as? String == "connected")
+        #expect((health.json?["store_free_mib"] as? Int ?? 0) > 0)
+        #expect(flared.log.contains("below the 1048576 MiB minimum"))
+        #expect(try flared.request("GET", "/metrics").text.contains("flare_store_free_bytes "))
+
+        let roomy = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_STORE_MIN_FREE_MB": "0"])
+        #expect(try roomy.request("GET", "/healthz").json?["store"] as? String == "ok")
+    }
+
     @Test func linkEndpointsAreRateLimited() throws {
         let broker = try TestBroker()
         let flared = try FlaredProcess(broker: broker)

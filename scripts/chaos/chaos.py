@@ -237,7 +237,8 @@ def case_disk_full(work, quick):
         return "SKIPPED: cannot mount a small tmpfs here (needs root)", {"skipped": True}
     stack = None
     try:
-        stack = Stack(work, data=os.path.join(mount, "data"))
+        # The whole 6 MiB is below the default minimum of free space: 1 MiB here, so that it is healthy until filled.
+        stack = Stack(work, data=os.path.join(mount, "data"), extra_env={"FLARE_STORE_MIN_FREE_MB": "1"})
         shares = [stack.create_share()["share_id"] for _ in range(5)]
         filler = os.path.join(mount, "filler")
         with open(filler, "wb") as f:  # fill every free byte
@@ -247,18 +248,22 @@ def case_disk_full(work, quick):
                     f.flush()
             except OSError:
                 pass
-        pub = bench_publish(stack, shares, 20000, 4000, 0)
-        wait_for(lambda: stack.status("/healthz") == 503, 30, "/healthz unhealthy with the disk full")
-        assert stack.flared.poll() is None, "flared exited on a full disk"
+        # Idle, nothing written yet: the free-space check alone already says so.
         status, _, body = stack.request("GET", "/healthz")
-        assert json.loads(body)["store"] == "failing", body
+        assert status == 503 and json.loads(body)["store"] == "low_space", body
+        pub = bench_publish(stack, shares, 20000, 4000, 0)
+        wait_for(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
+                 "/healthz store=failing once writes fail")
+        assert stack.flared.poll() is None, "flared exited on a full disk"
+        assert stack.status("/healthz") == 503
         with open(os.path.join(work, "flared.log")) as f:
             assert "cannot write" in f.read(), "no clear error in the log"
         os.remove(filler)
         pub.communicate(timeout=60)
         wait_for(lambda: stack.status("/healthz") == 200, 60, "/healthz healthy after space returned")
         wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == 20000, 60, "every queued fix written after recovery")
-        return "disk full: /healthz 503 store=failing, flared kept running, all 20,000 fixes written once space returned", {}
+        return ("disk full: /healthz 503 store=low_space while idle, then store=failing, flared kept running, "
+                "all 20,000 fixes written once space returned"), {}
     finally:
         if stack:
             stack.stop()
