@@ -14,12 +14,14 @@ extension Gateway {
 
     func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse) -> LinkLookup {
         let now = monotonicMillis()
-        if let wait = addressLimiter.take(request.clientAddress, nowMillis: now) {
+        let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
+            peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+        if let wait = addressLimiter.take(client, nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)
         }
         func unknown() -> LinkLookup {
-            _ = addressLimiter.take(request.clientAddress, cost: configuration.unknownTokenCost, nowMillis: now)
+            _ = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: now)
             return .refused(notFound())
         }
         guard Secret.isWellFormed(token) else { return unknown() }

@@ -17,6 +17,8 @@ public struct GatewayConfiguration: Sendable {
     public var linkRatePerAddress: RateLimiter.Rule
     /// Per view token.
     public var linkRatePerToken: RateLimiter.Rule
+    /// Reverse proxies whose X-Forwarded-For names the client (the per-address limit's key).
+    public var trustedProxies: TrustedProxies
     /// What an unknown or malformed token costs the caller's address bucket.
     public var unknownTokenCost: Double
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
@@ -30,6 +32,7 @@ public struct GatewayConfiguration: Sendable {
                 staleAfterSeconds: Int = 120,
                 linkRatePerAddress: RateLimiter.Rule = .init(ratePerSecond: 5, burst: 60),
                 linkRatePerToken: RateLimiter.Rule = .init(ratePerSecond: 20, burst: 120),
+                trustedProxies: TrustedProxies = .none,
                 unknownTokenCost: Double = 10,
                 keepaliveSeconds: Int = 15) {
         self.publicURL = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
@@ -41,6 +44,7 @@ public struct GatewayConfiguration: Sendable {
         self.staleAfterSeconds = staleAfterSeconds
         self.linkRatePerAddress = linkRatePerAddress
         self.linkRatePerToken = linkRatePerToken
+        self.trustedProxies = trustedProxies
         self.unknownTokenCost = unknownTokenCost
         self.keepaliveSeconds = keepaliveSeconds
     }

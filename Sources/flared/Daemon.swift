@@ -80,7 +80,8 @@ final class Daemon: Sendable {
             tileAttribution: config.string("FLARE_TILE_ATTRIBUTION", default: "&copy; OpenStreetMap contributors"),
             staleAfterSeconds: Int(try config.integer("FLARE_STALE_AFTER_S", in: 1...86_400)),
             linkRatePerAddress: try Self.rateRule(config, "FLARE_LINK_RATE_PER_ADDRESS", default: "5/60"),
-            linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"))
+            linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"),
+            trustedProxies: try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES", default: "")))
         let ingestor = self.ingestor
         let space = StoreSpace(storePath: store.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
                                logger: logger.with(label: "store"))

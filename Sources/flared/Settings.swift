@@ -27,6 +27,7 @@ enum FlaredSettings {
         .init("FLARE_HTTP_THREADS", "4", "HTTP worker threads"),
         .init("FLARE_LINK_RATE_PER_ADDRESS", "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", "20/120", "link requests per view token: per second/burst"),
+        .init("FLARE_TRUSTED_PROXIES", "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
         .init("FLARE_LOG_LEVEL", "info", "debug, info, warning or error"),
     ]
 

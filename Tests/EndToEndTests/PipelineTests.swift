@@ -166,6 +166,27 @@ import Testing
         #expect((try flared.request("GET", "/api/v1/view/\(viewToken(share))").json?["last"]) is NSNull)
     }
 
+    @Test func behindATrustedProxyEachClientHasItsOwnLimitAndNobodyElseCanClaimOne() throws {
+        let broker = try TestBroker()
+        let unknownLink = "/api/v1/view/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+        func statuses(_ flared: FlaredProcess, forwardedFor: String, count: Int) throws -> [Int] {
+            try (0..<count).map { _ in
+                try RawHTTP.request("GET", port: flared.httpPort, path: unknownLink, headers: ["X-Forwarded-For": forwardedFor]).status
+            }
+        }
+        // The proxy is 127.0.0.1 (these requests' peer): one abusive client is cut off, the next one is not.
+        let proxied = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_TRUSTED_PROXIES": "127.0.0.1"])
+        #expect(try statuses(proxied, forwardedFor: "203.0.113.7", count: 12).last == 429)
+        #expect(try statuses(proxied, forwardedFor: "203.0.113.8", count: 1) == [404])
+        // A client cannot claim an address it does not have: the left end of the header is its own words.
+        #expect(try statuses(proxied, forwardedFor: "203.0.113.9, 203.0.113.7", count: 1) == [429])
+
+        // Trusting nobody (the default), the header is ignored: changing it does not reset the limit.
+        let direct = try FlaredProcess(broker: broker)
+        #expect(try statuses(direct, forwardedFor: "203.0.113.7", count: 12).last == 429)
+        #expect(try statuses(direct, forwardedFor: "203.0.113.8", count: 1) == [429])
+    }
+
     @Test func healthzWarnsOfALowDiskBeforeAnyWriteFails() throws {
         let broker = try TestBroker()
         // A minimum no disk here has: the store is idle and writable, yet an operator must hear of it now.

@@ -2,10 +2,12 @@ import FlareCore
 import FlareCrypto
 
 // libFuzzer entry point for Flare's parsers of untrusted input: OwnTracks location payloads (MQTT and HTTP
-// ingest), the JSON parser under them, share tokens (MQTT password, Bearer header) and link tokens.
+// ingest), the JSON parser under them, share tokens (MQTT password, Bearer header), link tokens and the
+// X-Forwarded-For header.
 // Built and run by scripts/fuzz/fuzz.sh with `swiftc -sanitize=fuzzer,address`.
 
 private let key = Array("fuzz-key-fuzz-key-fuzz-key-fuzz!".utf8)
+private let proxies = try! TrustedProxies(parsing: "127.0.0.1,::1,10.0.0.0/8,2001:db8::/32")
 private let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -37,5 +39,10 @@ public func fuzzParsers(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     _ = Secret.isWellFormed(text)
     _ = OwnerKey.isWellFormed(text)
     _ = Topics.shareID(fromLocationTopic: text)
+    // X-Forwarded-For is whatever a client sent: the answer is the peer or one of the header's addresses.
+    let client = proxies.clientAddress(peer: "127.0.0.1", forwardedFor: text)
+    precondition(client == "127.0.0.1" || IPAddress(client) != nil, "client address that is not an address")
+    _ = TrustedProxies.rateLimitKey(for: text)
+    _ = try? TrustedProxies(parsing: text)
     return 0
 }

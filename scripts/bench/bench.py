@@ -535,7 +535,8 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
-    parser.add_argument("--only", default="ingest,latency,view,scale", help="comma-separated subset")
+    parser.add_argument("--only", default="ingest,latency,view,scale",
+                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -556,11 +557,10 @@ def main():
     try:
         total, share_count = cfg["ingest"]
         shares, took = create_shares(stack, share_count)
-        if "ingest" in only:
-            rows.append(bench_ingest(stack, shares, total, 1, 40_000, cfg["rounds"]))
-            print_row(rows[-1])
-            rows.append(bench_ingest(stack, shares, total, 0, 40_000, cfg["rounds"]))
-            print_row(rows[-1])
+        for qos in (1, 0):
+            if "ingest" in only or f"ingest-qos{qos}" in only:
+                rows.append(bench_ingest(stack, shares, total, qos, 40_000, cfg["rounds"]))
+                print_row(rows[-1])
         if "latency" in only:
             rows.append(bench_latency(stack, shares[:100], *cfg["latency"]))
             print_row(rows[-1])
