@@ -12,6 +12,9 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     private var items: [Element] = []
     private var head = 0
     private var closed = false
+    private var refusingWhenFull = false
+    private var paused = false
+    private var refusedCount = 0
     let capacity: Int
 
     init(capacity: Int) {
@@ -29,13 +32,17 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
 
     private var count: Int { items.count - head }
 
-    /// Adds an element, waiting for room. Returns false if the queue was closed.
+    /// Adds an element, waiting for room (and while paused). Returns false (and counts it in `refused`) if the
+    /// queue was closed, or would have to wait after `refuseWhenFull`.
     @discardableResult
     func put(_ element: Element) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
-        while count >= capacity && !closed { pthread_cond_wait(&notFull, &mutex) }
-        guard !closed else { return false }
+        while (count >= capacity || paused) && !closed && !refusingWhenFull { pthread_cond_wait(&notFull, &mutex) }
+        guard !closed, count < capacity, !paused else {
+            refusedCount += 1
+            return false
+        }
         items.append(element)
         pthread_cond_signal(&notEmpty)
         return true
@@ -68,6 +75,28 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         }
         pthread_cond_broadcast(&notFull)
         return batch
+    }
+
+    /// While paused, producers wait even when there is room (`takeBatch` still hands out what is queued).
+    func setPaused(_ isPaused: Bool) {
+        pthread_mutex_lock(&mutex)
+        paused = isPaused
+        pthread_cond_broadcast(&notFull)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    /// From now on a producer that would have to wait is refused instead; one already waiting returns at once.
+    func refuseWhenFull() {
+        pthread_mutex_lock(&mutex)
+        refusingWhenFull = true
+        pthread_cond_broadcast(&notFull)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    var refused: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return refusedCount
     }
 
     var isClosed: Bool {

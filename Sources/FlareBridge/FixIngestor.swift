@@ -7,8 +7,8 @@ import Synchronization
 ///
 /// `handle` runs on the MQTT network thread: it parses and validates (microseconds) and queues the fix. One
 /// writer drains the queue in batches, each in one SQLite transaction, and only then tells the registry,
-/// so a viewer never sees a fix that is not stored. When the queue is full `handle` blocks: the broker then
-/// holds messages in the bridge's session queue instead of anything being dropped.
+/// so a viewer never sees a fix that is not stored. When the queue is full, or the store is failing, `handle`
+/// blocks: the broker then holds messages in the bridge's session queue instead of anything being dropped.
 public final class FixIngestor: Sendable {
     struct Item: Sendable {
         let shareID: ShareID
@@ -30,6 +30,9 @@ public final class FixIngestor: Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let storeHealthy = Atomic<Bool>(true)
     private let started = Atomic<Bool>(false)
+    private let shuttingDown = Atomic<Bool>(false)
+    /// Fixes taken from the queue and not yet committed.
+    private let batchBeingWritten = Atomic<Int>(0)
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
@@ -102,10 +105,33 @@ public final class FixIngestor: Sendable {
     public var isStoreHealthy: Bool { storeHealthy.load(ordering: .relaxed) }
     public var queueDepth: Int { queue.depth }
 
-    /// Stops taking fixes, writes everything queued, and returns when the writer has finished.
-    public func drain() {
+    /// Call before the bridge stops. Stopping it waits for the MQTT thread, which waits for room in the queue
+    /// while the queue is full; with a failing store no room would ever come. So once shutting down, a full queue
+    /// behind a failing store refuses the message in hand (counted in what `drain` reports) instead.
+    public func prepareForShutdown() {
+        shuttingDown.store(true, ordering: .relaxed)
+        if !isStoreHealthy { queue.refuseWhenFull() }
+    }
+
+    /// Stops taking fixes, writes everything queued, and returns when the writer has finished: nil.
+    ///
+    /// A store that cannot be written (a full or read-only disk) would keep the writer retrying for ever, and
+    /// a shutdown that never ends is ended by SIGKILL without a word. So once the store has been failing for
+    /// `failingStoreGraceSeconds` without a successful write, this gives up and returns how many fixes could
+    /// not be written, for the caller to say so.
+    @discardableResult
+    public func drain(failingStoreGraceSeconds: Int = 20) -> Int? {
         queue.close()
-        if started.load(ordering: .relaxed) { finished.wait() }
+        guard started.load(ordering: .relaxed) else { return nil }
+        var failingFor = 0
+        while finished.wait(timeout: .now() + .seconds(1)) == .timedOut {
+            failingFor = isStoreHealthy ? 0 : failingFor + 1
+            if failingFor >= failingStoreGraceSeconds {
+                return queue.depth + batchBeingWritten.load(ordering: .relaxed) + queue.refused
+            }
+        }
+        finished.signal()  // for a later call
+        return nil
     }
 
     /// Lets a batch grow before it is written when fixes are arriving fast, so that one commit covers many.
@@ -144,12 +170,15 @@ public final class FixIngestor: Sendable {
             gather(&batch, lastCommitStart: lastCommitStart, previousBatchCount: previousBatchCount)
             lastCommitStart = monotonicMillis()
             previousBatchCount = batch.count
+            batchBeingWritten.store(batch.count, ordering: .relaxed)
+            defer { batchBeingWritten.store(0, ordering: .relaxed) }
             // A failed commit is retried with the same batch until it succeeds: the queue behind it fills and
             // back-pressure stops intake, so a full or read-only disk delays fixes but never drops them.
             while true {
                 do {
                     let inserted = try store.insertFixes(batch.map(\.pending))
                     if !storeHealthy.exchange(true, ordering: .relaxed) {
+                        queue.setPaused(false)
                         logger.info("store writable again; \(batch.count) queued fixes written")
                     }
                     retryDelayMillis = 50
@@ -163,8 +192,14 @@ public final class FixIngestor: Sendable {
                     break
                 } catch {
                     metrics.increment(FlareMetrics.storeErrors)
+                    if shuttingDown.load(ordering: .relaxed) { queue.refuseWhenFull() }
                     if storeHealthy.exchange(false, ordering: .relaxed) {
-                        logger.error("cannot write \(batch.count) fixes, will retry: \(error)")
+                        // Take no more while nothing can be stored: libmosquitto acknowledges a message when the
+                        // MQTT thread has queued it, so whatever waits here unacknowledged stays in the broker's
+                        // session for flared and is not lost if flared has to be stopped before the store recovers.
+                        queue.setPaused(true)
+                        let cause = store.directoryWriteProblem().map { "; writing next to the database fails too: \($0)" } ?? ""
+                        logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")
                     }
                     usleepMillis(retryDelayMillis)
                     retryDelayMillis = min(retryDelayMillis * 2, 5000)

@@ -73,6 +73,22 @@ public final class ShareStore: Sendable {
         }
     }
 
+    /// Why the store's directory cannot be written, as the OS says it (e.g. "Read-only file system"), found by
+    /// writing a small file next to the database; nil if that works. SQLite reports such failures only as
+    /// "disk I/O error".
+    public func directoryWriteProblem() -> String? {
+        let probe = path + ".write-probe"
+        let descriptor = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard descriptor >= 0 else { return String(cString: strerror(errno)) }
+        defer {
+            close(descriptor)
+            unlink(probe)
+        }
+        let written = write(descriptor, "probe", 5)
+        guard written == 5 else { return written < 0 ? String(cString: strerror(errno)) : "short write" }
+        return fsync(descriptor) == 0 ? nil : String(cString: strerror(errno))
+    }
+
     /// Every 250 ms, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
     /// Stops when the store is gone.
     private static func startCheckpointing(_ connection: SQLiteDatabase, for store: ShareStore) {

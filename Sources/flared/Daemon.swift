@@ -17,12 +17,14 @@ final class Daemon: Sendable {
     let bridge: Bridge
     let gateway: Gateway
     let server: HTTPServer
+    let shutdownStoreGraceSeconds: Int
 
     init(configuration config: Configuration) throws {
         let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL", default: "info"))
         guard let level else { throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error") }
         let logger = Logger(label: "flared", level: level)
         self.logger = logger
+        shutdownStoreGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S", in: 1...3600))
         let clock = SystemWallClock()
         let metrics = Metrics()
 
@@ -121,16 +123,22 @@ final class Daemon: Sendable {
     }
 
     /// The ordered drain: stop taking HTTP requests, stop taking MQTT messages, write what is queued, stop timers.
-    func shutdown() {
+    /// Returns false when queued fixes could not be written (the store kept failing).
+    func shutdown() -> Bool {
         logger.info("shutting down: closing live streams and the HTTP gateway")
         gateway.closeLiveStreams()
         server.stop()
         logger.info("disconnecting from the broker")
+        ingestor.prepareForShutdown()
         bridge.stop()
         logger.info("writing \(ingestor.queueDepth) queued fixes")
-        ingestor.drain()
+        if let unwritten = ingestor.drain(failingStoreGraceSeconds: shutdownStoreGraceSeconds) {
+            logger.error("the store kept failing: \(unwritten) received fixes could not be written and are lost (the broker still holds each share's last position)")
+            return false
+        }
         shares.stopScheduler()
         logger.info("stopped cleanly")
+        return true
     }
 }
 

@@ -15,6 +15,7 @@ enum FlaredSettings {
         .init("FLARE_MQTT_PASSWORD_FILE", nil, "file holding the bridge's broker password (default FLARE_DATA_DIR/broker/flared.password if it exists; username then defaults to flared)"),
         .init("FLARE_DEFAULT_DURATION_S", "3600", "share duration when the request names none"),
         .init("FLARE_MAX_DURATION_S", "86400", "longest share (and longest extension) allowed"),
+        .init("FLARE_SHUTDOWN_STORE_GRACE_S", "20", "on shutdown, how long to keep retrying a failing store before giving up on the fixes still queued"),
         .init("FLARE_STORE_MIN_FREE_MB", "64", "/healthz turns unhealthy when the store's disk has less free space than this"),
         .init("FLARE_HISTORY_RETENTION_S", "86400", "how long positions are kept after a share ends (0 = delete at once)"),
         .init("FLARE_TRAIL_LENGTH", "32", "recent positions kept in memory per share for the viewer's trail"),

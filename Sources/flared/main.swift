@@ -37,8 +37,7 @@ for signalNumber in [SIGINT, SIGTERM] {
     signal(signalNumber, SIG_IGN)
     let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
     source.setEventHandler {
-        daemon.shutdown()
-        exit(0)
+        exit(daemon.shutdown() ? 0 : 1)
     }
     source.resume()
     signalSources.append(source)
