@@ -79,44 +79,36 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
 
     /// While paused, producers wait even when there is room (`takeBatch` still hands out what is queued).
     func setPaused(_ isPaused: Bool) {
-        pthread_mutex_lock(&mutex)
-        paused = isPaused
-        pthread_cond_broadcast(&notFull)
-        pthread_mutex_unlock(&mutex)
+        locked {
+            paused = isPaused
+            pthread_cond_broadcast(&notFull)
+        }
     }
 
     /// From now on a producer that would have to wait is refused instead; one already waiting returns at once.
     func refuseWhenFull() {
-        pthread_mutex_lock(&mutex)
-        refusingWhenFull = true
-        pthread_cond_broadcast(&notFull)
-        pthread_mutex_unlock(&mutex)
-    }
-
-    var refused: Int {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return refusedCount
-    }
-
-    var isClosed: Bool {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return closed
+        locked {
+            refusingWhenFull = true
+            pthread_cond_broadcast(&notFull)
+        }
     }
 
     /// Wakes every waiter; `put` refuses from now on, `takeBatch` drains what is left.
     func close() {
-        pthread_mutex_lock(&mutex)
-        closed = true
-        pthread_cond_broadcast(&notEmpty)
-        pthread_cond_broadcast(&notFull)
-        pthread_mutex_unlock(&mutex)
+        locked {
+            closed = true
+            pthread_cond_broadcast(&notEmpty)
+            pthread_cond_broadcast(&notFull)
+        }
     }
 
-    var depth: Int {
+    var refused: Int { locked { refusedCount } }
+    var isClosed: Bool { locked { closed } }
+    var depth: Int { locked { count } }
+
+    private func locked<T>(_ body: () -> T) -> T {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
-        return count
+        return body()
     }
 }

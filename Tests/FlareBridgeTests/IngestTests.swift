@@ -184,4 +184,18 @@ import Testing
         #expect(queue.takeBatch(maximum: 10) == [6])  // …but what was queued is still handed out
         #expect(queue.takeBatch(maximum: 10) == [])
     }
+
+    @Test func refusesInsteadOfWaitingOnceToldAndCountsIt() {
+        let queue = BlockingQueue<Int>(capacity: 2)
+        queue.refuseWhenFull()
+        #expect(queue.put(1) && queue.put(2))  // room: taken as usual
+        #expect(!queue.put(3))  // full: refused, not waited for
+        queue.setPaused(true)
+        _ = queue.takeAvailable(maximum: 1)
+        #expect(!queue.put(4))  // room, but paused (a failing store): refused too
+        queue.setPaused(false)
+        #expect(queue.put(5))
+        #expect(queue.refused == 2)
+        #expect(queue.takeBatch(maximum: 10) == [2, 5])
+    }
 }
