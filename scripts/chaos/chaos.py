@@ -277,7 +277,8 @@ def case_read_only(work, quick):
     filesystem is repaired, every fix is either stored or was in that count."""
     image, mount = os.path.join(work, "store.img"), os.path.join(work, "ext4")
     os.makedirs(mount)
-    ready = (subprocess.run(["truncate", "-s", "64M", image]).returncode == 0
+    ready = (all(shutil.which(tool) for tool in ("truncate", "mkfs.ext4", "e2fsck", "findmnt", "mount"))
+             and subprocess.run(["truncate", "-s", "64M", image]).returncode == 0
              and subprocess.run(["mkfs.ext4", "-q", image], capture_output=True).returncode == 0
              and subprocess.run(["mount", "-o", "loop,errors=remount-ro", image, mount], capture_output=True).returncode == 0)
     if not ready:
