@@ -52,12 +52,17 @@ class Stack:
         self.env = env
         self.conn = None
         write_bench_password(os.path.join(self.data, "broker"))
-        self.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=env,
-                                       stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
-        wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
-        self.flared = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
-                                       stdout=open(os.path.join(work, "flared.log"), "w"), stderr=subprocess.STDOUT)
-        wait_for(lambda: self.get("/healthz")[0] == 200, 20, "flared")
+        self.broker = self.flared = None
+        try:
+            self.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=env,
+                                           stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
+            wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
+            self.flared = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
+                                           stdout=open(os.path.join(work, "flared.log"), "w"), stderr=subprocess.STDOUT)
+            wait_for(lambda: self.get("/healthz")[0] == 200, 20, "flared")
+        except BaseException:
+            self.stop()  # leave no process behind
+            raise
         with open(os.path.join(self.data, "owner.key")) as f:
             self.owner_key = f.read().strip()
 
@@ -97,7 +102,7 @@ class Stack:
 
     def stop(self):
         for proc in (self.flared, self.broker):
-            if proc.poll() is None:
+            if proc and proc.poll() is None:
                 proc.terminate()
                 try:
                     proc.wait(20)

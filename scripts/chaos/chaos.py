@@ -48,8 +48,12 @@ class Stack:
                         FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_LOG_LEVEL="info", **(extra_env or {}))
         self.broker = None
         self.flared = None
-        self.start_broker()
-        self.start_flared()
+        try:
+            self.start_broker()
+            self.start_flared()
+        except BaseException:
+            self.stop()  # a case that fails here gets no Stack to stop: leave no process behind
+            raise
         with open(os.path.join(self.data, "owner.key")) as f:
             self.owner_key = f.read().strip()
 
