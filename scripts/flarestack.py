@@ -2,6 +2,7 @@
 import os
 import secrets
 import socket
+import subprocess
 
 HOST = "127.0.0.1"
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -31,3 +32,15 @@ def write_bench_password(broker_dir):
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
     return path
+
+
+def stop_processes(*procs):
+    """SIGTERM each process still running (None is skipped), SIGKILL after 20 s without an exit."""
+    for proc in procs:
+        if proc and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, free_port, port_open, write_bench_password  # noqa: E402
+from flarestack import HOST, ROOT, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
 
 RELEASE = os.path.join(ROOT, ".build", "release")
 
@@ -101,14 +101,7 @@ class Stack:
             db.close()
 
     def stop(self):
-        for proc in (self.flared, self.broker):
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_processes(self.flared, self.broker)
 
 
 def wait_for(check, seconds, what):

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, free_port, port_open, write_bench_password  # noqa: E402
+from flarestack import HOST, ROOT, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
 
 BIN = os.path.join(ROOT, ".build", "debug")
 
@@ -109,14 +109,7 @@ class Stack:
             db.close()
 
     def stop(self):
-        for proc in (self.flared, self.broker):
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_processes(self.flared, self.broker)
 
 
 def bench_publish(stack, share_ids, count, rate, offset):
