@@ -96,11 +96,12 @@ public struct TrustedProxies: Sendable {
     public static func rateLimitKey(for address: String) -> String {
         guard let parsed = IPAddress(address), parsed.isV6 else { return address }
         let hex = parsed.bytes.prefix(8).map { byte in
-            let digits = Array("0123456789abcdef".utf8)
-            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]], as: UTF8.self)
+            String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0xF)]], as: UTF8.self)
         }
         return stride(from: 0, to: 8, by: 2).map { hex[$0] + hex[$0 + 1] }.joined(separator: ":") + "::/64"
     }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 }
 
 extension Substring {

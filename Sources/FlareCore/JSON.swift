@@ -30,14 +30,7 @@ extension JSONValue {
     public static let maximumDepth = 32
 
     public static func parse(_ bytes: [UInt8]) throws(JSONError) -> JSONValue {
-        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in
-            var parser = JSONParser(bytes: buffer)
-            parser.skipWhitespace()
-            let value = try parser.parseValue(depth: 0)
-            parser.skipWhitespace()
-            guard parser.index == buffer.count else { throw parser.error("trailing characters after the value") }
-            return value
-        }
+        try parseWhole(bytes) { parser throws(JSONError) in try parser.parseValue(depth: 0) }
     }
 
     public static func parse(_ text: String) throws(JSONError) -> JSONValue { try parse(Array(text.utf8)) }
@@ -49,15 +42,25 @@ extension JSONValue {
     public static func forEachMember(
         ofObject bytes: [UInt8], _ body: (_ key: String, _ value: JSONValue) -> Void
     ) throws(JSONError) {
-        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in
-            var parser = JSONParser(bytes: buffer)
-            parser.skipWhitespace()
-            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else {
+        try parseWhole(bytes) { parser throws(JSONError) in
+            guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "{") else {
                 throw parser.error("expected an object")
             }
             try parser.parseMembers(depth: 0, body)
+        }
+    }
+
+    /// The whole text is one value: leading and trailing whitespace allowed, nothing else around it.
+    private static func parseWhole<T>(
+        _ bytes: [UInt8], _ value: (inout JSONParser) throws(JSONError) -> T
+    ) throws(JSONError) -> T {
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in
+            var parser = JSONParser(bytes: buffer)
+            parser.skipWhitespace()
+            let result = try value(&parser)
             parser.skipWhitespace()
             guard parser.index == buffer.count else { throw parser.error("trailing characters after the value") }
+            return result
         }
     }
 }
@@ -109,8 +112,8 @@ private struct JSONParser {
     }
 
     /// From the opening brace to just past the closing one, handing each member to `body` as it is read.
+    /// (The depth is checked by `parseValue`, the only way in below the top level.)
     mutating func parseMembers(depth: Int, _ body: (String, JSONValue) -> Void) throws(JSONError) {
-        guard depth < JSONValue.maximumDepth else { throw error("nested too deeply") }
         index += 1
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return }
