@@ -9,12 +9,19 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     private var notEmpty = pthread_cond_t()
     private var notFull = pthread_cond_t()
+    private var processedChanged = pthread_cond_t()
     private var items: [Element] = []
     private var head = 0
     private var closed = false
     private var refusingWhenFull = false
     private var paused = false
     private var refusedCount = 0
+    /// For `waitUntilProcessed`: elements ever accepted, and how many of those the consumer has finished with.
+    private var acceptedCount = 0
+    private var processedCount = 0
+    private var refusedAtLastWait = 0
+    private var processingWaiters = 0
+    private var waitsAbandoned = false
     let capacity: Int
 
     init(capacity: Int) {
@@ -22,9 +29,11 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&notEmpty, nil)
         pthread_cond_init(&notFull, nil)
+        pthread_cond_init(&processedChanged, nil)
     }
 
     deinit {
+        pthread_cond_destroy(&processedChanged)
         pthread_cond_destroy(&notFull)
         pthread_cond_destroy(&notEmpty)
         pthread_mutex_destroy(&mutex)
@@ -44,9 +53,46 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
             return false
         }
         items.append(element)
+        acceptedCount += 1
         pthread_cond_signal(&notEmpty)
         return true
     }
+
+    /// The consumer has finished with `count` more of the elements it took (in order).
+    func markProcessed(_ count: Int) {
+        locked {
+            processedCount += count
+            pthread_cond_broadcast(&processedChanged)
+        }
+    }
+
+    /// Waits until the consumer has processed every element accepted so far: true. False if an element was
+    /// refused since the last call (it will never be processed), or once `abandonWaits` is called with elements
+    /// still unprocessed.
+    func waitUntilProcessed() -> Bool {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        let target = acceptedCount
+        let refusedMeanwhile = refusedCount != refusedAtLastWait
+        refusedAtLastWait = refusedCount
+        if refusedMeanwhile { return false }
+        processingWaiters += 1
+        while processedCount < target && !waitsAbandoned { pthread_cond_wait(&processedChanged, &mutex) }
+        processingWaiters -= 1
+        return processedCount >= target
+    }
+
+    /// Ends current and later `waitUntilProcessed` calls that would have to wait (the consumer cannot go on).
+    func abandonWaits() {
+        locked {
+            waitsAbandoned = true
+            pthread_cond_broadcast(&processedChanged)
+        }
+    }
+
+    /// True while a producer waits in `waitUntilProcessed`: it sends nothing more until then, so a consumer
+    /// gathering a larger batch would only keep it waiting.
+    var isAwaitingProcessing: Bool { locked { processingWaiters > 0 } }
 
     /// Waits for at least one element and takes up to `maximum`. Returns [] only once closed and empty.
     func takeBatch(maximum: Int) -> [Element] {

@@ -25,6 +25,8 @@ public final class Bridge: Sendable {
         client.setMessageHandler { [ingestor] message in
             ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
         }
+        // The broker hears that a fix arrived only once it is stored: a bridge killed before that gets it again.
+        client.setAcknowledgementGate { [ingestor] in ingestor.waitUntilStored() }
         client.setConnectionHandler { [weak self, shares, logger] event in
             switch event {
             case .connected(let sessionPresent):

@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// `handle` runs on the MQTT network thread: it parses and validates (microseconds) and queues the fix. One
 /// writer drains the queue in batches, each in one SQLite transaction, and only then tells the registry,
-/// so a viewer never sees a fix that is not stored. When the queue is full, or the store is failing, `handle`
+/// so a viewer never sees a fix that is not stored. The bridge acknowledges QoS 1 messages to the broker only
+/// once `waitUntilStored` says they are committed. When the queue is full, or the store is failing, `handle`
 /// blocks: the broker then holds messages in the bridge's session queue instead of anything being dropped.
 public final class FixIngestor: Sendable {
     struct Item: Sendable {
@@ -110,7 +111,20 @@ public final class FixIngestor: Sendable {
     /// behind a failing store refuses the message in hand (counted in what `drain` reports) instead.
     public func prepareForShutdown() {
         shuttingDown.store(true, ordering: .relaxed)
-        if !isStoreHealthy { queue.refuseWhenFull() }
+        if !isStoreHealthy { giveUpOnFailingStore() }
+    }
+
+    private func giveUpOnFailingStore() {
+        queue.refuseWhenFull()
+        queue.abandonWaits()
+    }
+
+    /// The bridge's acknowledgement gate: waits until every fix handed over so far is committed, so the broker
+    /// is told a message was received only once it is stored. False when that cannot happen (shutting down
+    /// with a failing store, or a fix was refused): those messages must not be acknowledged at all, and the
+    /// broker delivers them again when the bridge is back.
+    public func waitUntilStored() -> Bool {
+        queue.waitUntilProcessed()
     }
 
     /// Stops taking fixes, writes everything queued, and returns when the writer has finished: nil.
@@ -141,17 +155,24 @@ public final class FixIngestor: Sendable {
     /// 4,000 fixes over 1,000 shares ~1,000. So while the previous batch was busy (`busyBatchCount` or more),
     /// commits start at most every `minimumCommitIntervalMillis`; and a batch that found hundreds waiting keeps
     /// gathering, up to `gatherMillis`, for as long as the inflow keeps up, so the end of a burst is not held
-    /// back. At an ordinary rate a batch is one or two fixes and is written at once: a fix acknowledged to the
-    /// broker but not yet committed is lost if the process is killed, and that window stays as short as it was.
+    /// back. At an ordinary rate a batch is one or two fixes and is written at once.
+    ///
+    /// None of this waits while the bridge waits for the commit (`waitUntilStored`, before it acknowledges QoS 1
+    /// messages): nothing more arrives until the commit is done. So the pacing only groups QoS 0 floods.
     private func gather(_ batch: inout [Item], lastCommitStart: Int64, previousBatchCount: Int) {
+        if queue.isAwaitingProcessing { return }
         let sinceLastCommit = monotonicMillis() - lastCommitStart
         if previousBatchCount >= Self.busyBatchCount, sinceLastCommit < Int64(minimumCommitIntervalMillis) {
-            usleepMillis(minimumCommitIntervalMillis - Int(sinceLastCommit))
+            var pauseMicros = (minimumCommitIntervalMillis - Int(sinceLastCommit)) * 1000
+            while pauseMicros > 0, !queue.isAwaitingProcessing {
+                usleep(250)
+                pauseMicros -= 250
+            }
             batch.append(contentsOf: queue.takeAvailable(maximum: batchSize - batch.count))
         }
         guard batch.count >= gatherThreshold else { return }
         var waited = 0
-        while batch.count < batchSize, waited < gatherMillis, !queue.isClosed {
+        while batch.count < batchSize, waited < gatherMillis, !queue.isClosed, !queue.isAwaitingProcessing {
             usleepMillis(1)
             waited += 1
             let more = queue.takeAvailable(maximum: batchSize - batch.count)
@@ -177,6 +198,7 @@ public final class FixIngestor: Sendable {
             while true {
                 do {
                     let inserted = try store.insertFixes(batch.map(\.pending))
+                    queue.markProcessed(batch.count)
                     if !storeHealthy.exchange(true, ordering: .relaxed) {
                         queue.setPaused(false)
                         logger.info("store writable again; \(batch.count) queued fixes written")
@@ -192,11 +214,11 @@ public final class FixIngestor: Sendable {
                     break
                 } catch {
                     metrics.increment(FlareMetrics.storeErrors)
-                    if shuttingDown.load(ordering: .relaxed) { queue.refuseWhenFull() }
+                    if shuttingDown.load(ordering: .relaxed) { giveUpOnFailingStore() }
                     if storeHealthy.exchange(false, ordering: .relaxed) {
-                        // Take no more while nothing can be stored: libmosquitto acknowledges a message when the
-                        // MQTT thread has queued it, so whatever waits here unacknowledged stays in the broker's
-                        // session for flared and is not lost if flared has to be stopped before the store recovers.
+                        // Take no more while nothing can be stored: what the bridge has not read stays in the broker's
+                        // session for flared, and what it read is not acknowledged until stored (`waitUntilStored`),
+                        // so neither is lost if flared has to be stopped before the store recovers.
                         queue.setPaused(true)
                         let cause = store.directoryWriteProblem().map { "; writing next to the database fails too: \($0)" } ?? ""
                         logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")

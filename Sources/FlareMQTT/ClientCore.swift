@@ -5,7 +5,7 @@ import Glibc
 import Darwin
 #endif
 
-/// The state libmosquitto's network thread shares with `MQTTClient`.
+/// The state the network thread shares with `MQTTClient`.
 ///
 /// It is a separate object so the C side can own a reference to it: `MQTTClient.init` passes it retained as
 /// the userdata pointer and `MQTTClient.deinit` releases it only after `mosquitto_destroy`, when no callback
@@ -25,6 +25,12 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
     var generation = 0
     /// The thread running the callbacks, to refuse `disconnect()` from a callback (it would join itself).
     var networkThread: pthread_t?
+    /// The broker refused the credentials: the network loop stops reconnecting until disconnect() and connect().
+    var refused = false
+    /// Asked before acknowledgements of received QoS 1/2 messages are written (see `NetworkLoop`).
+    var acknowledgementGate: (@Sendable () -> Bool)?
+    /// Network thread only: QoS 1/2 messages were handed to the message handler since the last write.
+    var deliveriesAwaitingAcknowledgement = false
     var publishes = AckTracker()
     var subscribes = AckTracker()
 
@@ -47,14 +53,13 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
             // connect() again). mosquitto_disconnect is allowed in a callback, loop_stop is not.
             _ = mosquitto_disconnect(handle)
             let reason = isV5 ? String(cString: mosquitto_reason_string(code)) : String(cString: mosquitto_connack_string(code))
-            let handler = lock.withLock { networkThread = pthread_self(); return connectionHandler }
+            let handler = lock.withLock { refused = true; return connectionHandler }
             handler?(.refused(reason: reason))
             return
         }
         let (patterns, handler) = lock.withLock {
             connected = true
             generation += 1
-            networkThread = pthread_self()
             subscribes.reset()
             subscribes.willRegister()
             lock.broadcast()
@@ -78,7 +83,6 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
     func didDisconnect(code: Int32) {
         let handler = lock.withLock {
             connected = false
-            networkThread = pthread_self()
             subscribes.reset()
             lock.broadcast()
             return connectionHandler
@@ -103,6 +107,7 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
     }
 
     func didReceive(_ message: MQTTMessage) {
+        if message.qos > 0 { deliveriesAwaitingAcknowledgement = true }
         let handler = lock.withLock { messageHandler }
         handler?(message)
     }

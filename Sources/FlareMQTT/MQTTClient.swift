@@ -1,8 +1,8 @@
 internal import CMosquitto
 import Dispatch
 
-/// An MQTT client on libmosquitto: one `struct mosquitto` handle, its network thread, and reconnection
-/// with backoff. Thread-safe; all callbacks arrive on libmosquitto's network thread.
+/// An MQTT client on libmosquitto: one `struct mosquitto` handle, its network thread (`NetworkLoop`) and
+/// reconnection with backoff. Thread-safe; all callbacks arrive on the network thread.
 public final class MQTTClient: @unchecked Sendable {  // the handle is only used through libmosquitto's own locking
     public enum ProtocolVersion: Sendable {
         case v311
@@ -39,6 +39,7 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
     private let options: Options
     private let handle: OpaquePointer
     private let core: ClientCore
+    private let loop: NetworkLoop
     /// Serialises connect() and disconnect(); `running` = the network thread was started.
     private let lifecycle = ConditionLock()
     private var running = false
@@ -50,6 +51,10 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         guard !options.clientID.isEmpty else {
             throw MQTTError(operation: "init", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "clientID must not be empty")
         }
+        let delay = options.reconnectDelay
+        guard delay.min >= 1, delay.max >= delay.min else {
+            throw MQTTError(operation: "reconnectDelay", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "needs 1 <= min <= max")
+        }
         try MQTTError.check(Self.libraryInitialized, "mosquitto_lib_init")
         let core = ClientCore(isV5: options.protocolVersion == .v5)
         let userdata = Unmanaged.passRetained(core).toOpaque()  // released in deinit, after mosquitto_destroy
@@ -57,9 +62,18 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
             Unmanaged<ClientCore>.fromOpaque(userdata).release()
             throw MQTTError(operation: "mosquitto_new", code: Int32(MOSQ_ERR_NOMEM.rawValue), message: "could not create the client")
         }
+        let loop: NetworkLoop
+        do {
+            loop = try NetworkLoop(handle: handle, core: core, reconnectDelay: delay)
+        } catch {
+            mosquitto_destroy(handle)
+            Unmanaged<ClientCore>.fromOpaque(userdata).release()
+            throw error
+        }
         self.options = options
         self.handle = handle
         self.core = core
+        self.loop = loop
         // From here on a throw runs deinit, which destroys the handle.
         let version = options.protocolVersion == .v5 ? MQTT_PROTOCOL_V5 : MQTT_PROTOCOL_V311
         try MQTTError.check(mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, version), "protocol version")
@@ -67,11 +81,6 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         if options.protocolVersion == .v5 {
             try MQTTError.check(mosquitto_int_option(handle, MOSQ_OPT_RECEIVE_MAXIMUM, Int32(clamping: options.receiveMaximum)), "receiveMaximum")
         }
-        let delay = options.reconnectDelay
-        guard delay.min >= 1, delay.max >= delay.min else {
-            throw MQTTError(operation: "reconnectDelay", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "needs 1 <= min <= max")
-        }
-        try MQTTError.check(mosquitto_reconnect_delay_set(handle, UInt32(delay.min), UInt32(delay.max), true), "reconnectDelay")
         if options.username != nil || options.password != nil {
             try MQTTError.check(mosquitto_username_pw_set(handle, options.username, options.password), "credentials")
         }
@@ -79,9 +88,9 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
     }
 
     deinit {
-        let handle = HandleBox(handle), core = core, running = running
+        let handle = HandleBox(handle), core = core, loop = loop, running = running
         let teardown: @Sendable () -> Void = {
-            if running { Self.stopNetworkThread(handle.pointer, core) }
+            if running { Self.stopNetworkThread(loop, core) }
             mosquitto_destroy(handle.pointer)
             Unmanaged.passUnretained(core).release()  // balances passRetained in init
         }
@@ -96,11 +105,21 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
 
     // MARK: - handlers and subscriptions
 
-    /// Called on libmosquitto's network thread with a copy of the message (payload copied inside the C callback).
-    /// May block briefly to apply back-pressure (the broker has already had its PUBACK). Set before connect().
-    /// Handlers live as long as the client: capture the client weakly in them, or neither is ever freed.
+    /// Called on the network thread with a copy of the message (payload copied inside the C callback). May block
+    /// to apply back-pressure: the network thread then reads nothing more, and the broker keeps what follows.
+    /// Set before connect(). Handlers live as long as the client: capture the client weakly in them, or neither
+    /// is ever freed.
     public func setMessageHandler(_ handler: @escaping @Sendable (MQTTMessage) -> Void) {
         core.lock.withLock { core.messageHandler = handler }
+    }
+
+    /// Called on the network thread after it has handed QoS 1/2 messages to the message handler and before it
+    /// acknowledges them to the broker; it may block until they are safe (stored). Returning false means they
+    /// cannot be made safe: they are never acknowledged, the connection is dropped, and with a persistent
+    /// session the broker delivers them again on the next one. Without a gate, messages are acknowledged once
+    /// the handler returns. Set before connect().
+    public func setAcknowledgementGate(_ gate: @escaping @Sendable () -> Bool) {
+        core.lock.withLock { core.acknowledgementGate = gate }
     }
 
     /// Called on the network thread, except that a first connection attempt failing at once inside
@@ -125,6 +144,7 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         guard sendNow else { return }
         var mid: Int32 = 0
         let rc = mosquitto_subscribe(handle, &mid, pattern, Int32(qos))
+        loop.wake()
         core.lock.withLock {
             let sameConnection = rc == MOSQ_ERR_SUCCESS.rawValue && core.generation == generation
             core.subscribes.register(sameConnection ? [mid] : [])
@@ -149,7 +169,7 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
 
     // MARK: - connection
 
-    /// Starts the network thread. Returns without waiting for the broker; libmosquitto then reconnects
+    /// Starts the network thread. Returns without waiting for the broker; the network thread then reconnects
     /// forever with backoff until `disconnect()`. Throws only for unusable options. Calling it again while
     /// running does nothing; after `disconnect()` it connects again.
     public func connect() throws {
@@ -168,7 +188,8 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
             default:
                 throw MQTTError("connect", rc: rc)
             }
-            try MQTTError.check(mosquitto_loop_start(handle), "loop_start")
+            core.lock.withLock { core.refused = false }
+            loop.start()
             running = true
             return failure
         }
@@ -206,14 +227,13 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         lifecycle.withLock {
             guard running else { return }
             precondition(!core.isOnNetworkThread, "MQTTClient.disconnect() called from an MQTT callback")
-            Self.stopNetworkThread(handle, core)
+            Self.stopNetworkThread(loop, core)
             running = false
         }
     }
 
-    private static func stopNetworkThread(_ handle: OpaquePointer, _ core: ClientCore) {
-        _ = mosquitto_disconnect(handle)  // NO_CONN while reconnecting is fine: it still ends the loop
-        _ = mosquitto_loop_stop(handle, false)  // wakes a reconnect back-off sleep and joins the thread
+    private static func stopNetworkThread(_ loop: NetworkLoop, _ core: ClientCore) {
+        loop.stop()  // sends DISCONNECT, wakes a reconnect back-off sleep and joins the thread
         core.lock.withLock {
             core.connected = false
             core.networkThread = nil  // a later thread may get the same id
@@ -243,6 +263,7 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
         let rc = payload.withUnsafeBytes { bytes in
             mosquitto_publish_v5(handle, &mid, topic, Int32(clamping: bytes.count), bytes.baseAddress, Int32(qos), retain, properties)
         }
+        loop.wake()
         try MQTTError.check(rc, "publish")
         return mid
     }

@@ -133,7 +133,7 @@ final class Daemon: Sendable {
         bridge.stop()
         logger.info("writing \(ingestor.queueDepth) queued fixes")
         if let unwritten = ingestor.drain(failingStoreGraceSeconds: shutdownStoreGraceSeconds) {
-            logger.error("the store kept failing: \(unwritten) received fixes could not be written and are lost (the broker still holds each share's last position)")
+            logger.error("the store kept failing: \(unwritten) received fixes could not be written; those that came at QoS 1 were not acknowledged, so the broker delivers them again when flared is back (QoS 0 ones are lost)")
             return false
         }
         shares.stopScheduler()

@@ -56,6 +56,24 @@ import Testing
         #expect(fixture.metrics.value(FlareMetrics.fixesDuplicate) == 3)
     }
 
+    /// The bridge's acknowledgement gate: when it returns true, every fix handed over is already in the store.
+    @Test func waitUntilStoredReturnsOnceEveryHandedOverFixIsCommitted() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let row = try #require(fixture.registry.snapshot(id)?.row)
+        let now = Int64(Date().timeIntervalSince1970)
+        var handedOver = 0
+        for round in 1...20 {
+            for index in 0..<(round * 37) {
+                fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, Double(handedOver + index) / 100_000, tst: now - 100), retained: false)
+            }
+            handedOver += round * 37
+            #expect(fixture.ingestor.waitUntilStored())
+            #expect(try fixture.store.fixCount(row: row) == handedOver)
+        }
+        fixture.ingestor.drain()
+    }
+
     @Test func drainWritesEverythingQueued() throws {
         let fixture = try BridgeFixture()
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
@@ -183,6 +201,40 @@ import Testing
         #expect(!queue.put(7))  // refused once closed…
         #expect(queue.takeBatch(maximum: 10) == [6])  // …but what was queued is still handed out
         #expect(queue.takeBatch(maximum: 10) == [])
+    }
+
+    @Test func waitUntilProcessedWaitsForTheConsumerAndFailsForRefusedOrAbandoned() {
+        let queue = BlockingQueue<Int>(capacity: 8)
+        #expect(queue.waitUntilProcessed())  // nothing accepted: nothing to wait for
+        for value in 1...3 { #expect(queue.put(value)) }
+        let result = Mutex<Bool?>(nil)
+        let waiter = Thread { let ok = queue.waitUntilProcessed(); result.withLock { $0 = ok } }
+        waiter.start()
+        #expect(eventually { queue.isAwaitingProcessing })
+        _ = queue.takeBatch(maximum: 10)
+        queue.markProcessed(2)
+        #expect(queue.isAwaitingProcessing)  // one of the three is still unprocessed
+        #expect(result.withLock { $0 } == nil)
+        queue.markProcessed(1)
+        #expect(eventually { result.withLock { $0 } == true })
+
+        // A refused element is never processed: the next wait says so at once, the one after is back to normal.
+        queue.refuseWhenFull()
+        for value in 4...12 { queue.put(value) }  // 8 fit, 1 refused
+        _ = queue.takeBatch(maximum: 10)
+        queue.markProcessed(8)
+        #expect(!queue.waitUntilProcessed())
+        #expect(queue.waitUntilProcessed())
+
+        // Abandoned (a store that will not recover): a waiter is released with false.
+        #expect(queue.put(13))
+        let abandoned = Mutex<Bool?>(nil)
+        let second = Thread { let ok = queue.waitUntilProcessed(); abandoned.withLock { $0 = ok } }
+        second.start()
+        #expect(eventually { queue.isAwaitingProcessing })
+        queue.abandonWaits()
+        #expect(eventually { abandoned.withLock { $0 } == false })
+        #expect(!queue.isAwaitingProcessing)
     }
 
     @Test func refusesInsteadOfWaitingOnceToldAndCountsIt() {

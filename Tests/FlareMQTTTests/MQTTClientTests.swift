@@ -103,6 +103,58 @@ struct MQTTClientTests {
         #expect(recorder.sessionPresentFlags.first == true)
     }
 
+    /// The bridge relies on this for "nothing lost": a QoS 1 message is acknowledged only once the gate says it is
+    /// safe. A gate that says it never can be keeps it unacknowledged, so the broker delivers it again.
+    @Test(arguments: versions)
+    func messagesAreAcknowledgedOnlyOnceTheGateAllows(version: MQTTClient.ProtocolVersion) throws {
+        let broker = try TestBroker()
+        let id = "gated-\(UUID().uuidString.prefix(8))"
+        let topic = "flare/v1/shares/gated/location"
+        let recorder = Recorder()
+        let client = try makeClient(broker, id: id, version: version, recorder: recorder) { $0.cleanSession = false }
+        let allow = Atomic<Bool>(false)
+        let gateCalls = Atomic<Int>(0)
+        client.setAcknowledgementGate {
+            gateCalls.add(1, ordering: .relaxed)
+            return allow.load(ordering: .relaxed)
+        }
+        try subscribeAndConnect(client, "flare/v1/shares/+/location")
+        let publisher = try connectedClient(broker, version: version)
+        try publisher.publishAndWait(topic: topic, payload: bytes("fix"), qos: 1, retain: false, timeout: .seconds(10))
+
+        // Refused by the gate: the connection is dropped unacknowledged and the broker delivers it again.
+        #expect(eventually(timeout: .seconds(20)) { recorder.messages(on: topic).count >= 2 })
+        #expect(recorder.messages(on: topic).dropFirst().allSatisfy { $0.payload == bytes("fix") })
+        #expect(!recorder.disconnections.isEmpty)
+
+        allow.store(true, ordering: .relaxed)
+        #expect(eventually(timeout: .seconds(20)) { client.isConnected && recorder.messages(on: topic).count >= 3 })
+        #expect(try client.waitUntilSubscribed(timeout: .seconds(10)))
+        // Now acknowledged: after a clean reconnect only the marker arrives, not the fix again.
+        client.disconnect()
+        let delivered = recorder.messages(on: topic).count
+        try client.connect()
+        #expect(client.waitUntilConnected(timeout: .seconds(10)))
+        try publisher.publishAndWait(topic: topic, payload: bytes("marker"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { recorder.messages(on: topic).last?.payload == bytes("marker") })
+        #expect(recorder.messages(on: topic).count == delivered + 1)
+
+        // QoS 0 deliveries need no acknowledgement and never ask the gate.
+        let plainGateCalls = Atomic<Int>(0)
+        let plain = Recorder()
+        let plainClient = try makeClient(broker, version: version, recorder: plain)
+        plainClient.setAcknowledgementGate {
+            plainGateCalls.add(1, ordering: .relaxed)
+            return false
+        }
+        try subscribeAndConnect(plainClient, topic, qos: 0)
+        try publisher.publishAndWait(topic: topic, payload: bytes("qos 0"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { plain.messages(on: topic).map(\.payload) == [bytes("qos 0")] })
+        #expect(plainGateCalls.load(ordering: .relaxed) == 0)
+        #expect(plainClient.isConnected)
+        #expect(gateCalls.load(ordering: .relaxed) >= 3)
+    }
+
     @Test(arguments: versions)
     func reconnectsAfterBrokerRestartAndResubscribes(version: MQTTClient.ProtocolVersion) throws {
         let broker = try TestBroker(persistence: true)

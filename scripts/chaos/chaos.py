@@ -124,7 +124,11 @@ def bench_publish(stack, share_ids, count, rate, offset):
 # --- the cases ------------------------------------------------------------------------------------------------
 
 def case_kill9(work, quick):
-    """kill -9 flared repeatedly while fixes stream at 1,000/s, QoS 1: each fix stored once; count what is lost."""
+    """kill -9 flared repeatedly while fixes stream at 1,000/s, QoS 1: each fix stored exactly once, none lost.
+
+    The bridge acknowledges a message to the broker only once its fix is committed, so the in-flight window (a fix
+    acknowledged but not yet stored) is empty: what a killed flared had read but not stored, the broker delivers
+    again to its persistent session."""
     stack = Stack(work)
     try:
         shares = [stack.create_share()["share_id"] for _ in range(10)]
@@ -141,22 +145,26 @@ def case_kill9(work, quick):
         out, _ = pub.communicate(timeout=seconds + 60)
         published = json.loads(out.strip().splitlines()[-1])["published"]
         assert published == total, f"publisher handed over {published} of {total}"
-        wait_for(lambda: stack.metric("flare_ingest_queue_depth") == 0 and stack.rows("SELECT count(*) FROM fixes")[0][0] >= total - 20000, 30, "ingest settled")
+        try:
+            wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= total, 30, "every fix stored")
+        except AssertionError:
+            pass  # reported below as lost
         time.sleep(1.0)
         stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
         distinct = stack.rows("SELECT count(*) FROM (SELECT DISTINCT share, lat, lon FROM fixes)")[0][0]
         assert stored == distinct, f"{stored - distinct} fixes stored twice"
         lost = total - stored
+        assert lost == 0, f"lost {lost} of {total} fixes"
         return f"{kills} x kill -9 during {total} QoS 1 fixes at 1,000/s: stored {stored}, duplicates 0, lost {lost}", {"kills": kills, "published": total, "stored": stored, "lost": lost}
     finally:
         stack.stop()
 
 
 def case_kill9_burst(work, quick):
-    """kill -9 flared in the middle of a full-speed burst: measures the worst in-flight window.
+    """kill -9 flared in the middle of a full-speed QoS 1 burst, with thousands of fixes read and not yet stored.
 
-    libmosquitto acknowledges a QoS 1 message before the bridge sees it; what the bridge holds unwritten
-    (the ingest queue, 8,192, plus the batch being committed, up to 8,192) is lost with the process."""
+    None of those was acknowledged to the broker (the bridge acknowledges only what is committed), so the broker
+    delivers them again after the restart and nothing is lost."""
     stack = Stack(work)
     try:
         shares = [stack.create_share()["share_id"] for _ in range(100)]
@@ -168,11 +176,14 @@ def case_kill9_burst(work, quick):
         stack.flared.wait()
         stack.start_flared()
         pub.communicate(timeout=120)
-        wait_for(lambda: stack.metric("flare_ingest_queue_depth") == 0 and stack.metric("flare_fixes_accepted_total") > 0, 30, "ingest settled")
+        try:
+            wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= total, 30, "every fix stored")
+        except AssertionError:
+            pass  # reported below as lost
         time.sleep(1.0)
         stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
         lost = total - stored
-        assert 0 <= lost <= 2 * 8192, f"lost {lost}: more than the queue and one batch"
+        assert lost == 0, f"lost {lost} of {total} fixes"
         return f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost} (queue depth just before the kill: {depth})", {"published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
     finally:
         stack.stop()
@@ -271,7 +282,7 @@ def case_disk_full(work, quick):
 def case_read_only(work, quick):
     """The store's filesystem turns read-only mid-stream (ext4 errors=remount-ro, as after an I/O error): clear
     errors, /healthz 503, no crash; a bounded shutdown that says how many fixes it could not write; and after the
-    filesystem is repaired, every fix is either stored or was in that count."""
+    filesystem is repaired, every fix stored, including those (never acknowledged, so the broker kept them)."""
     image, mount = os.path.join(work, "store.img"), os.path.join(work, "ext4")
     os.makedirs(mount)
     ready = (all(shutil.which(tool) for tool in ("truncate", "mkfs.ext4", "e2fsck", "findmnt", "mount"))
@@ -318,14 +329,15 @@ def case_read_only(work, quick):
         subprocess.run(["e2fsck", "-fy", image], capture_output=True)
         subprocess.run(["mount", "-o", "loop", image, mount], check=True)
         stack.start_flared()
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] + lost >= before + later, 60,
-                 "every fix stored or counted as lost")
+        # The unwritten ones were never acknowledged, so the broker kept them too: every fix arrives.
+        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= before + later, 60, "every fix stored")
+        time.sleep(1.0)
         stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
         assert stack.rows("PRAGMA integrity_check")[0][0] == "ok"
-        assert stored >= before
+        assert stored == before + later, f"{stored} stored, expected {before + later}"
         return (f"read-only store: /healthz 503 store=failing, the log names the read-only filesystem, shutdown gave up after "
-                f"2 s reporting {lost} of {later} later fixes unwritten; after repair {stored} stored: the {before} from "
-                f"before and {stored - before} that the broker had kept for flared's session"), {"lost": lost, "stored": stored}
+                f"2 s with {lost} of {later} later fixes read but unwritten; after repair all {stored} stored: the {before} "
+                f"from before and the {later} later ones, which the broker had kept for flared's session"), {"unwritten_at_shutdown": lost, "stored": stored}
     finally:
         if stack:
             stack.stop()
