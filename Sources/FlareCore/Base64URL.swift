@@ -58,9 +58,17 @@ public enum Base64URL {
         return output
     }
 
+    /// Every link request checks its token with this. Called from other modules it is not specialised, so
+    /// the generic part only finds the bytes; the loop runs on a plain buffer.
     public static func isValid(_ text: some StringProtocol, length: Int) -> Bool {
-        let utf8 = text.utf8
-        guard utf8.count == length else { return false }
-        return utf8.allSatisfy { decodeTable[Int($0)] >= 0 }
+        if let valid = text.utf8.withContiguousStorageIfAvailable({ isValid($0, length: length) }) { return valid }
+        return Array(text.utf8).withUnsafeBufferPointer { isValid($0, length: length) }
+    }
+
+    private static func isValid(_ bytes: UnsafeBufferPointer<UInt8>, length: Int) -> Bool {
+        guard bytes.count == length else { return false }
+        let table = decodeTable
+        for byte in bytes where table[Int(byte)] < 0 { return false }
+        return true
     }
 }

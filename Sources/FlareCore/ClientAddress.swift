@@ -94,7 +94,8 @@ public struct TrustedProxies: Sendable {
     /// The rate-limit key of an address: IPv6 clients are counted per /64, the block one subscriber usually
     /// holds whole (counting each of its 2^64 addresses apart would let one client walk around the limit).
     public static func rateLimitKey(for address: String) -> String {
-        guard let parsed = IPAddress(address), parsed.isV6 else { return address }
+        // Every IPv6 form has a colon, no IPv4 address does: most requests need no parsing here.
+        guard address.utf8.contains(UInt8(ascii: ":")), let parsed = IPAddress(address), parsed.isV6 else { return address }
         let hex = parsed.bytes.prefix(8).map { byte in
             String(decoding: [hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0xF)]], as: UTF8.self)
         }

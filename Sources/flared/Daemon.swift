@@ -57,6 +57,10 @@ final class Daemon: Sendable {
         mqttOptions.username = credentials.username
         mqttOptions.password = credentials.password
         mqttOptions.cleanSession = false
+        // The bridge acknowledges a batch of QoS 1 fixes once it is committed (one commit per read), so the broker may
+        // send this many before it waits: a larger window makes fewer, larger commits. Kept below mosquitto's queue
+        // limits; a flared killed with a full window gets all of it again.
+        mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
         let policy = SharePolicy(
