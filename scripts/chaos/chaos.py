@@ -184,7 +184,8 @@ def case_kill9_burst(work, quick):
         stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
         lost = total - stored
         assert lost == 0, f"lost {lost} of {total} fixes"
-        return f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost} (queue depth just before the kill: {depth})", {"published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
+        return (f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost}; {depth} fixes were read and not yet stored "
+                f"just before the kill, unacknowledged, so the broker delivered them again"), {"published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
     finally:
         stack.stop()
 
