@@ -121,6 +121,18 @@ def bench_publish(stack, share_ids, count, rate, offset):
                              "--qos", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=stack.env)
 
 
+def stored_once_settled(stack, expected, seconds=30):
+    """How many fixes are stored once ingest has settled: waits up to `seconds` for `expected`, then one more
+    second, so that a fix stored twice would show. The caller asserts on the count (a shortfall is a loss)."""
+    count = lambda: stack.rows("SELECT count(*) FROM fixes")[0][0]
+    try:
+        wait_for(lambda: count() >= expected, seconds, "every fix stored")
+    except AssertionError:
+        pass
+    time.sleep(1.0)
+    return count()
+
+
 # --- the cases ------------------------------------------------------------------------------------------------
 
 def case_kill9(work, quick):
@@ -145,12 +157,7 @@ def case_kill9(work, quick):
         out, _ = pub.communicate(timeout=seconds + 60)
         published = json.loads(out.strip().splitlines()[-1])["published"]
         assert published == total, f"publisher handed over {published} of {total}"
-        try:
-            wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= total, 30, "every fix stored")
-        except AssertionError:
-            pass  # reported below as lost
-        time.sleep(1.0)
-        stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
+        stored = stored_once_settled(stack, total)
         distinct = stack.rows("SELECT count(*) FROM (SELECT DISTINCT share, lat, lon FROM fixes)")[0][0]
         assert stored == distinct, f"{stored - distinct} fixes stored twice"
         lost = total - stored
@@ -176,12 +183,7 @@ def case_kill9_burst(work, quick):
         stack.flared.wait()
         stack.start_flared()
         pub.communicate(timeout=120)
-        try:
-            wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= total, 30, "every fix stored")
-        except AssertionError:
-            pass  # reported below as lost
-        time.sleep(1.0)
-        stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
+        stored = stored_once_settled(stack, total)
         lost = total - stored
         assert lost == 0, f"lost {lost} of {total} fixes"
         return (f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost}; {depth} fixes were read and not yet stored "
@@ -331,9 +333,7 @@ def case_read_only(work, quick):
         subprocess.run(["mount", "-o", "loop", image, mount], check=True)
         stack.start_flared()
         # The unwritten ones were never acknowledged, so the broker kept them too: every fix arrives.
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= before + later, 60, "every fix stored")
-        time.sleep(1.0)
-        stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
+        stored = stored_once_settled(stack, before + later, seconds=60)
         assert stack.rows("PRAGMA integrity_check")[0][0] == "ok"
         assert stored == before + later, f"{stored} stored, expected {before + later}"
         return (f"read-only store: /healthz 503 store=failing, the log names the read-only filesystem, shutdown gave up after "
