@@ -48,9 +48,8 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
 
     func didConnect(_ handle: OpaquePointer, code: Int32, flags: Int32) {
         guard code == 0 else {
-            // Refused credentials do not fix themselves. libmosquitto already stops retrying after a v5 refusal
-            // but would retry a v3.1.1 one forever; stop both the same way (the caller may disconnect() and
-            // connect() again). mosquitto_disconnect is allowed in a callback, loop_stop is not.
+            // Refused credentials do not fix themselves: close the connection and, through `refused`, stop the
+            // network loop's reconnecting, for v5 and v3.1.1 alike (the caller may disconnect() and connect() again).
             _ = mosquitto_disconnect(handle)
             let reason = isV5 ? String(cString: mosquitto_reason_string(code)) : String(cString: mosquitto_connack_string(code))
             let handler = lock.withLock { refused = true; return connectionHandler }
