@@ -122,10 +122,10 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
                 if stopping { break }
                 // A refused connection does not fix itself: wait for disconnect().
                 if core.lock.withLock({ core.refused }) {
-                    sleep(untilWokenOrMillis: 1000)
+                    waitForEvents(on: nil, timeoutMillis: 1000)
                     continue
                 }
-                sleep(untilWokenOrMillis: reconnectDelayMillis(afterFailedAttempts: failedAttempts))
+                waitForEvents(on: nil, timeoutMillis: reconnectDelayMillis(afterFailedAttempts: failedAttempts))
                 if isStopRequested { break }
                 failedAttempts += 1
                 // Blocking, as in mosquitto_loop_forever: until the TCP connection stands there is no socket, so a
@@ -178,9 +178,11 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
         return true
     }
 
-    private func waitForEvents(on socket: Int32, timeoutMillis: Int32) {
-        let wantsWrite = mosquitto_want_write(handle)
-        let skipPoll = wakeLock.withLock {
+    /// Waits in `poll` for the socket (when there is one) or for `wake()`, up to `timeoutMillis`; returns at once
+    /// if woken since the last wait. `stop()` wakes too, so a reconnect back-off ends when the client stops.
+    private func waitForEvents(on socket: Int32?, timeoutMillis: Int32) {
+        let wantsWrite = socket != nil && mosquitto_want_write(handle)
+        let wokenAlready = wakeLock.withLock {
             if wakePending {
                 wakePending = false
                 return true
@@ -188,31 +190,14 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
             sleepingInPoll = true
             return false
         }
-        if !skipPoll {
-            var descriptors = [
-                pollfd(fd: socket, events: Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0), revents: 0),
-                pollfd(fd: wakePipe[0], events: Int16(POLLIN), revents: 0),
-            ]
-            _ = poll(&descriptors, 2, timeoutMillis)
-            wakeLock.withLock { sleepingInPoll = false }
-            if descriptors[1].revents != 0 { drainWakePipe() }
+        guard !wokenAlready else { return }
+        var descriptors = [pollfd(fd: wakePipe[0], events: Int16(POLLIN), revents: 0)]
+        if let socket {
+            descriptors.append(pollfd(fd: socket, events: Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0), revents: 0))
         }
-    }
-
-    private func sleep(untilWokenOrMillis millis: Int) {
-        let skip = wakeLock.withLock {
-            if wakePending || stopRequested {
-                wakePending = false
-                return true
-            }
-            sleepingInPoll = true
-            return false
-        }
-        guard !skip else { return }
-        var descriptor = pollfd(fd: wakePipe[0], events: Int16(POLLIN), revents: 0)
-        _ = poll(&descriptor, 1, Int32(clamping: millis))
+        _ = poll(&descriptors, nfds_t(descriptors.count), timeoutMillis)
         wakeLock.withLock { sleepingInPoll = false }
-        drainWakePipe()
+        if descriptors[0].revents != 0 { drainWakePipe() }
     }
 
     private func drainWakePipe() {
@@ -221,9 +206,9 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
     }
 
     /// libmosquitto's "exponential" backoff: min × (attempts + 1)², at most max.
-    private func reconnectDelayMillis(afterFailedAttempts attempts: Int) -> Int {
+    private func reconnectDelayMillis(afterFailedAttempts attempts: Int) -> Int32 {
         let factor = min(attempts + 1, 1000)
-        return min(reconnectDelay.min * factor * factor, reconnectDelay.max) * 1000
+        return Int32(clamping: min(reconnectDelay.min * factor * factor, reconnectDelay.max) * 1000)
     }
 
     private static func nowMillis() -> Int64 {
