@@ -1,7 +1,14 @@
 /// The OwnTracks apps' `_type: configuration` for one share, so the iOS and Android apps publish into it
 /// unchanged: MQTT mode, the share's broker credentials (username = share id, password = device token), and the
 /// share's location topic as `pubTopicBase`. Key names and values follow the OwnTracks booklet
-/// (tech/json.md, `_type=configuration`; features/remoteconfig.md for `.otrc` files and `owntracks:///config`).
+/// (tech/json.md, `_type=configuration`; features/remoteconfig.md for `.otrc` files and `owntracks:///config`), each
+/// checked against the apps' own import code: owntracks/android v2.4.12, v2.5.7–v2.5.9 and master (2.6.0), and
+/// owntracks/ios 26.2.3 and master. A key either app ignores is left out, so nothing here pretends to configure
+/// what it does not.
+///
+/// The iOS app from 26.2.2 and the Android app from 2.6.0 import a configuration by link or file only after the
+/// user has turned on "allow configuration by URI and config file" (`allowConfigurationByURIAndConfigFile`, off by
+/// default, and no configuration can turn it on): the setup instructions say so.
 public struct OwnTracksConfiguration: Sendable {
     public var shareID: ShareID
     public var deviceToken: String
@@ -11,10 +18,20 @@ public struct OwnTracksConfiguration: Sendable {
     /// `monitoring` 2 = "move" mode: continuous GPS updates, the right mode for an emergency (1 = significant
     /// changes only, which can leave minutes between fixes).
     public var monitoring: Int = 2
-    /// Seconds between fixes in move mode.
+    /// Seconds between fixes in move mode: iOS reads `locatorInterval`, Android `moveModeLocatorInterval` (its
+    /// `locatorInterval` only applies in significant-changes mode; `BackgroundService.kt`, v2.5.7–v2.5.9).
     public var locatorInterval: Int = 10
-    /// Metres moved before a new fix in move mode.
+    /// Metres moved before a new fix (iOS in move mode; Android outside move mode).
     public var locatorDisplacement: Int = 10
+
+    /// Android's location request priority, by name. Android v2.5.7 to master read a number by its position in
+    /// `HighAccuracy, BalancedPowerAccuracy, LowPower, NoPower` (`entries.getOrElse(value)`,
+    /// `location/LocatorPriority.kt`), so the 3 that means high accuracy on v2.4 and v2.5.4–v2.5.6 means NoPower
+    /// there and the phone gets no GPS fixes. The name matches on every 2.5 release and master (exactly on
+    /// v2.5.0–v2.5.3, ignoring case from v2.5.4); v2.4 refuses a string but always uses high accuracy in move mode.
+    /// Written rather than left out, because an import only changes the keys it contains: a phone that was given
+    /// 3 by an older Flare is repaired by importing again. iOS has no such key.
+    public static let androidLocatorPriority = "HighAccuracy"
 
     public init(shareID: ShareID, deviceToken: String, broker: MQTTURL, shareName: String?) {
         self.shareID = shareID
@@ -49,19 +66,23 @@ public struct OwnTracksConfiguration: Sendable {
         // where the device token may publish and the bridge does not listen.
         writer.field("pubTopicBase", Topics.location(shareID))
         writer.field("pubQos", 1)
+        // Both apps retain location messages only, never their events, status or last will (which neither app
+        // retains whatever `willRetain` says, so that key is not written).
         writer.field("pubRetain", true)
-        // The broker publishes the app's last will on the same topic: it must never replace the retained position.
-        writer.field("willRetain", false)
         writer.field("mqttProtocolLevel", 4)                   // MQTT 3.1.1: both apps speak it
         writer.field("keepalive", 60)
         writer.field("cleanSession", false)
         writer.field("monitoring", monitoring)
         writer.field("locatorInterval", locatorInterval)
+        writer.field("moveModeLocatorInterval", locatorInterval)
         writer.field("locatorDisplacement", locatorDisplacement)
-        writer.field("locatorPriority", 3)                     // Android: GPS
-        // The device token may publish into its own share and read its status, nothing else: no subscriptions,
-        // no remote commands.
+        writer.field("locatorPriority", Self.androidLocatorPriority)
+        // The device token may publish into its own share and read its status, nothing else. iOS subscribes to
+        // nothing with `sub` false; Android 2.5 ignores `sub` and subscribes to `subTopic` (default `owntracks/+/+`,
+        // which the broker would refuse), so it is pointed at the one topic the token may read.
         writer.field("sub", false)
+        writer.field("subTopic", Topics.status(shareID))
+        // No remote commands (`cmd` false drops them in both apps).
         writer.field("cmd", false)
         writer.field("allowRemoteLocation", false)
         writer.field("remoteConfiguration", false)

@@ -63,9 +63,23 @@ import Testing
         #expect(object["monitoring"] as? Int == 2)
         #expect(object["pubRetain"] as? Bool == true)
         #expect(object["pubQos"] as? Int == 1)
-        #expect(object["willRetain"] as? Bool == false)
+        #expect(object["willRetain"] == nil)  // neither app reads it
         #expect(object["sub"] as? Bool == false)
+        #expect(object["subTopic"] as? String == "flare/v1/shares/\(id.rawValue)/status")
         #expect((object["locatorInterval"] as? Int ?? 0) > 0 && (object["locatorDisplacement"] as? Int ?? 0) > 0)
+        #expect(object["moveModeLocatorInterval"] as? Int == object["locatorInterval"] as? Int)
+    }
+
+    /// Android v2.5.7, v2.5.8, v2.5.9 and master read a numeric `locatorPriority` by its position in
+    /// `HighAccuracy(3), BalancedPowerAccuracy(2), LowPower(1), NoPower(0)` (`entries.getOrElse(value)` in
+    /// owntracks/android project/app/src/main/java/org/owntracks/android/location/LocatorPriority.kt, v2.5.9), so
+    /// the number 3 means NoPower there and the phone sends no GPS fixes; v2.4 and v2.5.4–v2.5.6 read 3 as high
+    /// accuracy. The name `HighAccuracy` is matched by name on every 2.5 release and on master. Never a number.
+    @Test func androidLocatorPriorityIsHighAccuracyByName() throws {
+        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t", broker: MQTTURL("mqtt://h")!, shareName: nil)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(configuration.json)) as? [String: Any])
+        #expect(object["locatorPriority"] as? String == "HighAccuracy")
+        #expect(!(object["locatorPriority"] is NSNumber))
     }
 
     /// The inline link carries the same JSON in standard base64 with `+`, `/` and `=` percent-encoded.
