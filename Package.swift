@@ -23,27 +23,30 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
 
+        // Locks, named threads, timed waits and the monotonic clock: the one home of Flare's system primitives.
+        .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
+
         // One Swift module per C boundary.
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
-        .target(name: "FlareMQTT", dependencies: ["CMosquitto"], swiftSettings: swiftSettings),
-        .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore"], swiftSettings: swiftSettings),
-        .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "FlareMQTT", dependencies: ["CMosquitto", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
         // The domain: plain Swift, tested in memory.
         .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
 
         // The service's two halves.
-        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP", "FlareQR"],
+            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: [], swiftSettings: swiftSettings),

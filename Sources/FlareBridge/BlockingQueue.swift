@@ -1,15 +1,13 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import FlareSystem
 
 /// A bounded FIFO between threads. `put` blocks while the queue is full: back-pressure travels to the MQTT
 /// network thread and from there to the broker's per-client queue, instead of dropping fixes.
 final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
-    // @unchecked: every stored property is only touched with `mutex` held.
-    private var mutex = pthread_mutex_t()
-    private var notEmpty = pthread_cond_t()
-    private var notFull = pthread_cond_t()
-    private var processedChanged = pthread_cond_t()
+    // @unchecked: every stored var is only touched with `lock` held.
+    private let lock = ConditionLock(conditions: 3)
+    private static var notEmpty: Int { 0 }
+    private static var notFull: Int { 1 }
+    private static var processedChanged: Int { 2 }
     private var items: [Element] = []
     private var head = 0
     private var closed = false
@@ -26,17 +24,6 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
 
     init(capacity: Int) {
         self.capacity = capacity
-        pthread_mutex_init(&mutex, nil)
-        pthread_cond_init(&notEmpty, nil)
-        pthread_cond_init(&notFull, nil)
-        pthread_cond_init(&processedChanged, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(&processedChanged)
-        pthread_cond_destroy(&notFull)
-        pthread_cond_destroy(&notEmpty)
-        pthread_mutex_destroy(&mutex)
     }
 
     private var count: Int { items.count - head }
@@ -45,24 +32,24 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     /// queue was closed, or would have to wait after `refuseWhenFull`.
     @discardableResult
     func put(_ element: Element) -> Bool {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        while (count >= capacity || paused) && !closed && !refusingWhenFull { pthread_cond_wait(&notFull, &mutex) }
-        guard !closed, count < capacity, !paused else {
-            refusedCount += 1
-            return false
+        locked {
+            while (count >= capacity || paused) && !closed && !refusingWhenFull { lock.wait(Self.notFull) }
+            guard !closed, count < capacity, !paused else {
+                refusedCount += 1
+                return false
+            }
+            items.append(element)
+            acceptedCount += 1
+            lock.signal(Self.notEmpty)
+            return true
         }
-        items.append(element)
-        acceptedCount += 1
-        pthread_cond_signal(&notEmpty)
-        return true
     }
 
     /// The consumer has finished with `count` more of the elements it took (in order).
     func markProcessed(_ count: Int) {
         locked {
             processedCount += count
-            pthread_cond_broadcast(&processedChanged)
+            lock.broadcast(Self.processedChanged)
         }
     }
 
@@ -70,23 +57,23 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     /// refused since the last call (it will never be processed), or once `abandonWaits` is called with elements
     /// still unprocessed.
     func waitUntilProcessed() -> Bool {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        let target = acceptedCount
-        let refusedMeanwhile = refusedCount != refusedAtLastWait
-        refusedAtLastWait = refusedCount
-        if refusedMeanwhile { return false }
-        processingWaiters += 1
-        while processedCount < target && !waitsAbandoned { pthread_cond_wait(&processedChanged, &mutex) }
-        processingWaiters -= 1
-        return processedCount >= target
+        locked {
+            let target = acceptedCount
+            let refusedMeanwhile = refusedCount != refusedAtLastWait
+            refusedAtLastWait = refusedCount
+            if refusedMeanwhile { return false }
+            processingWaiters += 1
+            while processedCount < target && !waitsAbandoned { lock.wait(Self.processedChanged) }
+            processingWaiters -= 1
+            return processedCount >= target
+        }
     }
 
     /// Ends current and later `waitUntilProcessed` calls that would have to wait (the consumer cannot go on).
     func abandonWaits() {
         locked {
             waitsAbandoned = true
-            pthread_cond_broadcast(&processedChanged)
+            lock.broadcast(Self.processedChanged)
         }
     }
 
@@ -105,29 +92,29 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     }
 
     private func take(maximum: Int, waiting: Bool) -> [Element] {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        while waiting && count == 0 && !closed { pthread_cond_wait(&notEmpty, &mutex) }
-        guard count > 0 else { return [] }
-        let taken = min(maximum, count)
-        let batch = Array(items[head..<head + taken])
-        head += taken
-        if head == items.count {
-            items.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head > 4096 && head * 2 > items.count {
-            items.removeFirst(head)
-            head = 0
+        locked {
+            while waiting && count == 0 && !closed { lock.wait(Self.notEmpty) }
+            guard count > 0 else { return [] }
+            let taken = min(maximum, count)
+            let batch = Array(items[head..<head + taken])
+            head += taken
+            if head == items.count {
+                items.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head > 4096 && head * 2 > items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+            lock.broadcast(Self.notFull)
+            return batch
         }
-        pthread_cond_broadcast(&notFull)
-        return batch
     }
 
     /// While paused, producers wait even when there is room (`takeBatch` still hands out what is queued).
     func setPaused(_ isPaused: Bool) {
         locked {
             paused = isPaused
-            pthread_cond_broadcast(&notFull)
+            lock.broadcast(Self.notFull)
         }
     }
 
@@ -135,7 +122,7 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     func refuseWhenFull() {
         locked {
             refusingWhenFull = true
-            pthread_cond_broadcast(&notFull)
+            lock.broadcast(Self.notFull)
         }
     }
 
@@ -143,8 +130,8 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     func close() {
         locked {
             closed = true
-            pthread_cond_broadcast(&notEmpty)
-            pthread_cond_broadcast(&notFull)
+            lock.broadcast(Self.notEmpty)
+            lock.broadcast(Self.notFull)
         }
     }
 
@@ -152,9 +139,5 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
     var isClosed: Bool { locked { closed } }
     var depth: Int { locked { count } }
 
-    private func locked<T>(_ body: () -> T) -> T {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return body()
-    }
+    private func locked<T>(_ body: () -> T) -> T { lock.withLock(body) }
 }

@@ -1,18 +1,14 @@
 public import FlareCore
-
-#if canImport(Glibc)
-import Glibc
-#endif
+import FlareSystem
 
 /// Runs jobs at wall-clock deadlines: a min-heap of deadlines and one thread that sleeps until the earliest.
 /// Creating, extending or ending a share is O(log n); nothing scans all shares. The thread is its own, so a
 /// busy Dispatch pool can never delay an expiry.
 public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Sendable {
-    // @unchecked: every stored var is only touched with `mutex` held.
+    // @unchecked: every stored var is only touched with `lock` held.
     private struct Item { let deadline: UnixMillis; let job: Job; let generation: Int }
 
-    private var mutex = pthread_mutex_t()
-    private var changed = pthread_cond_t()
+    private let lock = ConditionLock()
     private var heap: [Item] = []
     /// The live generation per job; heap items with another generation are stale and skipped.
     private var generations: [Job: Int] = [:]
@@ -25,13 +21,7 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
     public init(clock: any WallClock, handler: @escaping @Sendable (Job) -> Void) {
         self.clock = clock
         self.handler = handler
-        pthread_mutex_init(&mutex, nil)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(&changed, &attributes)
-        pthread_condattr_destroy(&attributes)
-        startWorkerThread(name: "flare-scheduler") { [self] in run() }
+        NamedThread.start(name: "flare-scheduler") { [self] in run() }
     }
 
     /// Schedules `job` at `deadline`, replacing any earlier schedule of the same job.
@@ -41,7 +31,7 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
             nextGeneration += 1
             generations[job] = nextGeneration
             push(Item(deadline: deadline, job: job, generation: nextGeneration))
-            pthread_cond_signal(&changed)
+            lock.signal()
         }
     }
 
@@ -57,42 +47,37 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
             stopped = true
             heap = []
             generations = [:]
-            pthread_cond_signal(&changed)
+            lock.signal()
         }
     }
 
-    private func locked<T>(_ body: () -> T) -> T {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return body()
-    }
+    private func locked<T>(_ body: () -> T) -> T { lock.withLock(body) }
 
     private func run() {
-        pthread_mutex_lock(&mutex)
-        while !stopped {
-            while let top = heap.first, generations[top.job] != top.generation { popMin() }
-            guard let top = heap.first else {
-                pthread_cond_wait(&changed, &mutex)
-                continue
+        while let job = nextDueJob() { handler(job) }
+    }
+
+    /// Waits until the earliest job is due and takes it; nil once stopped.
+    private func nextDueJob() -> Job? {
+        locked {
+            while !stopped {
+                while let top = heap.first, generations[top.job] != top.generation { popMin() }
+                guard let top = heap.first else {
+                    lock.wait()
+                    continue
+                }
+                let wait = top.deadline - clock.now()
+                if wait > 0 {
+                    // Sleep on the monotonic clock, at most a minute at a time so a wall-clock step is noticed.
+                    lock.wait(timeout: .milliseconds(min(wait, 60_000)))
+                    continue
+                }
+                popMin()
+                generations[top.job] = nil
+                return top.job
             }
-            let wait = top.deadline - clock.now()
-            if wait > 0 {
-                // Sleep on the monotonic clock, at most a minute at a time so a wall-clock step is noticed.
-                var now = timespec()
-                clock_gettime(CLOCK_MONOTONIC, &now)
-                let sleepMillis = min(wait, 60_000)
-                var until = timespec(tv_sec: now.tv_sec + Int(sleepMillis / 1000), tv_nsec: now.tv_nsec + Int(sleepMillis % 1000) * 1_000_000)
-                if until.tv_nsec >= 1_000_000_000 { until.tv_sec += 1; until.tv_nsec -= 1_000_000_000 }
-                pthread_cond_timedwait(&changed, &mutex, &until)
-                continue
-            }
-            popMin()
-            generations[top.job] = nil
-            pthread_mutex_unlock(&mutex)
-            handler(top.job)
-            pthread_mutex_lock(&mutex)
+            return nil
         }
-        pthread_mutex_unlock(&mutex)
     }
 
     private func push(_ item: Item) {

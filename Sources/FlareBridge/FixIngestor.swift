@@ -1,6 +1,7 @@
 public import FlareCore
 public import FlareStore
 import Dispatch
+import FlareSystem
 import Synchronization
 
 /// MQTT → validate → persist → publish to viewers.
@@ -62,7 +63,7 @@ public final class FixIngestor: Sendable {
     /// Starts the writer. Call once.
     public func start() {
         guard !started.exchange(true, ordering: .relaxed) else { return }
-        startWorkerThread(name: "flare-writer") { [self] in writeLoop() }
+        NamedThread.start(name: "flare-writer") { [self] in writeLoop() }
     }
 
     /// A message from a location topic. Returns the reject reason, or nil when the fix was queued (or was a

@@ -56,13 +56,4 @@ public final class RateLimiter: Sendable {
     }
 }
 
-#if canImport(Glibc)
-import Glibc
-#endif
 
-/// Milliseconds of a monotonic clock, for rate limits and timeouts (never for expiry).
-public func monotonicMillis() -> Int64 {
-    var spec = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &spec)
-    return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
-}

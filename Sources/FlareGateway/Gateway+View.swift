@@ -1,6 +1,7 @@
 import FlareBridge
 import FlareCore
 import FlareHTTP
+import FlareSystem
 
 /// The link holder's endpoints: the page, the view JSON and the live event stream. All are rate-limited per
 /// client address and per token; an unknown or malformed token costs the caller several requests' worth.

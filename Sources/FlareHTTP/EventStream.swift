@@ -1,3 +1,4 @@
+import FlareSystem
 /// A long-lived response that the application pushes bytes into (used for Server-Sent Events).
 ///
 /// While nothing is queued the server suspends the connection, and `send` resumes it: no thread
@@ -7,8 +8,9 @@
 /// A suspended connection does not notice that its client went away; that shows at the next
 /// `send`, so an application that wants prompt `onClose` sends a heartbeat now and then.
 public final class EventStream: @unchecked Sendable {
+    // @unchecked: all mutable state is `unlockedState`, touched only inside `withState` (under `lock`).
     public let maxBufferedBytes: Int
-    private let lock = Lock()
+    private let lock = ConditionLock()
     private var unlockedState = State()
 
     public init(maxBufferedBytes: Int = 256 * 1024) {

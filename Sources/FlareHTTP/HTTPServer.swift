@@ -1,6 +1,8 @@
+import FlareSystem
 /// An HTTP/1.1 server on GNU libmicrohttpd: an epoll thread pool that calls `handler` once per
 /// request, on one of its threads, after the whole body arrived.
 public final class HTTPServer: @unchecked Sendable {
+    // @unchecked: the daemon and the bound port are read and written only under `lock`.
     public struct Configuration: Sendable {
         /// An IP address: "127.0.0.1", "0.0.0.0", "::1", "::" ("::" also accepts IPv4).
         public var host: String
@@ -42,7 +44,7 @@ public final class HTTPServer: @unchecked Sendable {
 
     public let configuration: Configuration
     private let handler: @Sendable (HTTPRequest) -> HTTPResponse
-    private let lock = Lock()
+    private let lock = ConditionLock()
     private var daemon: MicroHTTPDaemon?
     private var boundPort = 0
 

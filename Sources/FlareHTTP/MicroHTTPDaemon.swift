@@ -1,6 +1,7 @@
 internal import CMicroHTTPD
 #if canImport(Glibc)
 import Glibc
+import FlareSystem
 #endif
 
 /// The module's only contact with libmicrohttpd: one running MHD daemon, its C callbacks and the
@@ -16,7 +17,7 @@ final class MicroHTTPDaemon: @unchecked Sendable {
     private let maxBodyBytes: Int
     private let handler: @Sendable (HTTPRequest) -> HTTPResponse
     private let errorLog: (@Sendable (String) -> Void)?
-    private let lock = Lock()
+    private let lock = ConditionLock()
     /// MHD's messages while starting, to explain a failure; nil once running.
     private var startupLog: [String]? = []
     /// Streams being served, so `stop` can finish them: MHD aborts the process if it is stopped

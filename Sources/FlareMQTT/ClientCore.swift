@@ -1,4 +1,5 @@
 internal import CMosquitto
+import FlareSystem
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -12,7 +13,8 @@ import Darwin
 /// can run any more. Callbacks never touch `MQTTClient` itself, so they cannot outlive what they use.
 /// Rule for every method here: never call libmosquitto while holding `lock` (the network thread holds
 /// libmosquitto's own mutexes while it calls us; taking them in the other order would deadlock).
-final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `lock`
+final class ClientCore: @unchecked Sendable {
+    // @unchecked: every mutable property is guarded by `lock`.
     let lock = ConditionLock()
     let isV5: Bool
 
@@ -24,7 +26,7 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
     /// Bumped on each CONNACK so a subscribe() racing a reconnect does not wait for a SUBACK that will never come.
     var generation = 0
     /// The thread running the callbacks, to refuse `disconnect()` from a callback (it would join itself).
-    var networkThread: pthread_t?
+    var networkThread: ThreadID?
     /// The broker refused the credentials: the network loop stops reconnecting until disconnect() and connect().
     var refused = false
     /// Asked before acknowledgements of received QoS 1/2 messages are written (see `NetworkLoop`).
@@ -41,7 +43,7 @@ final class ClientCore: @unchecked Sendable {  // mutable state is guarded by `l
     }
 
     var isOnNetworkThread: Bool {
-        lock.withLock { networkThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        lock.withLock { networkThread == ThreadID.current }
     }
 
     // MARK: events from the network thread

@@ -1,9 +1,12 @@
 internal import CMosquitto
 import Dispatch
+import FlareSystem
 
 /// An MQTT client on libmosquitto: one `struct mosquitto` handle, its network thread (`NetworkLoop`) and
 /// reconnection with backoff. Thread-safe; all callbacks arrive on the network thread.
-public final class MQTTClient: @unchecked Sendable {  // the handle is only used through libmosquitto's own locking
+public final class MQTTClient: @unchecked Sendable {
+    // @unchecked: the handle is only used through libmosquitto's own locking; Swift state is behind `lifecycle`
+    // or in `ClientCore`.
     public enum ProtocolVersion: Sendable {
         case v311
         case v5
@@ -309,8 +312,9 @@ public final class MQTTClient: @unchecked Sendable {  // the handle is only used
     static func reasonString(_ code: Int32) -> String { String(cString: mosquitto_reason_string(code)) }
 }
 
-/// Carries the C handle into the deinit teardown closure. Safe: nothing else uses the handle by then.
+/// Carries the C handle into the deinit teardown closure.
 private struct HandleBox: @unchecked Sendable {
+    // @unchecked: a raw C pointer; nothing else uses the handle by the time the teardown runs.
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
 }

@@ -1,4 +1,5 @@
 internal import CMosquitto
+import FlareSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,8 +19,9 @@ import Glibc
 /// libmosquitto is told (`mosquitto_threaded_set`) that the application runs the loop, so a publish from another
 /// thread only queues its packet; `wake()` then interrupts the `poll`. Reconnection with backoff is done here, as
 /// `mosquitto_loop_forever` does it.
-final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only from start/stop (serialised by
-                                                // MQTTClient's lifecycle lock), the rest guarded by `wakeLock`
+final class NetworkLoop: @unchecked Sendable {
+    // @unchecked: `thread` is touched only by start/stop (serialised by MQTTClient's lifecycle lock); the other
+    // mutable state is guarded by `wakeLock`.
     private let handle: OpaquePointer
     private let core: ClientCore
     private let reconnectDelay: (min: Int, max: Int)
@@ -29,7 +31,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
     private var sleepingInPoll = false
     private var wakePending = false
     private var stopRequested = false
-    private var thread: pthread_t?
+    private var thread: NamedThread?
 
     static let packetsPerWakeup = 1024
     /// How long a stopping loop may take to deliver its DISCONNECT before it drops the connection.
@@ -61,19 +63,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
             stopRequested = false
             wakePending = false
         }
-        let box = Unmanaged.passRetained(self).toOpaque()
-        var created = pthread_t()
-        let result = pthread_create(&created, nil, { argument in
-            let loop = Unmanaged<NetworkLoop>.fromOpaque(argument!).takeRetainedValue()
-            if let comm = fopen("/proc/thread-self/comm", "w") {  // the name `top -H` and perf show
-                fputs("flare-mqtt", comm)
-                fclose(comm)
-            }
-            loop.run()
-            return nil
-        }, box)
-        precondition(result == 0, "cannot start the MQTT network thread: error \(result)")
-        thread = created
+        thread = NamedThread.start(name: "flare-mqtt") { [self] in run() }
     }
 
     /// Has the loop send DISCONNECT (after whatever was queued before it) and waits for the thread to end.
@@ -81,7 +71,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
         guard let thread else { return }
         wakeLock.withLock { stopRequested = true }
         wake()
-        pthread_join(thread, nil)
+        thread.join()
         self.thread = nil
     }
 
@@ -106,7 +96,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
     private var isStopRequested: Bool { wakeLock.withLock { stopRequested } }
 
     private func run() {
-        core.lock.withLock { core.networkThread = pthread_self() }
+        core.lock.withLock { core.networkThread = .current }
         var failedAttempts = 0
         var generation = core.lock.withLock { core.generation }
         var stopDeadline: Int64?
@@ -115,7 +105,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
             let socket = mosquitto_socket(handle)
             if stopping && stopDeadline == nil {
                 // Here rather than in stop(): this thread also reconnects, so the two cannot cross.
-                stopDeadline = Self.nowMillis() + Self.stopGraceMillis
+                stopDeadline = monotonicMillis() + Self.stopGraceMillis
                 if socket >= 0 { _ = mosquitto_disconnect(handle) }
             }
             if socket < 0 {
@@ -133,7 +123,7 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
                 _ = mosquitto_reconnect(handle)  // a failure leaves no socket; the next turn waits longer
                 continue
             }
-            if let stopDeadline, Self.nowMillis() > stopDeadline {
+            if let stopDeadline, monotonicMillis() > stopDeadline {
                 shutdown(socket, Int32(SHUT_RDWR))  // the broker is not reading: give up on a clean DISCONNECT
                 break
             }
@@ -211,9 +201,4 @@ final class NetworkLoop: @unchecked Sendable {  // mutable state: `thread` only 
         return Int32(clamping: min(reconnectDelay.min * factor * factor, reconnectDelay.max) * 1000)
     }
 
-    private static func nowMillis() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-    }
 }

@@ -1,5 +1,6 @@
 import FlareCore
 import FlareMQTT
+import FlareSystem
 import Foundation
 import Synchronization
 
@@ -121,7 +122,7 @@ struct Tracker {
         let outbox = Mutex(Outbox(capacity: queueLimit))
         let stopProducing = Atomic<Bool>(false)
         let limit = count
-        let producer = Thread {
+        NamedThread.start(name: "flare-source") {
             var produced = 0
             while !stopProducing.load(ordering: .relaxed), limit.map({ produced < $0 }) ?? true {
                 let next: Fix?
@@ -135,7 +136,6 @@ struct Tracker {
             }
             outbox.withLock { $0.producerDone = true }
         }
-        producer.start()
 
         // Ctrl-C or SIGTERM: say what was sent and what was not, then leave.
         let interrupted = Atomic<Bool>(false)

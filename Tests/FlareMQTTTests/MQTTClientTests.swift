@@ -294,14 +294,17 @@ struct MQTTClientTests {
         #expect(silent.isTimeout)
         #expect(silent.description.contains("no acknowledgement"))
 
-        // A broker that is gone: libmosquitto 2.0 does not even take the message (QoS 0 or 1).
+        // A broker that is gone: libmosquitto 2.0 does not even take the message (QoS 0 or 1). While the network
+        // thread is in the middle of a reconnect attempt libmosquitto may take it after all; the wait then ends in a
+        // timeout that says the client is not connected. Either way the caller learns the broker is gone.
         broker.kill()
         #expect(eventually { !client.isConnected })
         for qos in [0, 1] {
             let gone = try #require(throws: MQTTError.self) {
                 try client.publishAndWait(topic: "t", payload: bytes("x"), qos: qos, retain: false, timeout: .seconds(5))
             }
-            #expect(gone.code == MQTTError.notConnectedCode)
+            #expect(gone.code == MQTTError.notConnectedCode
+                    || (gone.isTimeout && gone.description.contains("not connected to the broker")), "\(gone)")
         }
     }
 
