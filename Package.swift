@@ -29,12 +29,14 @@ let package = Package(
         // One Swift module per C boundary.
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto", "FlareSystem"], swiftSettings: swiftSettings),
-        .target(name: "FlareStore", dependencies: ["CSQLite", "FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareSQLite", dependencies: ["CSQLite", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
         // The domain: plain Swift, tested in memory.
         .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
+        // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
+        .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
         // The service's two halves.
         .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
@@ -45,8 +47,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: [], swiftSettings: swiftSettings),
@@ -55,10 +57,10 @@ let package = Package(
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
         .testTarget(name: "FlareCoreTests", dependencies: ["FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),

@@ -17,7 +17,7 @@ public final class FixIngestor: Sendable {
         let pending: PendingFix
     }
 
-    private let store: ShareStore
+    private let store: any ShareStore
     private let registry: ShareRegistry
     private let metrics: Metrics
     private let logger: Logger
@@ -38,7 +38,7 @@ public final class FixIngestor: Sendable {
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
-    public init(store: ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
+    public init(store: any ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
                 parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = store
@@ -221,12 +221,12 @@ public final class FixIngestor: Sendable {
                         // session for flared, and what it read is not acknowledged until stored (`waitUntilStored`),
                         // so neither is lost if flared has to be stopped before the store recovers.
                         queue.setPaused(true)
-                        let cause = store.directoryWriteProblem().map { "; writing next to the database fails too: \($0)" } ?? ""
+                        let cause = store.writeProblem().map { "; writing next to the database fails too: \($0)" } ?? ""
                         logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")
                     }
                     usleepMillis(retryDelayMillis)
                     retryDelayMillis = min(retryDelayMillis * 2, 5000)
-                    store.checkpointAfterFailedWrite()
+                    store.recoverAfterFailedWrite()
                 }
             }
         }

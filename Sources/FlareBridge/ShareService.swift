@@ -39,7 +39,7 @@ public final class ShareService: Sendable {
         public let deviceToken: String
     }
 
-    private let store: ShareStore
+    private let store: any ShareStore
     private let registry: ShareRegistry
     private let publisher: any BrokerPublisher
     private let tokenKey: [UInt8]
@@ -53,7 +53,7 @@ public final class ShareService: Sendable {
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
 
-    public init(store: ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
+    public init(store: any ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.registry = registry

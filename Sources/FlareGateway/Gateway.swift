@@ -31,7 +31,7 @@ public final class Gateway: Sendable {
     let configuration: GatewayConfiguration
     let shares: ShareService
     let registry: ShareRegistry
-    let store: ShareStore
+    let store: any ShareStore
     let ingestPublisher: any IngestPublisher
     let metrics: Metrics
     private let requestCounters: [Int: Metrics.Counter]
@@ -44,7 +44,7 @@ public final class Gateway: Sendable {
     let liveStreams: LiveStreams
     let parser: LocationPayloadParser
 
-    public init(configuration: GatewayConfiguration, shares: ShareService, registry: ShareRegistry, store: ShareStore,
+    public init(configuration: GatewayConfiguration, shares: ShareService, registry: ShareRegistry, store: any ShareStore,
                 ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
                 clock: any WallClock, parser: LocationPayloadParser = LocationPayloadParser(),
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {

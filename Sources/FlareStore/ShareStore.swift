@@ -1,7 +1,4 @@
 public import FlareCore
-import FlareSystem
-import Synchronization
-import Foundation
 
 /// A share row and its store key.
 public struct StoredShare: Sendable, Equatable {
@@ -27,331 +24,68 @@ public struct PendingFix: Sendable {
     }
 }
 
-/// Flare's SQLite file: shares, their fixes and owner keys. WAL mode, one connection used under a lock;
-/// fixes are written in batches inside one transaction, so a commit costs one fsync per batch, not per fix.
-public final class ShareStore: Sendable {
-    private let database: Mutex<SQLiteDatabase>
-    public let path: String
+/// Which shares a listing returns.
+public enum ShareStateFilter: String, Sendable, CaseIterable {
+    case active, ended
+}
 
-    static let schemaVersion: Int64 = 1
-    static let backstopCheckpointPages = 10_000
+/// Where a listing continues: the last share of the previous page, newest first by (created_at, row).
+public struct ShareListPosition: Sendable, Equatable {
+    public let createdAt: UnixMillis
+    public let row: Int64
 
-    public init(path: String) throws(StoreError) {
-        self.path = path
-        let db = try SQLiteDatabase(path: path)
-        try db.execute("PRAGMA journal_mode=WAL")
-        // NORMAL in WAL mode: a commit survives a crash of the process; only a power loss can roll back the
-        // last transactions. That is the durability the bridge needs at tens of thousands of fixes/s.
-        try db.execute("PRAGMA synchronous=NORMAL")
-        // Foreign keys off: shares are never deleted (only their history is) and a fix's share row comes from
-        // this store, so the check could never fail, and it was a sixth of the cost of storing a fix.
-        try db.execute("PRAGMA foreign_keys=OFF")
-        // Fixes of many shares interleave, so each batch touches pages all over the fixes table: keep them in
-        // memory (64 MiB) instead of re-reading them for every batch (SQLite's default is 2 MiB).
-        try db.execute("PRAGMA cache_size=-65536")
-        try Self.migrate(db)
-        // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
-        // four times a second: each page is copied once however many commits rewrote it meanwhile. SQLite's own
-        // checkpoint, run by the commit that crosses its threshold, stays on as a backstop at 10,000 pages, not
-        // 1,000: a batch over 1,000 shares dirties ~1,000 pages, so at the default nearly every commit
-        // checkpointed on the writer's thread, a third of the cost of storing a fix. After a failed write the
-        // store goes back to 1,000 (`checkpointAfterFailedWrite`).
-        try db.execute("PRAGMA wal_autocheckpoint=\(Self.backstopCheckpointPages)")
-        database = Mutex(db)
-        let checkpointer = try SQLiteDatabase(path: path)
-        Self.startCheckpointing(checkpointer, for: self)
+    public init(createdAt: UnixMillis, row: Int64) {
+        self.createdAt = createdAt
+        self.row = row
     }
+}
 
-    /// After a failed write (a full or read-only disk): checkpoints on the writer's own connection, truncates the
-    /// WAL, and from then on lets SQLite checkpoint at its default 1,000 pages. With the 10,000-page backstop,
-    /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
-    /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
-    /// are ignored: the retried write reports the state.
-    public func checkpointAfterFailedWrite() {
-        database.withLock { db in
-            try? db.execute("PRAGMA wal_autocheckpoint=1000")
-            try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        }
-    }
-
-    /// Why the store's directory cannot be written, as the OS says it (e.g. "Read-only file system"), found by
-    /// writing a small file next to the database; nil if that works. SQLite reports such failures only as
-    /// "disk I/O error".
-    public func directoryWriteProblem() -> String? {
-        let probe = path + ".write-probe"
-        let descriptor = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        guard descriptor >= 0 else { return String(cString: strerror(errno)) }
-        defer {
-            close(descriptor)
-            unlink(probe)
-        }
-        let written = write(descriptor, "probe", 5)
-        guard written == 5 else { return written < 0 ? String(cString: strerror(errno)) : "short write" }
-        return fsync(descriptor) == 0 ? nil : String(cString: strerror(errno))
-    }
-
-    /// Every 250 ms, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
-    /// Stops when the store is gone.
-    private static func startCheckpointing(_ connection: SQLiteDatabase, for store: ShareStore) {
-        final class Connection: @unchecked Sendable {
-            // @unchecked: used only by the checkpoint thread after this hand-over.
-            let database: SQLiteDatabase
-            init(_ database: SQLiteDatabase) { self.database = database }
-        }
-        let handOver = Connection(connection)
-        NamedThread.start(name: "flare-checkpt") { [weak store] in
-            while store != nil {
-                usleep(250_000)
-                guard store != nil else { break }
-                try? handOver.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            }
-        }
-    }
-
-    private static func migrate(_ db: SQLiteDatabase) throws(StoreError) {
-        let versionStatement = try db.statement("PRAGMA user_version")
-        _ = try versionStatement.step()
-        let version = versionStatement.int64(0)
-        versionStatement.reset()
-        guard version < schemaVersion else { return }
-        try db.transaction { () throws(StoreError) in
-            try db.execute("""
-                CREATE TABLE IF NOT EXISTS shares (
-                    id INTEGER PRIMARY KEY,
-                    share_id TEXT NOT NULL UNIQUE,
-                    view_token_hash BLOB NOT NULL UNIQUE,
-                    name TEXT NOT NULL DEFAULT '',
-                    created_at INTEGER NOT NULL,
-                    expires_at INTEGER NOT NULL,
-                    ended_at INTEGER,
-                    end_reason TEXT,
-                    history_purged INTEGER NOT NULL DEFAULT 0
-                );
-                CREATE INDEX IF NOT EXISTS shares_open ON shares(history_purged) WHERE history_purged = 0;
-                CREATE TABLE IF NOT EXISTS fixes (
-                    share INTEGER NOT NULL REFERENCES shares(id),
-                    tst INTEGER NOT NULL,
-                    lat REAL NOT NULL,
-                    lon REAL NOT NULL,
-                    acc REAL, alt REAL, vel REAL, cog REAL, batt INTEGER, tid TEXT,
-                    received_at INTEGER NOT NULL,
-                    PRIMARY KEY (share, tst, lat, lon)
-                ) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS owner_keys (
-                    id INTEGER PRIMARY KEY,
-                    key_hash BLOB NOT NULL UNIQUE,
-                    label TEXT NOT NULL,
-                    created_at INTEGER NOT NULL
-                );
-                PRAGMA user_version = \(schemaVersion);
-                """)
-        }
-    }
-
+/// Flare's durable state: shares, their fixes and owner keys. Every conformance keeps the same guarantees, which
+/// `FlareStoreTests` checks for each:
+///
+/// - a fix is stored once: the same (share, tst, lat, lon) written again, by a redelivery or by another
+///   instance, is reported as not new and changes nothing;
+/// - `insertFixes` commits the whole batch or nothing, and returns only after the commit is durable, so the bridge
+///   may acknowledge the batch to the broker when it returns;
+/// - a share's end is recorded once (`markEnded` on an ended share changes nothing), and an ended share is never
+///   extended;
+/// - errors never carry bound values (they may be positions or secrets' hashes).
+///
+/// Calls may block (disk, network); every method is safe to call from any thread.
+public protocol ShareStore: Sendable {
     // MARK: Shares
-
     @discardableResult
-    public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("""
-                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
-                """)
-            defer { statement.reset() }
-            statement.bind(1, share.id.rawValue)
-            statement.bind(2, share.viewTokenHash.bytes)
-            statement.bind(3, share.name)
-            statement.bind(4, share.createdAt)
-            statement.bind(5, share.expiresAt)
-            try statement.run()
-            return db.lastInsertRowID
-        }
-    }
-
-    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL")
-            defer { statement.reset() }
-            statement.bind(1, expiresAt)
-            statement.bind(2, row)
-            try statement.run()
-        }
-    }
-
-    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
-            defer { statement.reset() }
-            statement.bind(1, endedAt)
-            statement.bind(2, reason.rawValue)
-            statement.bind(3, row)
-            try statement.run()
-        }
-    }
-
+    func insertShare(_ share: Share) throws(StoreError) -> Int64
+    func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError)
+    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError)
     /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
-    public func purgeHistory(row: Int64) throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            try db.transaction { () throws(StoreError) in
-                let delete = try db.statement("DELETE FROM fixes WHERE share = ?")
-                defer { delete.reset() }
-                delete.bind(1, row)
-                try delete.run()
-                let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ?")
-                defer { update.reset() }
-                update.bind(1, row)
-                try update.run()
-            }
-        }
-    }
-
-    private static let shareColumns = "id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged"
-
-    private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
-        guard let id = ShareID(statement.string(1)) else { return nil }
-        let share = Share(
-            id: id,
-            viewTokenHash: SecretHash(bytes: statement.blob(2)),
-            name: statement.string(3),
-            createdAt: statement.int64(4),
-            expiresAt: statement.int64(5),
-            endedAt: statement.optionalInt64(6),
-            endReason: statement.optionalString(7).flatMap(EndReason.init(rawValue:)),
-            historyPurged: statement.int64(8) != 0)
-        return StoredShare(row: statement.int64(0), share: share)
-    }
-
+    func purgeHistory(row: Int64) throws(StoreError)
     /// Every share whose history still exists: the active ones and those ended but not yet purged.
-    public func loadOpenShares() throws(StoreError) -> [StoredShare] {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE history_purged = 0")
-            defer { statement.reset() }
-            var shares: [StoredShare] = []
-            while try statement.step() {
-                if let share = Self.readShare(statement) { shares.append(share) }
-            }
-            return shares
-        }
-    }
-
-    public func share(id: ShareID) throws(StoreError) -> StoredShare? {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE share_id = ?")
-            defer { statement.reset() }
-            statement.bind(1, id.rawValue)
-            guard try statement.step() else { return nil }
-            return Self.readShare(statement)
-        }
-    }
-
-    public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE view_token_hash = ?")
-            defer { statement.reset() }
-            statement.bind(1, viewTokenHash.bytes)
-            guard try statement.step() else { return nil }
-            guard let found = Self.readShare(statement), found.share.viewTokenHash.matches(viewTokenHash) else { return nil }
-            return found
-        }
-    }
+    func loadOpenShares() throws(StoreError) -> [StoredShare]
+    func share(id: ShareID) throws(StoreError) -> StoredShare?
+    /// The share whose view token has this hash (compared in constant time).
+    func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare?
+    /// Up to `limit` shares, newest first, starting after `position` (nil: from the newest).
+    func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare]
 
     // MARK: Fixes
-
-    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored, e.g. a
-    /// QoS 1 redelivery or a retained message seen again).
-    public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
-        guard !fixes.isEmpty else { return [] }
-        return try database.withLock { db throws(StoreError) in
-            try db.transaction { () throws(StoreError) in
-                let statement = try db.statement("""
-                    INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """)
-                defer { statement.reset() }
-                var inserted: [Bool] = []
-                inserted.reserveCapacity(fixes.count)
-                for pending in fixes {
-                    let fix = pending.fix
-                    statement.resetKeepingBindings()
-                    statement.bind(1, pending.shareRow)
-                    statement.bind(2, fix.timestamp)
-                    statement.bind(3, fix.latitude)
-                    statement.bind(4, fix.longitude)
-                    statement.bind(5, fix.accuracy)
-                    statement.bind(6, fix.altitude)
-                    statement.bind(7, fix.velocity)
-                    statement.bind(8, fix.course)
-                    statement.bind(9, fix.battery.map(Int64.init))
-                    statement.bind(10, fix.trackerID)
-                    statement.bind(11, pending.receivedAt)
-                    try statement.run()
-                    inserted.append(db.changes > 0)
-                }
-                return inserted
-            }
-        }
-    }
-
+    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored).
+    func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool]
     /// The newest `limit` fixes of a share, oldest first.
-    public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("""
-                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
-                """)
-            defer { statement.reset() }
-            statement.bind(1, row)
-            statement.bind(2, Int64(limit))
-            var fixes: [Fix] = []
-            while try statement.step() {
-                fixes.append(Fix(
-                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
-                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
-                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
-                    battery: statement.optionalInt64(7).map { Int($0) }, trackerID: statement.optionalString(8)))
-            }
-            return fixes.reversed()
-        }
-    }
-
-    public func fixCount(row: Int64) throws(StoreError) -> Int {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT count(*) FROM fixes WHERE share = ?")
-            defer { statement.reset() }
-            statement.bind(1, row)
-            _ = try statement.step()
-            return Int(statement.int64(0))
-        }
-    }
+    func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix]
+    func fixCount(row: Int64) throws(StoreError) -> Int
 
     // MARK: Owner keys
+    func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError)
+    /// Whether a key with this hash exists (compared in constant time).
+    func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool
+    func ownerKeyCount() throws(StoreError) -> Int
 
-    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("INSERT INTO owner_keys (key_hash, label, created_at) VALUES (?, ?, ?)")
-            defer { statement.reset() }
-            statement.bind(1, hash.bytes)
-            statement.bind(2, label)
-            statement.bind(3, createdAt)
-            try statement.run()
-        }
-    }
-
-    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT key_hash FROM owner_keys WHERE key_hash = ?")
-            defer { statement.reset() }
-            statement.bind(1, hash.bytes)
-            guard try statement.step() else { return false }
-            return SecretHash(bytes: statement.blob(0)).matches(hash)
-        }
-    }
-
-    public func ownerKeyCount() throws(StoreError) -> Int {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT count(*) FROM owner_keys")
-            defer { statement.reset() }
-            _ = try statement.step()
-            return Int(statement.int64(0))
-        }
-    }
-
+    // MARK: After a failed write
+    /// What the store can say about why writes fail, beyond its own error (e.g. "Read-only file system"); nil if
+    /// it knows nothing more.
+    func writeProblem() -> String?
+    /// Called once after a failed write, before the write is retried: the store may reset what a failure left
+    /// behind (SQLite: checkpoint and truncate its WAL).
+    func recoverAfterFailedWrite()
 }

@@ -1,4 +1,5 @@
 import FlareCore
+import FlareSQLite
 import FlareStore
 import Foundation
 
@@ -219,7 +220,7 @@ enum Commands {
         guard FileManager.default.fileExists(atPath: path) else {
             throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir")
         }
-        let store = try ShareStore(path: path)
+        let store = try SQLiteShareStore(path: path)
         let key = OwnerKey.generate()
         try store.insertOwnerKey(hash: SecretHash(of: key), label: options.flags["--label"] ?? "cli", createdAt: SystemWallClock().now())
         print(key)

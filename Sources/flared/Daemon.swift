@@ -4,13 +4,14 @@ import FlareCore
 import FlareGateway
 import FlareHTTP
 import FlareMQTT
+import FlareSQLite
 import FlareStore
 import Foundation
 
 /// Builds the service from its configuration and runs it until a signal asks it to stop.
 final class Daemon: Sendable {
     let logger: Logger
-    let store: ShareStore
+    let store: any ShareStore
     let registry: ShareRegistry
     let shares: ShareService
     let ingestor: FixIngestor
@@ -43,7 +44,8 @@ final class Daemon: Sendable {
         }
         let publicURL = config.string("FLARE_PUBLIC_URL") ?? "http://\(httpAddress.description)"
 
-        store = try ShareStore(path: dataDirectory + "/flare.db")
+        let sqlite = try SQLiteShareStore(path: dataDirectory + "/flare.db")
+        store = sqlite
         let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
         try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
 
@@ -89,7 +91,7 @@ final class Daemon: Sendable {
             linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"),
             trustedProxies: try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES", default: "")))
         let ingestor = self.ingestor
-        let space = StoreSpace(storePath: store.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
+        let space = StoreSpace(storePath: sqlite.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
                                logger: logger.with(label: "store"))
         metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(space.read().freeBytes ?? -1) }
         gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,

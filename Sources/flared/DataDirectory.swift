@@ -33,7 +33,7 @@ enum DataDirectory {
     }
 
     /// On first start there is no owner key: make one and leave it for the operator in owner.key.
-    static func ensureOwnerKey(in directory: String, store: ShareStore, clock: any WallClock, logger: Logger) throws {
+    static func ensureOwnerKey(in directory: String, store: any ShareStore, clock: any WallClock, logger: Logger) throws {
         guard try store.ownerKeyCount() == 0 else { return }
         let key = OwnerKey.generate()
         let path = directory + "/owner.key"

@@ -1,5 +1,6 @@
 import FlareCore
 import FlareCrypto
+import FlareSQLite
 import FlareStore
 import FlareTestSupport
 import Foundation
@@ -29,7 +30,7 @@ final class RecordingPublisher: BrokerPublisher {
 /// A share service, registry, ingestor and store on a real SQLite file in a temp directory.
 struct BridgeFixture {
     let directory: URL
-    let store: ShareStore
+    let store: any ShareStore
     let registry: ShareRegistry
     let publisher: RecordingPublisher
     let service: ShareService
@@ -40,7 +41,7 @@ struct BridgeFixture {
     init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, key: [UInt8] = Crypto.randomBytes(32),
          publisher: RecordingPublisher = RecordingPublisher()) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
-        store = try ShareStore(path: self.directory.appendingPathComponent("flare.db").path)
+        store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
         registry = ShareRegistry(trailLength: 4)
         self.publisher = publisher
         self.key = key

@@ -1,14 +1,11 @@
 internal import CSQLite
+public import FlareStore
 
-/// A failed SQLite call: the operation, the result code and SQLite's message. Bound values are never included,
-/// because they may be positions.
-public struct StoreError: Error, CustomStringConvertible {
-    public let operation: String
-    public let code: Int32
-    public let message: String
-
-    public var description: String { "\(operation) failed: \(message) (sqlite code \(code))" }
-
+extension StoreError {
+    /// A failed SQLite call: the operation, SQLite's result code and its message.
+    init(operation: String, code: Int32, message: String) {
+        self.init(operation: operation, code: code, message: message, engine: "sqlite")
+    }
 }
 
 /// Owns one `sqlite3*` connection. Not thread-safe by itself: `ShareStore` serialises access.
