@@ -33,35 +33,38 @@ let package = Package(
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
+        // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
+        .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
+
         // The domain: plain Swift, tested in memory.
-        .target(name: "FlareCore", dependencies: ["FlareCrypto"], swiftSettings: swiftSettings),
+        .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto"], swiftSettings: swiftSettings),
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
         // The service's two halves.
-        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
-        .target(name: "FlareClient", dependencies: [], swiftSettings: swiftSettings),
+        .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
 
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
-        .testTarget(name: "FlareCoreTests", dependencies: ["FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),

@@ -38,11 +38,11 @@ public final class FixIngestor: Sendable {
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
-    public init(store: any ShareStore, registry: ShareRegistry, metrics: Metrics, logger: Logger, clock: any WallClock,
+    public init(shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
                 parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
-        self.store = store
-        self.registry = registry
+        self.store = shares.store
+        self.registry = shares.registry
         self.metrics = metrics
         self.logger = logger
         self.clock = clock

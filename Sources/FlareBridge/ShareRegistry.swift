@@ -9,6 +9,9 @@ public enum LiveEvent: Sendable, Equatable {
     case ended(reason: EndReason, at: UnixMillis)
 }
 
+/// Receives a share's live events, on the thread that caused them; must not block.
+public typealias LiveSubscriber = @Sendable (LiveEvent) -> Void
+
 /// A point of the recent trail: just enough to draw a line, so that 100,000 shares' trails fit in tens of MB.
 public struct TrailPoint: Sendable, Equatable {
     public let latitude: Double
@@ -24,15 +27,15 @@ public struct ShareSnapshot: Sendable {
     public let trail: [TrailPoint]
     public let viewers: Int
     /// Changes whenever anything above changes; the key for `cachedView`.
-    public let version: UInt64
-    /// What the gateway rendered for this version, if it did (see `ShareRegistry.cacheView`).
-    public let cachedView: [UInt8]?
+    let version: UInt64
+    /// The view document rendered for this version, if it was (see `ShareService.view(of:)`).
+    let cachedView: [UInt8]?
 }
 
 /// The bridge's in-memory view of every share that still has history: state, expiry, last fix and a short
-/// trail. The gateway answers from here, never from SQLite, and live viewers subscribe here.
-public final class ShareRegistry: Sendable {
-    public typealias Subscriber = @Sendable (LiveEvent) -> Void
+/// trail. Reached only through `ShareService`, which answers the gateway from here and live viewers subscribe here.
+final class ShareRegistry: Sendable {
+    typealias Subscriber = LiveSubscriber
 
     private struct Entry {
         var row: Int64

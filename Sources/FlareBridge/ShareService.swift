@@ -1,3 +1,4 @@
+import FlareAPI
 public import FlareCore
 public import FlareStore
 import Synchronization
@@ -24,9 +25,32 @@ public enum ShareError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// A share's life: created with its capabilities, extended, ended by expiry or by a stop, and its history
-/// deleted after the retention time. Every transition is written to the store first, then to memory, then
-/// announced on the broker (retained status; the retained location cleared at the end).
+/// What the service knows of a share.
+public enum ShareLookup: Sendable {
+    /// Its history still exists: state, last position, trail and viewers, from memory.
+    case live(ShareSnapshot)
+    /// Ended and its history deleted: only the row remains, which says that it existed and when.
+    case historyDeleted(Share)
+
+    public var share: Share {
+        switch self {
+        case .live(let snapshot): snapshot.share
+        case .historyDeleted(let share): share
+        }
+    }
+}
+
+/// A rendered view document (`FlareAPI.ViewDocument`) without its closing `server_time`, which changes every second.
+public struct RenderedView: Sendable {
+    public let share: Share
+    public let body: [UInt8]
+}
+
+/// The one door to share state. A share's life: created with its capabilities, extended, ended by expiry or by a
+/// stop, and its history deleted after the retention time. Every transition is written to the store first, then to
+/// memory, then announced on the broker (retained status; the retained location cleared at the end). Readers (the
+/// gateway) look shares up, check owner keys, subscribe to live events and get view documents here too, never from
+/// the store or the in-memory registry directly.
 public final class ShareService: Sendable {
     public enum Job: Hashable, Sendable {
         case expire(ShareID)
@@ -39,8 +63,9 @@ public final class ShareService: Sendable {
         public let deviceToken: String
     }
 
-    private let store: any ShareStore
-    private let registry: ShareRegistry
+    let store: any ShareStore
+    /// Memory's copy of every share that still has history; the bridge's ingest records fixes into it.
+    let registry: ShareRegistry
     private let publisher: any BrokerPublisher
     private let tokenKey: [UInt8]
     public let policy: SharePolicy
@@ -53,8 +78,10 @@ public final class ShareService: Sendable {
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
 
-    public init(store: any ShareStore, registry: ShareRegistry, publisher: any BrokerPublisher, tokenKey: [UInt8],
+    /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
+    public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        let registry = ShareRegistry(trailLength: trailLength)
         self.store = store
         self.registry = registry
         self.publisher = publisher
@@ -211,6 +238,66 @@ public final class ShareService: Sendable {
         publish(topic: Topics.status(id), payload: [], expiry: nil)
         logger.info("share \(id): history deleted")
     }
+
+    // MARK: Reading
+
+    /// The share with this id, from memory, or from the store once its history is deleted. Nil if unknown (or the
+    /// store cannot be read: a lookup is never worth an error page).
+    public func share(_ id: ShareID) -> ShareLookup? {
+        if let snapshot = registry.snapshot(id) { return .live(snapshot) }
+        return ((try? store.share(id: id)) ?? nil).map { .historyDeleted($0.share) }
+    }
+
+    /// The share whose view token hashes to `hash`; see `share(_:)`.
+    public func share(viewTokenHash hash: SecretHash) -> ShareLookup? {
+        if let snapshot = registry.snapshot(viewTokenHash: hash) { return .live(snapshot) }
+        return ((try? store.share(viewTokenHash: hash)) ?? nil).map { .historyDeleted($0.share) }
+    }
+
+    /// Shares newest first, after `position` (see `ShareStore.listShares`).
+    public func list(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(ShareError) -> [(row: Int64, lookup: ShareLookup)] {
+        let rows: [StoredShare]
+        do { rows = try store.listShares(state: state, after: position, limit: limit) } catch { throw .storage(error.description) }
+        return rows.map { stored in
+            (stored.row, registry.snapshot(stored.share.id).map(ShareLookup.live) ?? .historyDeleted(stored.share))
+        }
+    }
+
+    /// Whether `key` is a current owner key. Unknown or malformed keys cost one hash and one indexed lookup.
+    public func isOwnerKey(_ key: String) -> Bool {
+        guard OwnerKey.isWellFormed(key) else { return false }
+        return (try? store.ownerKeyExists(hash: SecretHash(of: key))) ?? false
+    }
+
+    /// The view document of a share with history, rendered once per change of the share and then served from
+    /// memory: rendering the trail's numbers dominated the view endpoint's CPU time, and a share changes far less
+    /// often than its link is polled.
+    public func view(of snapshot: ShareSnapshot) -> RenderedView {
+        if let cached = snapshot.cachedView { return RenderedView(share: snapshot.share, body: cached) }
+        let body = ViewDocumentRenderer.body(share: snapshot.share, last: snapshot.last, trail: snapshot.trail)
+        registry.cacheView(snapshot.share.id, version: snapshot.version, bytes: body)
+        return RenderedView(share: snapshot.share, body: body)
+    }
+
+    /// The view document of any share found by `share(viewTokenHash:)`.
+    public func view(of lookup: ShareLookup) -> RenderedView {
+        switch lookup {
+        case .live(let snapshot): view(of: snapshot)
+        case .historyDeleted(let share): RenderedView(share: share, body: ViewDocumentRenderer.body(share: share, last: nil, trail: []))
+        }
+    }
+
+    /// Adds a live viewer to an active share; nil if it is unknown or has ended. Events arrive on the thread that
+    /// caused them (the store writer for fixes); the subscriber must not block.
+    public func subscribe(_ id: ShareID, _ subscriber: @escaping LiveSubscriber) -> Int? {
+        registry.subscribe(id, subscriber)
+    }
+
+    public func unsubscribe(_ id: ShareID, subscription: Int) {
+        registry.unsubscribe(id, subscription: subscription)
+    }
+
+    public var activeShareCount: Int { registry.activeShareCount }
 
     // MARK: Tokens
     // Issued "at" the share's creation, so a share's token is the same string until its expiry changes: the

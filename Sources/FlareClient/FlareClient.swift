@@ -70,10 +70,19 @@ public final class FlareClient: Sendable {
     /// expires. For an SOS, getting a link matters more.
     public func createShare(duration: TimeInterval? = nil, name: String? = nil) async throws(FlareClientError) -> CreatedShare {
         guard let ownerKey else { throw .missingCredential("creating a share needs an owner key") }
-        var body: [String: JSONBodyValue] = [:]
-        if let duration { body["duration_s"] = .number(duration) }
-        if let name { body["name"] = .string(name) }
-        return try await call("POST", "api/v1/shares", bearer: ownerKey, body: body, expecting: 201)
+        return try await call("POST", "api/v1/shares", bearer: ownerKey, encodable: ShareRequest(durationSeconds: duration, name: name),
+                              expecting: 201, retry: retry)
+    }
+
+    /// One page of shares, newest first (owner key). Pass the page's `nextCursor` to get the next one.
+    public func listShares(state: ShareState? = nil, limit: Int? = nil, cursor: String? = nil) async throws(FlareClientError) -> ShareList {
+        guard let ownerKey else { throw .missingCredential("listing shares needs an owner key") }
+        var query: [(String, String)] = []
+        if let state { query.append(("state", state.rawValue)) }
+        if let limit { query.append(("limit", String(limit))) }
+        if let cursor { query.append(("cursor", cursor)) }
+        let data = try await send("GET", "api/v1/shares", query: query, bearer: ownerKey, body: nil, expecting: 200, retry: retry)
+        return try Self.decode(ShareList.self, from: data, status: 200)
     }
 
     /// The share's state, expiry, last position and viewer count (owner key).
@@ -86,28 +95,47 @@ public final class FlareClient: Sendable {
     /// Idempotent: stopping an ended share answers again with its end.
     public func stopShare(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> StoppedShare {
         let bearer = try credential(deviceToken)
-        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/stop", bearer: bearer, body: [:], expecting: 200)
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/stop", bearer: bearer, encodable: ShareRequest(),
+                              expecting: 200, retry: retry)
     }
 
     /// Same link, new expiry: `duration` from now (server default when nil). The answer carries a new device
     /// token valid until the new expiry; hand it to the `LocationReporter` (`updateDeviceToken`).
     public func extendShare(_ shareID: String, duration: TimeInterval? = nil, deviceToken: String? = nil) async throws(FlareClientError) -> ExtendedShare {
         let bearer = try credential(deviceToken)
-        var body: [String: JSONBodyValue] = [:]
-        if let duration { body["duration_s"] = .number(duration) }
-        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/extend", bearer: bearer, body: body, expecting: 200)
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/extend", bearer: bearer,
+                              encodable: ShareRequest(durationSeconds: duration), expecting: 200, retry: retry)
     }
 
     /// The share's OwnTracks `owntracks:///config?inline=…` link: open it on a phone with the OwnTracks app and
     /// the app publishes into the share. It contains the device token: do not log it.
     public func ownTracksLink(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> URL {
         let bearer = try credential(deviceToken)
-        let answer: [String: String] = try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link",
-                                                     bearer: bearer, body: nil, expecting: 200)
-        guard let text = answer["url"], let url = URL(string: text) else {
-            throw .unexpectedResponse(status: 200, detail: "no url in the OwnTracks link answer")
+        let answer: OwnTracksLink = try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link",
+                                                  bearer: bearer, body: nil, expecting: 200)
+        guard let url = URL(string: answer.url) else {
+            throw .unexpectedResponse(status: 200, detail: "the OwnTracks link is not a URL")
         }
         return url
+    }
+
+    /// The share's OwnTracks configuration file (`.otrc`, JSON), for the app's import. It holds the device token.
+    public func ownTracksConfigurationFile(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> Data {
+        try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks.otrc", query: [], bearer: try credential(deviceToken),
+                       body: nil, expecting: 200, retry: retry)
+    }
+
+    /// The OwnTracks link as a QR code (PNG) for the phone to scan from the owner's screen (owner key only).
+    public func ownTracksQRCode(_ shareID: String) async throws(FlareClientError) -> Data {
+        guard let ownerKey else { throw .missingCredential("the OwnTracks QR code needs the owner key") }
+        return try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/qr.png", query: [], bearer: ownerKey,
+                              body: nil, expecting: 200, retry: retry)
+    }
+
+    /// A watch token: subscribe rights on the broker for the share's topics until it ends (owner key).
+    public func createWatchToken(_ shareID: String) async throws(FlareClientError) -> WatchToken {
+        guard let ownerKey else { throw .missingCredential("a watch token needs the owner key") }
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/watch-tokens", bearer: ownerKey, body: nil, expecting: 201)
     }
 
     // MARK: - Device API
@@ -139,30 +167,35 @@ public final class FlareClient: Sendable {
         return text
     }
 
-    private func call<T: Decodable>(_ method: String, _ path: String, bearer: String, body: [String: JSONBodyValue]?,
+    private func call<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?,
                                     expecting status: Int) async throws(FlareClientError) -> T {
-        let data: Data?
-        do { data = try body.map { try JSONEncoder().encode($0) } } catch {
-            throw .unexpectedResponse(status: 0, detail: "cannot encode the request body")
-        }
-        return try await send(method, path, bearer: bearer, body: data, expecting: status, retry: retry)
+        let data = try await send(method, path, query: [], bearer: bearer, body: body, expecting: status, retry: retry)
+        return try Self.decode(T.self, from: data, status: status)
     }
 
     private func call<T: Decodable, Body: Encodable>(_ method: String, _ path: String, bearer: String, encodable: Body,
                                                      expecting status: Int, retry: RetryPolicy) async throws(FlareClientError) -> T {
-        let data: Data
-        do { data = try JSONEncoder().encode(encodable) } catch {
+        let body: Data
+        do { body = Data(try APIJSON.encode(encodable)) } catch {
             throw .unexpectedResponse(status: 0, detail: "cannot encode the request body")
         }
-        return try await send(method, path, bearer: bearer, body: data, expecting: status, retry: retry)
+        let data = try await send(method, path, query: [], bearer: bearer, body: body, expecting: status, retry: retry)
+        return try Self.decode(T.self, from: data, status: status)
     }
 
-    private func send<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?, expecting status: Int,
-                                    retry: RetryPolicy) async throws(FlareClientError) -> T {
+    private static func decode<T: Decodable>(_ type: T.Type, from data: Data, status: Int) throws(FlareClientError) -> T {
+        do { return try APIJSON.decode(T.self, from: data) } catch {
+            throw .unexpectedResponse(status: status, detail: "cannot decode \(T.self): \(error)")
+        }
+    }
+
+    /// The body of the expected answer, after retrying outages; any other answer becomes the error it carries.
+    private func send(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?, expecting status: Int,
+                      retry: RetryPolicy) async throws(FlareClientError) -> Data {
         var attempt = 1
         while true {
             do {
-                return try await sendOnce(method, path, bearer: bearer, body: body, expecting: status)
+                return try await sendOnce(method, path, query: query, bearer: bearer, body: body, expecting: status)
             } catch {
                 guard error.isRetryable, attempt < retry.maxAttempts, !Task.isCancelled else { throw error }
                 var retryAfter: TimeInterval?
@@ -174,9 +207,16 @@ public final class FlareClient: Sendable {
         }
     }
 
-    private func sendOnce<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?,
-                                        expecting expected: Int) async throws(FlareClientError) -> T {
-        var request = URLRequest(url: baseURL.appendingPathComponent(path), timeoutInterval: timeout)
+    private func sendOnce(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?,
+                          expecting expected: Int) async throws(FlareClientError) -> Data {
+        var url = baseURL.appendingPathComponent(path)
+        if !query.isEmpty, var components = URLComponents(url: url, resolvingAgainstBaseURL: false) {
+            components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) }
+            // `+` is a space to the server's form decoding: cursors are base64url, but say it anyway.
+            components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+            url = components.url ?? url
+        }
+        var request = URLRequest(url: url, timeoutInterval: timeout)
         request.httpMethod = method
         request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
@@ -193,39 +233,15 @@ public final class FlareClient: Sendable {
             throw .transport((error as? URLError).map { "URLError \($0.code.rawValue)" } ?? String(describing: type(of: error)))
         }
         guard let http = response as? HTTPURLResponse else { throw .unexpectedResponse(status: 0, detail: "not an HTTP response") }
-        let decoder = JSONDecoder()
-        if http.statusCode == expected {
-            do { return try decoder.decode(T.self, from: data) } catch {
-                throw .unexpectedResponse(status: http.statusCode, detail: "cannot decode \(T.self): \(error)")
-            }
-        }
+        if http.statusCode == expected { return data }
         let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init)
-        if let shape = try? decoder.decode(ErrorBody.self, from: data) {
-            throw .api(FlareAPIError(status: http.statusCode, code: shape.error, message: shape.message ?? "", retryAfter: retryAfter))
+        if let shape = try? APIJSON.decode(APIErrorBody.self, from: data) {
+            throw .api(FlareAPIError(status: http.statusCode, code: shape.error, message: shape.message, retryAfter: retryAfter))
         }
         // A proxy's page or an empty body: still an error with a status, retryable when it is a 5xx.
         if http.statusCode >= 400 {
             throw .api(FlareAPIError(status: http.statusCode, code: "http_\(http.statusCode)", message: "no Flare error body", retryAfter: retryAfter))
         }
         throw .unexpectedResponse(status: http.statusCode, detail: "expected \(expected)")
-    }
-
-    private struct ErrorBody: Decodable {
-        let error: String
-        let message: String?
-    }
-}
-
-/// The few JSON values request bodies need, so the encoder sees a concrete Sendable type.
-enum JSONBodyValue: Encodable, Sendable {
-    case number(Double)
-    case string(String)
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .number(let value): try container.encode(value)
-        case .string(let value): try container.encode(value)
-        }
     }
 }

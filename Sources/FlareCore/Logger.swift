@@ -1,3 +1,4 @@
+import FlareAPI
 #if canImport(Glibc)
 import Glibc
 #endif

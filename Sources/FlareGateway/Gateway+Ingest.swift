@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
@@ -7,17 +8,15 @@ import FlareHTTP
 /// stores it exactly as it stores MQTT fixes.
 extension Gateway {
     func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
+        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
               shares.authorizeDevice(token: String(authorization.dropFirst("Bearer ".count)), for: id)
         else {
-            if let snapshot = registry.snapshot(id), !snapshot.share.isActive {
-                return APIError(status: 410, code: "share_ended", message: "the share has ended").response
-            }
+            if let found = shares.share(id), !found.share.isActive { return APIError.shareEnded.response }
             return APIError.unauthorized.response
         }
-        guard let snapshot = registry.snapshot(id) else { return APIError.notFound("no such share").response }
-        switch parser.parse(request.body, receivedAt: clock.now(), shareCreatedAt: snapshot.share.createdAt) {
+        guard let found = shares.share(id) else { return APIError.shareNotFound.response }
+        switch parser.parse(request.body, receivedAt: clock.now(), shareCreatedAt: found.share.createdAt) {
         case .failure(let reason):
             metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
             let status = reason == .tooLarge ? 413 : (reason == .ignoredType ? 422 : 400)
@@ -30,12 +29,7 @@ extension Gateway {
                 return APIError(status: 503, code: "broker_unavailable", message: "the message broker is unavailable; retry",
                                 headers: [("Retry-After", "2")]).response
             }
-            var writer = JSONWriter()
-            writer.beginObject()
-            writer.field("status", "accepted")
-            writer.field("tst", fix.timestamp)
-            writer.endObject()
-            return .json(202, writer.bytes)
+            return .api(202, IngestReceipt(tst: fix.timestamp))
         }
     }
 }

@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
@@ -36,7 +37,7 @@ extension Gateway {
             return error.response
         case .success(let configuration):
             let link = configuration.inlineURL
-            if name == "link" { return .json(200, JSONWriter.flatObject([("url", link)])) }
+            if name == "link" { return .api(200, OwnTracksLink(url: link)) }
             let code: QRCode
             do { code = try QRCode(link) } catch {
                 logger.error("OwnTracks QR code for share \(configuration.shareID): \(error)")
@@ -48,21 +49,17 @@ extension Gateway {
     }
 
     private func ownTracksConfiguration(_ request: HTTPRequest, id text: String, ownerOnly: Bool) -> Result<OwnTracksConfiguration, APIError> {
-        guard let id = ShareID(text) else { return .failure(.notFound("no such share")) }
+        guard let id = ShareID(text) else { return .failure(.shareNotFound) }
+        let found = shares.share(id)
         guard let caller = authenticate(request, share: id, allowDevice: !ownerOnly) else {
-            if let snapshot = registry.snapshot(id), !snapshot.share.isActive {
-                return .failure(APIError(status: 410, code: "share_ended", message: "the share has ended"))
-            }
+            if let found, !found.share.isActive { return .failure(.shareEnded) }
             return .failure(.unauthorized)
         }
-        guard let snapshot = registry.snapshot(id) else {
-            return .failure(caller == .owner && ((try? store.share(id: id)) ?? nil) != nil
-                ? APIError(status: 410, code: "share_ended", message: "the share has ended")
-                : .notFound("no such share"))
+        // The owner may learn that a share existed; a device caller only ever holds an active share's token.
+        guard let found, case .live(let snapshot) = found else {
+            return .failure(caller == .owner && found != nil ? .shareEnded : .shareNotFound)
         }
-        guard snapshot.share.isActive else {
-            return .failure(APIError(status: 410, code: "share_ended", message: "the share has ended"))
-        }
+        guard snapshot.share.isActive else { return .failure(.shareEnded) }
         guard let broker = MQTTURL(configuration.mqttPublicURL) else {
             logger.error("FLARE_MQTT_PUBLIC_URL is not mqtt://host:port or mqtts://host:port; cannot provision OwnTracks")
             return .failure(APIError(status: 500, code: "misconfigured", message: "the server's public MQTT address is not set up"))

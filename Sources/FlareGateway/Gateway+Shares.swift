@@ -1,8 +1,11 @@
+import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
+import FlareStore
+import FoundationEssentials
 
-/// The owner API: create, show, stop, extend. Stop and extend also accept the share's device token, so the
+/// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
 /// person in trouble can end or prolong sharing from the phone.
 extension Gateway {
     enum Caller { case owner, device }
@@ -10,49 +13,50 @@ extension Gateway {
     func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool) -> Caller? {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer ") else { return nil }
         let token = String(authorization.dropFirst("Bearer ".count))
-        if OwnerKey.isWellFormed(token) {
-            return ((try? store.ownerKeyExists(hash: SecretHash(of: token))) ?? false) ? .owner : nil
-        }
+        if OwnerKey.isWellFormed(token) { return shares.isOwnerKey(token) ? .owner : nil }
         if allowDevice, let share, shares.authorizeDevice(token: token, for: share) { return .device }
         return nil
     }
 
-    /// The request body as a JSON object (an empty body is an empty object) and its `duration_s`, if any.
-    /// The content type is not checked: `curl -d` labels JSON as a form, and the body's own shape is what matters.
-    func shareRequestBody(_ request: HTTPRequest) throws(APIError) -> (fields: [String: JSONValue], duration: Double?) {
-        if request.body.isEmpty { return ([:], nil) }
+    /// The request body as a `ShareRequest` (an empty body is an empty request). The content type is not checked:
+    /// `curl -d` labels JSON as a form, and the body's own shape is what matters.
+    func shareRequest(_ request: HTTPRequest) throws(APIError) -> ShareRequest {
+        if request.body.isEmpty { return ShareRequest() }
         guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
             throw .badRequest("invalid_json", "the body must be a JSON object")
         }
-        guard let duration = object["duration_s"], duration != .null else { return (object, nil) }
-        guard let seconds = duration.doubleValue else { throw .badRequest("invalid_duration", "duration_s must be a number of seconds") }
-        return (object, seconds)
+        var parsed = ShareRequest()
+        if let duration = object["duration_s"], duration != .null {
+            guard let seconds = duration.doubleValue else { throw .badRequest("invalid_duration", "duration_s must be a number of seconds") }
+            parsed.durationSeconds = seconds
+        }
+        if let name = object["name"], name != .null {
+            guard let text = name.stringValue else { throw .badRequest("invalid_name", "name must be a string") }
+            parsed.name = text
+        }
+        return parsed
     }
 
     func createShare(_ request: HTTPRequest) -> HTTPResponse {
         guard authenticate(request, share: nil, allowDevice: false) == .owner else { return APIError.unauthorized.response }
-        let body: (fields: [String: JSONValue], duration: Double?)
-        do { body = try shareRequestBody(request) } catch { return error.response }
-        let name = body.fields["name"]
-        if let name, name.stringValue == nil, name != .null { return APIError.badRequest("invalid_name", "name must be a string").response }
+        let body: ShareRequest
+        do { body = try shareRequest(request) } catch { return error.response }
         do {
-            let created = try shares.create(name: name?.stringValue, durationSeconds: body.duration)
+            let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds)
             let id = created.share.id
-            // A flat object of strings: the original iOS client decodes it as [String: String].
-            let response = JSONWriter.flatObject([
-                ("share_id", id.rawValue),
-                ("share_url", "\(configuration.publicURL)/s/\(created.viewToken)"),
-                ("expires_at", RFC3339.format(millis: created.share.expiresAt)),
-                ("duration_s", String((created.share.expiresAt - created.share.createdAt) / 1000)),
-                ("device_token", created.deviceToken),
-                ("mqtt_url", configuration.mqttPublicURL),
-                ("mqtt_username", id.rawValue),
-                ("mqtt_topic", Topics.location(id)),
-                ("status_topic", Topics.status(id)),
-                ("ingest_url", "\(configuration.publicURL)/api/v1/shares/\(id.rawValue)/locations"),
-                ("owntracks_config_url", "\(configuration.publicURL)/api/v1/shares/\(id.rawValue)/owntracks"),
-            ])
-            var http = HTTPResponse.json(201, response)
+            let base = configuration.publicURL
+            var http = HTTPResponse.api(201, CreatedShare(
+                shareID: id.rawValue,
+                shareURL: configuration.url("\(base)/s/\(created.viewToken)"),
+                expiresAt: Date(unixMillis: created.share.expiresAt),
+                durationSeconds: Int((created.share.expiresAt - created.share.createdAt) / 1000),
+                deviceToken: created.deviceToken,
+                mqttURL: configuration.mqttPublicURL,
+                mqttUsername: id.rawValue,
+                mqttTopic: Topics.location(id),
+                statusTopic: Topics.status(id),
+                ingestURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/locations"),
+                ownTracksConfigURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/owntracks")))
             http.headers.append(("Location", "/api/v1/shares/\(id.rawValue)"))
             return http
         } catch {
@@ -61,67 +65,85 @@ extension Gateway {
     }
 
     func showShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
+        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
         guard authenticate(request, share: id, allowDevice: false) == .owner else { return APIError.unauthorized.response }
-        var writer = JSONWriter()
-        writer.beginObject()
-        if let snapshot = registry.snapshot(id) {
-            writeShareFields(snapshot.share, into: &writer)
-            writer.key("last")
-            if let last = snapshot.last { last.writeViewJSON(into: &writer) } else { writer.null() }
-            writer.field("viewers", snapshot.viewers)
-        } else if let stored = try? store.share(id: id) {
-            // History already deleted: only that it existed, and when.
-            writeShareFields(stored.share, into: &writer)
-            writer.key("last")
-            writer.null()
-            writer.field("viewers", 0)
-        } else {
-            return APIError.notFound("no such share").response
-        }
-        writer.endObject()
-        return .json(200, writer.bytes)
+        guard let lookup = shares.share(id) else { return APIError.shareNotFound.response }
+        return .api(200, Self.status(of: lookup))
     }
 
-    private func writeShareFields(_ share: Share, into writer: inout JSONWriter) {
-        writer.field("share_id", share.id.rawValue)
-        writer.field("name", share.name)
-        writer.field("state", share.isActive ? "active" : "ended")
-        writer.field("created_at", RFC3339.format(millis: share.createdAt))
-        writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
-        if let endedAt = share.endedAt { writer.field("ended_at", RFC3339.format(millis: endedAt)) }
-        if let reason = share.endReason { writer.field("reason", reason.rawValue) }
-        writer.field("history_deleted", share.historyPurged)
+    /// `GET /api/v1/shares`: newest first, in pages (see `FlareAPI.ShareList`).
+    func listShares(_ request: HTTPRequest) -> HTTPResponse {
+        guard authenticate(request, share: nil, allowDevice: false) == .owner else { return APIError.unauthorized.response }
+        var state: ShareStateFilter?
+        if let text = request.query["state"] {
+            guard let parsed = ShareStateFilter(rawValue: text) else {
+                return APIError.badRequest("invalid_state", "state must be active or ended").response
+            }
+            state = parsed
+        }
+        var limit = ShareList.defaultLimit
+        if let text = request.query["limit"] {
+            guard let parsed = Int(text), (1...ShareList.maximumLimit).contains(parsed) else {
+                return APIError.badRequest("invalid_limit", "limit must be a whole number from 1 to \(ShareList.maximumLimit)").response
+            }
+            limit = parsed
+        }
+        var position: ShareListPosition?
+        if let text = request.query["cursor"] {
+            guard let parsed = ShareListCursor.decode(text) else {
+                return APIError.badRequest("invalid_cursor", "cursor must be a next_cursor this server returned").response
+            }
+            position = parsed
+        }
+        do {
+            // One more than asked for says whether there is a next page without a second query.
+            let found = try shares.list(state: state, after: position, limit: limit + 1)
+            let page = found.prefix(limit)
+            let next = found.count > limit ? page.last.map { ShareListCursor.encode(ShareListPosition(createdAt: $0.lookup.share.createdAt, row: $0.row)) } : nil
+            return .api(200, ShareList(shares: page.map { Self.status(of: $0.lookup) }, nextCursor: next))
+        } catch {
+            return shareErrorResponse(error)
+        }
+    }
+
+    static func status(of lookup: ShareLookup) -> ShareStatus {
+        let share = lookup.share
+        var last: ReportedLocation?
+        var viewers = 0
+        if case .live(let snapshot) = lookup {
+            last = snapshot.last?.reportedLocation
+            viewers = snapshot.viewers
+        }
+        return ShareStatus(
+            shareID: share.id.rawValue, name: share.name, state: share.isActive ? .active : .ended,
+            createdAt: Date(unixMillis: share.createdAt), expiresAt: Date(unixMillis: share.expiresAt),
+            endedAt: share.endedAt.map(Date.init(unixMillis:)), reason: share.endReason?.rawValue,
+            historyDeleted: share.historyPurged, last: last, viewers: viewers)
     }
 
     func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
+        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
         guard authenticate(request, share: id, allowDevice: true) != nil else {
-            // An ended share refuses its device token; tell an owner-less caller the truth only if they could
-            // have known the share: the answer stays 401 either way.
+            // An ended share refuses its device token; the answer stays 401 for a caller without the owner key.
             return APIError.unauthorized.response
         }
         do {
             let share = try shares.stop(id)
-            var pairs = [("share_id", id.rawValue), ("state", "ended"), ("reason", share.endReason?.rawValue ?? "stopped")]
-            if let endedAt = share.endedAt { pairs.append(("ended_at", RFC3339.format(millis: endedAt))) }
-            return .json(200, JSONWriter.flatObject(pairs))
+            return .api(200, StoppedShare(shareID: id.rawValue, state: .ended, reason: share.endReason?.rawValue ?? EndReason.stopped.rawValue,
+                                          endedAt: share.endedAt.map(Date.init(unixMillis:))))
         } catch {
             return shareErrorResponse(error)
         }
     }
 
     func extendShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.notFound("no such share").response }
+        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
         guard authenticate(request, share: id, allowDevice: true) != nil else { return APIError.unauthorized.response }
-        let duration: Double?
-        do { duration = try shareRequestBody(request).duration } catch { return error.response }
+        let body: ShareRequest
+        do { body = try shareRequest(request) } catch { return error.response }
         do {
-            let (share, deviceToken) = try shares.extend(id, durationSeconds: duration)
-            return .json(200, JSONWriter.flatObject([
-                ("share_id", id.rawValue), ("state", "active"),
-                ("expires_at", RFC3339.format(millis: share.expiresAt)), ("device_token", deviceToken),
-            ]))
+            let (share, deviceToken) = try shares.extend(id, durationSeconds: body.durationSeconds)
+            return .api(200, ExtendedShare(shareID: id.rawValue, expiresAt: Date(unixMillis: share.expiresAt), deviceToken: deviceToken))
         } catch {
             return shareErrorResponse(error)
         }
@@ -129,7 +151,7 @@ extension Gateway {
 
     func shareErrorResponse(_ error: ShareError) -> HTTPResponse {
         switch error {
-        case .notFound: return APIError.notFound("no such share").response
+        case .notFound: return APIError.shareNotFound.response
         case .ended: return APIError(status: 409, code: "share_ended", message: "the share has ended; create a new one").response
         case .invalid(let message): return APIError.badRequest("invalid_request", message).response
         case .storage(let message):
@@ -137,5 +159,28 @@ extension Gateway {
             return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
                             headers: [("Retry-After", "5")]).response
         }
+    }
+}
+
+/// The `cursor` of `GET /api/v1/shares`: where the previous page ended, as base64url text. Opaque to clients, and
+/// no capability: it only says where to continue in a list the caller may read anyway.
+enum ShareListCursor {
+    static func encode(_ position: ShareListPosition) -> String {
+        Base64URL.encode(Array("1:\(position.createdAt):\(position.row)".utf8))
+    }
+
+    static func decode(_ text: String) -> ShareListPosition? {
+        guard text.utf8.count <= 64, let bytes = Base64URL.decode(text) else { return nil }
+        let parts = String(decoding: bytes, as: UTF8.self).split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == "1", let createdAt = Int64(parts[1]), let row = Int64(parts[2]) else { return nil }
+        return ShareListPosition(createdAt: createdAt, row: row)
+    }
+}
+
+extension Fix {
+    /// The API's form of a stored fix.
+    var reportedLocation: ReportedLocation {
+        ReportedLocation(latitude: latitude, longitude: longitude, timestamp: Date(timeIntervalSince1970: Double(timestamp)),
+                         accuracy: accuracy, altitude: altitude, velocity: velocity, course: course, battery: battery)
     }
 }

@@ -1,7 +1,7 @@
+import FlareAPI
 public import FlareBridge
 public import FlareCore
 public import FlareHTTP
-public import FlareStore
 import Synchronization
 
 /// Health of the parts the gateway cannot see for itself.
@@ -26,12 +26,10 @@ public protocol IngestPublisher: Sendable {
 }
 
 /// The HTTP face of Flare: owner API, link endpoints (page, view JSON, live events), HTTP ingest, operator
-/// endpoints. Every answer comes from memory except owner-key checks and a purged share's "ended" lookup.
+/// endpoints. Share state comes through one door, `ShareService`; every body is a `FlareAPI` type.
 public final class Gateway: Sendable {
     let configuration: GatewayConfiguration
     let shares: ShareService
-    let registry: ShareRegistry
-    let store: any ShareStore
     let ingestPublisher: any IngestPublisher
     let metrics: Metrics
     private let requestCounters: [Int: Metrics.Counter]
@@ -44,14 +42,11 @@ public final class Gateway: Sendable {
     let liveStreams: LiveStreams
     let parser: LocationPayloadParser
 
-    public init(configuration: GatewayConfiguration, shares: ShareService, registry: ShareRegistry, store: any ShareStore,
-                ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
+    public init(configuration: GatewayConfiguration, shares: ShareService, ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
                 clock: any WallClock, parser: LocationPayloadParser = LocationPayloadParser(),
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
         self.configuration = configuration
         self.shares = shares
-        self.registry = registry
-        self.store = store
         self.ingestPublisher = ingestPublisher
         self.metrics = metrics
         self.logger = logger
@@ -112,6 +107,7 @@ public final class Gateway: Sendable {
     private func routeAPI(_ request: HTTPRequest, _ parts: [String]) -> HTTPResponse {
         switch (parts.first, parts.count, request.method) {
         case ("shares", 1, "POST"): return createShare(request)
+        case ("shares", 1, "GET"): return listShares(request)
         case ("shares", 2, "GET"): return showShare(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "stop": return stopShare(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "extend": return extendShare(request, id: parts[1])
@@ -129,16 +125,13 @@ public final class Gateway: Sendable {
 
     private func healthz() -> HTTPResponse {
         let report = health()
-        var writer = JSONWriter()
-        writer.beginObject()
         let healthy = report.mqttConnected && report.storeHealthy && !report.storeSpaceLow
-        writer.field("status", healthy ? "ok" : "unhealthy")
-        writer.field("mqtt", report.mqttConnected ? "connected" : "disconnected")
-        writer.field("store", !report.storeHealthy ? "failing" : report.storeSpaceLow ? "low_space" : "ok")
-        if let free = report.storeFreeBytes { writer.field("store_free_mib", free / 1_048_576) }
-        writer.field("active_shares", registry.activeShareCount)
-        writer.endObject()
-        return .json(healthy ? 200 : 503, writer.bytes)
+        return .api(healthy ? 200 : 503, HealthStatus(
+            status: healthy ? .ok : .unhealthy,
+            mqtt: report.mqttConnected ? "connected" : "disconnected",
+            store: !report.storeHealthy ? "failing" : report.storeSpaceLow ? "low_space" : "ok",
+            storeFreeMiB: report.storeFreeBytes.map { $0 / 1_048_576 },
+            activeShares: shares.activeShareCount))
     }
 }
 
@@ -150,6 +143,8 @@ struct APIError: Error {
     var headers: [(name: String, value: String)] = []
 
     static func notFound(_ message: String) -> APIError { APIError(status: 404, code: "not_found", message: message) }
+    static let shareNotFound = notFound("no such share")
+    static let shareEnded = APIError(status: 410, code: "share_ended", message: "the share has ended")
     static func badRequest(_ code: String, _ message: String) -> APIError { APIError(status: 400, code: code, message: message) }
     static let methodNotAllowed = APIError(status: 405, code: "method_not_allowed", message: "this endpoint does not take that method")
     static let unauthorized = APIError(status: 401, code: "unauthorized", message: "a valid bearer token is required",
@@ -160,7 +155,7 @@ struct APIError: Error {
     }
 
     var response: HTTPResponse {
-        var response = HTTPResponse.json(status, JSONWriter.flatObject([("error", code), ("message", message)]))
+        var response = HTTPResponse.api(status, APIErrorBody(error: code, message: message))
         response.headers += headers
         return response
     }
@@ -169,5 +164,14 @@ struct APIError: Error {
 extension HTTPResponse {
     static func json(_ status: Int, _ body: [UInt8]) -> HTTPResponse {
         HTTPResponse(status: status, headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")], body: .bytes(body))
+    }
+
+    /// A body of the API contract. The types encode only strings, numbers and dates, so encoding cannot fail; if
+    /// it ever did, the caller gets a 500 with the contract's error shape rather than a half-written body.
+    static func api<Body: Encodable>(_ status: Int, _ body: Body) -> HTTPResponse {
+        guard let bytes = try? APIJSON.encode(body) else {
+            return .json(500, JSONWriter.flatObject([("error", "internal"), ("message", "the answer could not be encoded")]))
+        }
+        return .json(status, bytes)
     }
 }

@@ -1,4 +1,5 @@
 public import FlareCore
+import FoundationEssentials
 
 /// What the gateway needs to know about its surroundings, read once by `flared`.
 public struct GatewayConfiguration: Sendable {
@@ -47,6 +48,12 @@ public struct GatewayConfiguration: Sendable {
         self.trustedProxies = trustedProxies
         self.unknownTokenCost = unknownTokenCost
         self.keepaliveSeconds = keepaliveSeconds
+    }
+
+    /// A link of ours as a URL. `publicURL` was checked at start-up and tokens and ids are base64url, so this
+    /// always parses; the fallback only keeps a broken deployment from crashing.
+    func url(_ text: String) -> URL {
+        URL(string: text) ?? URL(string: "about:invalid")!
     }
 
     /// The origin that tile images come from, for the Content-Security-Policy (`{s}` subdomains become `*`).

@@ -1,7 +1,10 @@
+import FlareAPI
+import FlareClient
 import FlareCore
 import FlareSQLite
 import FlareStore
 import Foundation
+import Synchronization
 
 /// Options shared by every command, read from flags first, then the environment, then defaults.
 struct CommonOptions {
@@ -15,7 +18,8 @@ struct CommonOptions {
                                           "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every",
                                           "--qr", "--otrc",
                                           "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
-                                          "--pattern", "--expect", "--timeout", "--report-every"]
+                                          "--pattern", "--expect", "--timeout", "--report-every",
+                                          "--state", "--limit", "--cursor"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
 
     init(_ arguments: [String]) throws {
@@ -79,6 +83,8 @@ enum Commands {
 
         usage:
           flare share create [--duration SECONDS] [--name NAME] [--json]   start a share; prints the link
+          flare share list [--state active|ended] [--limit N] [--cursor C] [--json]
+                                                                            shares, newest first, a page at a time
           flare share show ID [--json]                                      state, expiry, last position time
           flare share stop ID                                               end a share now
           flare share extend ID [--duration SECONDS]                        same link, new expiry
@@ -110,6 +116,7 @@ enum Commands {
         }
         switch (words[0], words.count > 1 ? words[1] : nil) {
         case ("share", "create"): return try shareCreate(options)
+        case ("share", "list"): return try shareList(options)
         case ("share", "show"): return try shareShow(options, id: try argument(words, 2, "share id"))
         case ("share", "stop"): return try shareStop(options, id: try argument(words, 2, "share id"))
         case ("share", "extend"): return try shareExtend(options, id: try argument(words, 2, "share id"))
@@ -126,64 +133,119 @@ enum Commands {
         return words[index]
     }
 
-    static func ownerClient(_ options: CommonOptions) throws -> HTTPClient {
-        HTTPClient(baseURL: options.serverURL, bearer: try options.ownerKey())
+    /// Flare's client, with the owner key. No retries: a person at a terminal wants the answer (or the error) now.
+    static func ownerClient(_ options: CommonOptions) throws -> FlareClient {
+        guard let url = URL(string: options.serverURL), url.scheme == "http" || url.scheme == "https" else {
+            throw CLIError("--server must be an http:// or https:// URL (got \(options.serverURL))")
+        }
+        return FlareClient(baseURL: url, ownerKey: try options.ownerKey(), retry: .none)
+    }
+
+    /// Runs one client call to completion for the synchronous command line, turning its error into a message.
+    static func call<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws(FlareClientError) -> T) throws -> T {
+        let outcome = Mutex<Result<T, FlareClientError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Result<T, FlareClientError>
+            do throws(FlareClientError) { result = .success(try await body()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        switch outcome.withLock({ $0 })! {
+        case .success(let value): return value
+        case .failure(let error): throw CLIError("\(what): \(error)")
+        }
+    }
+
+    static func printJSON<T: Encodable>(_ value: T) throws {
+        print(String(decoding: try APIJSON.encode(value), as: UTF8.self))
     }
 
     static func shareCreate(_ options: CommonOptions) throws -> Int32 {
-        var body: [String: Any] = [:]
-        if let duration = try options.double("--duration") { body["duration_s"] = duration }
-        if let name = options.flags["--name"] { body["name"] = name }
-        let response = try ownerClient(options).send("POST", "/api/v1/shares", body: body)
-        guard response.status == 201, let json = response.json else { throw CLIError("could not create a share: \(response.errorMessage)") }
-        if options.json {
-            print(String(decoding: response.body, as: UTF8.self))
-        } else {
-            print("share \(json["share_id"] ?? "") created; it ends at \(json["expires_at"] ?? "")")
-            print("link for family:   \(json["share_url"] ?? "")")
-            print("device publishes:  \(json["mqtt_topic"] ?? "") on \(json["mqtt_url"] ?? "")")
-            print("                   username \(json["mqtt_username"] ?? ""), password = the device token below")
-            print("device token:      \(json["device_token"] ?? "")")
-            print("OwnTracks app:     flare share owntracks \(json["share_id"] ?? "") --qr sos.png   (then scan sos.png)")
+        let client = try ownerClient(options)
+        let duration = try options.double("--duration"), name = options.flags["--name"]
+        let share = try call("could not create a share") { () async throws(FlareClientError) in
+            try await client.createShare(duration: duration, name: name)
         }
+        if options.json {
+            try printJSON(share)
+        } else {
+            print("share \(share.shareID) created; it ends at \(RFC3339.format(share.expiresAt))")
+            print("link for family:   \(share.shareURL.absoluteString)")
+            print("device publishes:  \(share.mqttTopic) on \(share.mqttURL)")
+            print("                   username \(share.mqttUsername), password = the device token below")
+            print("device token:      \(share.deviceToken)")
+            print("OwnTracks app:     flare share owntracks \(share.shareID) --qr sos.png   (then scan sos.png)")
+        }
+        return 0
+    }
+
+    static func shareList(_ options: CommonOptions) throws -> Int32 {
+        let client = try ownerClient(options)
+        var state: ShareState?
+        if let text = options.flags["--state"] {
+            guard let parsed = ShareState(rawValue: text) else { throw CLIError("--state must be active or ended (got \(text))") }
+            state = parsed
+        }
+        var limit: Int?
+        if let text = options.flags["--limit"] {
+            guard let parsed = Int(text), (1...ShareList.maximumLimit).contains(parsed) else {
+                throw CLIError("--limit must be a whole number from 1 to \(ShareList.maximumLimit) (got \(text))")
+            }
+            limit = parsed
+        }
+        let cursor = options.flags["--cursor"]
+        let page = try call("cannot list shares") { [state, limit] () async throws(FlareClientError) in
+            try await client.listShares(state: state, limit: limit, cursor: cursor)
+        }
+        if options.json {
+            try printJSON(page)
+            return 0
+        }
+        if page.shares.isEmpty { print(cursor == nil ? "no shares" : "no more shares") }
+        for share in page.shares {
+            let end = share.endedAt.map { "ended \(RFC3339.format($0)) (\(share.reason ?? ""))" } ?? "ends \(RFC3339.format(share.expiresAt))"
+            let name = share.name.isEmpty ? "" : "  \(share.name)"
+            print("\(share.shareID)  \(share.state.rawValue.padding(toLength: 6, withPad: " ", startingAt: 0))  created \(RFC3339.format(share.createdAt))  \(end)\(name)")
+        }
+        if let next = page.nextCursor { print("more: flare share list --cursor \(next)") }
         return 0
     }
 
     static func shareShow(_ options: CommonOptions, id: String) throws -> Int32 {
-        let response = try ownerClient(options).send("GET", "/api/v1/shares/\(id)")
-        guard response.status == 200, let json = response.json else { throw CLIError("cannot show \(id): \(response.errorMessage)") }
+        let client = try ownerClient(options)
+        let share = try call("cannot show \(id)") { () async throws(FlareClientError) in try await client.share(id) }
         if options.json {
-            print(String(decoding: response.body, as: UTF8.self))
+            try printJSON(share)
             return 0
         }
-        print("share \(id): \(json["state"] ?? "?")")
-        if let name = json["name"] as? String, !name.isEmpty { print("  name       \(name)") }
-        print("  created    \(json["created_at"] ?? "")")
-        print("  expires    \(json["expires_at"] ?? "")")
-        if let ended = json["ended_at"] { print("  ended      \(ended) (\(json["reason"] ?? ""))") }
-        if let last = json["last"] as? [String: Any], let tst = last["tst"] as? Double {
-            print("  last fix   \(RFC3339.format(seconds: Int64(tst)))")  // time only: positions stay off terminals and logs
-        } else {
-            print("  last fix   none")
-        }
-        print("  viewers    \(json["viewers"] ?? 0)")
+        print("share \(id): \(share.state.rawValue)")
+        if !share.name.isEmpty { print("  name       \(share.name)") }
+        print("  created    \(RFC3339.format(share.createdAt))")
+        print("  expires    \(RFC3339.format(share.expiresAt))")
+        if let ended = share.endedAt { print("  ended      \(RFC3339.format(ended)) (\(share.reason ?? ""))") }
+        // The time only: positions stay off terminals and logs.
+        print("  last fix   \(share.last.map { RFC3339.format($0.timestamp) } ?? "none")")
+        print("  viewers    \(share.viewers)")
         return 0
     }
 
     static func shareStop(_ options: CommonOptions, id: String) throws -> Int32 {
-        let response = try ownerClient(options).send("POST", "/api/v1/shares/\(id)/stop")
-        guard response.status == 200 else { throw CLIError("cannot stop \(id): \(response.errorMessage)") }
-        print("share \(id) ended (\(response.json?["reason"] ?? "stopped"))")
+        let client = try ownerClient(options)
+        let stopped = try call("cannot stop \(id)") { () async throws(FlareClientError) in try await client.stopShare(id) }
+        print("share \(id) ended (\(stopped.reason))")
         return 0
     }
 
     static func shareExtend(_ options: CommonOptions, id: String) throws -> Int32 {
-        var body: [String: Any] = [:]
-        if let duration = try options.double("--duration") { body["duration_s"] = duration }
-        let response = try ownerClient(options).send("POST", "/api/v1/shares/\(id)/extend", body: body)
-        guard response.status == 200 else { throw CLIError("cannot extend \(id): \(response.errorMessage)") }
-        if options.json { print(String(decoding: response.body, as: UTF8.self)) } else {
-            print("share \(id) now ends at \(response.json?["expires_at"] ?? "")")
+        let client = try ownerClient(options)
+        let duration = try options.double("--duration")
+        let extended = try call("cannot extend \(id)") { () async throws(FlareClientError) in
+            try await client.extendShare(id, duration: duration)
+        }
+        if options.json { try printJSON(extended) } else {
+            print("share \(id) now ends at \(RFC3339.format(extended.expiresAt))")
         }
         return 0
     }
@@ -192,39 +254,47 @@ enum Commands {
     /// `owntracks:///config?inline=…` link on stdout. All of them contain the device token.
     static func shareOwnTracks(_ options: CommonOptions, id: String) throws -> Int32 {
         let client = try ownerClient(options)
-        let path = "/api/v1/shares/\(id)/owntracks"
         var wrote = false
-        for (flag, suffix, what) in [("--qr", "/qr.png", "QR code"), ("--otrc", ".otrc", "configuration")] {
+        for (flag, what) in [("--qr", "QR code"), ("--otrc", "configuration")] {
             guard let file = options.flags[flag] else { continue }
-            let response = try client.send("GET", path + suffix)
-            guard response.status == 200 else { throw CLIError("cannot get the OwnTracks \(what) for \(id): \(response.errorMessage)") }
-            guard FileManager.default.createFile(atPath: file, contents: response.body, attributes: [.posixPermissions: 0o600]) else {
+            let body = try call("cannot get the OwnTracks \(what) for \(id)") { () async throws(FlareClientError) in
+                flag == "--qr" ? try await client.ownTracksQRCode(id) : try await client.ownTracksConfigurationFile(id)
+            }
+            guard FileManager.default.createFile(atPath: file, contents: body, attributes: [.posixPermissions: 0o600]) else {
                 throw CLIError("cannot write \(file)")
             }
             print("OwnTracks \(what) for share \(id) written to \(file) (it contains the share's device token)")
             wrote = true
         }
         if !wrote {
-            let response = try client.send("GET", path + "/link")
-            guard response.status == 200, let link = response.json?["url"] as? String else {
-                throw CLIError("cannot get the OwnTracks link for \(id): \(response.errorMessage)")
+            let link = try call("cannot get the OwnTracks link for \(id)") { () async throws(FlareClientError) in
+                try await client.ownTracksLink(id)
             }
-            print(link)
+            print(link.absoluteString)
         }
+        // OwnTracks for iOS from 26.2.2 and for Android from 2.6.0 refuse a configuration by link or file until
+        // this is switched on in the app, and no configuration can switch it on.
+        FileHandle.standardError.write(Data("on the phone, first allow it in OwnTracks: Settings, \"Allow configuration by URI and config file\" (newer app versions refuse the import without it)\n".utf8))
         return 0
     }
 
-    /// Writes straight into the database that flared uses (SQLite allows the second writer; the key is usable at once).
+    /// Writes straight into the store that flared uses, through the store protocol (SQLite allows the second writer;
+    /// the key is usable at once). The one command that needs no running server: it makes the first keys.
     static func keysCreate(_ options: CommonOptions) throws -> Int32 {
         let path = options.dataDirectory + "/flare.db"
         guard FileManager.default.fileExists(atPath: path) else {
             throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir")
         }
-        let store = try SQLiteShareStore(path: path)
+        let store: any ShareStore = try SQLiteShareStore(path: path)
         let key = OwnerKey.generate()
         try store.insertOwnerKey(hash: SecretHash(of: key), label: options.flags["--label"] ?? "cli", createdAt: SystemWallClock().now())
         print(key)
         FileHandle.standardError.write(Data("owner key created; it is shown only this once and stored only as a hash\n".utf8))
         return 0
     }
+}
+
+struct CLIError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareCore
 import FlareMQTT
 import FlareSystem
@@ -35,12 +36,12 @@ struct Tracker {
         var mqttURL = options.flags["--mqtt-url"]
         if let file = options.flags["--share-file"] {
             guard let data = FileManager.default.contents(atPath: file),
-                  let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
+                  let share = try? APIJSON.decode(CreatedShare.self, from: data) else {
                 throw CLIError("cannot read \(file): expected the JSON printed by `flare share create --json`")
             }
-            id = id ?? json["share_id"] as? String
-            token = token ?? json["device_token"] as? String
-            mqttURL = mqttURL ?? json["mqtt_url"] as? String
+            id = id ?? share.shareID
+            token = token ?? share.deviceToken
+            mqttURL = mqttURL ?? share.mqttURL
         }
         guard let idText = id, let shareID = ShareID(idText) else { throw CLIError("track needs --share-file FILE or --share-id ID") }
         guard let token, !token.isEmpty else { throw CLIError("track needs the share's device token (--token or --share-file)") }

@@ -12,7 +12,6 @@ import Foundation
 final class Daemon: Sendable {
     let logger: Logger
     let store: any ShareStore
-    let registry: ShareRegistry
     let shares: ShareService
     let ingestor: FixIngestor
     let bridge: Bridge
@@ -49,7 +48,6 @@ final class Daemon: Sendable {
         let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
         try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
 
-        registry = ShareRegistry(trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH", in: 1...1000)))
         var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID", default: "flared"))
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
@@ -73,9 +71,9 @@ final class Daemon: Sendable {
             throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
         }
         let parser = LocationPayloadParser(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES", in: 64...65536)))
-        shares = ShareService(store: store, registry: registry, publisher: client, tokenKey: tokenKey, policy: policy,
+        shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH", in: 1...1000)), publisher: client, tokenKey: tokenKey, policy: policy,
                               clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
-        ingestor = FixIngestor(store: store, registry: registry, metrics: metrics, logger: logger.with(label: "bridge"),
+        ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"),
                                clock: clock, parser: parser)
         bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
 
@@ -94,8 +92,7 @@ final class Daemon: Sendable {
         let space = StoreSpace(storePath: sqlite.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
                                logger: logger.with(label: "store"))
         metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(space.read().freeBytes ?? -1) }
-        gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, registry: registry, store: store,
-                              ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
+        gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
                               clock: clock, parser: parser) {
             let reading = space.read()
             return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,

@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareCore
 import FlareStore
 import FlareTestSupport

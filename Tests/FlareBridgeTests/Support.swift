@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareCore
 import FlareCrypto
 import FlareSQLite
@@ -42,15 +43,15 @@ struct BridgeFixture {
          publisher: RecordingPublisher = RecordingPublisher()) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
-        registry = ShareRegistry(trailLength: 4)
         self.publisher = publisher
         self.key = key
         metrics = Metrics()
         let logger = Logger(label: "test", level: .error)
-        service = ShareService(store: store, registry: registry, publisher: publisher, tokenKey: key,
+        service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                clock: SystemWallClock(), metrics: metrics, logger: logger)
-        ingestor = FixIngestor(store: store, registry: registry, metrics: metrics, logger: logger, clock: SystemWallClock())
+        registry = service.registry
+        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: SystemWallClock())
         ingestor.start()
     }
 

@@ -75,7 +75,7 @@ import Testing
         let extended = try await flare.extendShare(share.shareID, duration: 3600, deviceToken: share.deviceToken)
         #expect(extended.expiresAt > share.expiresAt)
         let stopped = try await flare.stopShare(share.shareID, deviceToken: extended.deviceToken)
-        #expect(stopped.state == "ended")
+        #expect(stopped.state == .ended)
         #expect(stopped.reason == "stopped")
         #expect(try await flare.share(share.shareID).state == .ended)
 

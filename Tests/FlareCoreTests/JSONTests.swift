@@ -1,3 +1,4 @@
+import FlareAPI
 import Testing
 @testable import FlareCore
 

@@ -1,0 +1,41 @@
+/// Every error of the API: `{"error":"<code>","message":"…"}` with a fitting HTTP status.
+public struct APIErrorBody: Codable, Sendable, Equatable {
+    /// Machine-readable: `unauthorized`, `not_found`, `share_ended`, `invalid_coordinates`, `rate_limited`, …
+    public let error: String
+    public let message: String
+
+    public init(error: String, message: String) {
+        self.error = error
+        self.message = message
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        error = try c.decode(String.self, forKey: .error)
+        message = try c.decodeIfPresent(String.self, forKey: .message) ?? ""
+    }
+}
+
+/// `GET /healthz`: 200 when everything is up, 503 otherwise.
+public struct HealthStatus: Codable, Sendable, Equatable {
+    public enum Overall: String, Codable, Sendable { case ok, unhealthy }
+    public let status: Overall
+    /// `connected` or `disconnected`.
+    public let mqtt: String
+    /// `ok`, `failing` (writes fail) or `low_space` (below FLARE_STORE_MIN_FREE_MB).
+    public let store: String
+    public let storeFreeMiB: Int64?
+    public let activeShares: Int
+
+    enum CodingKeys: String, CodingKey {
+        case status, mqtt, store, storeFreeMiB = "store_free_mib", activeShares = "active_shares"
+    }
+
+    public init(status: Overall, mqtt: String, store: String, storeFreeMiB: Int64?, activeShares: Int) {
+        self.status = status
+        self.mqtt = mqtt
+        self.store = store
+        self.storeFreeMiB = storeFreeMiB
+        self.activeShares = activeShares
+    }
+}

@@ -1,0 +1,301 @@
+#if canImport(FoundationEssentials)
+public import FoundationEssentials
+#else
+public import Foundation
+#endif
+
+/// A share's state as the API names it.
+public enum ShareState: String, Codable, Sendable, CaseIterable {
+    case active, ended
+}
+
+/// `POST /api/v1/shares` and `POST /api/v1/shares/{id}/extend`: both fields optional (server defaults).
+public struct ShareRequest: Codable, Sendable, Equatable {
+    /// Seconds from now until the share ends.
+    public var durationSeconds: Double?
+    /// Shown on the viewer page (create only).
+    public var name: String?
+
+    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s", name }
+
+    public init(durationSeconds: Double? = nil, name: String? = nil) {
+        self.durationSeconds = durationSeconds
+        self.name = name
+    }
+}
+
+/// What `POST /api/v1/shares` answers (201): a flat object of strings, because the original iOS client decodes it
+/// as `[String: String]`. Every value, the duration included, is a string.
+public struct CreatedShare: Codable, Sendable, Equatable {
+    public let shareID: String
+    /// The link to text to family members: `https://host/s/<view token>`.
+    public let shareURL: URL
+    public let expiresAt: Date
+    /// Seconds from creation to expiry.
+    public let durationSeconds: Int?
+    /// The publish capability for this share: the MQTT password and the HTTP ingest bearer token.
+    public let deviceToken: String
+    public let mqttURL: String
+    public let mqttUsername: String
+    public let mqttTopic: String
+    public let statusTopic: String?
+    public let ingestURL: URL?
+    public let ownTracksConfigURL: URL?
+
+    enum CodingKeys: String, CodingKey {
+        case shareID = "share_id", shareURL = "share_url", expiresAt = "expires_at", durationSeconds = "duration_s"
+        case deviceToken = "device_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username", mqttTopic = "mqtt_topic"
+        case statusTopic = "status_topic", ingestURL = "ingest_url", ownTracksConfigURL = "owntracks_config_url"
+    }
+
+    public init(shareID: String, shareURL: URL, expiresAt: Date, durationSeconds: Int?, deviceToken: String, mqttURL: String,
+                mqttUsername: String, mqttTopic: String, statusTopic: String?, ingestURL: URL?, ownTracksConfigURL: URL?) {
+        self.shareID = shareID
+        self.shareURL = shareURL
+        self.expiresAt = expiresAt
+        self.durationSeconds = durationSeconds
+        self.deviceToken = deviceToken
+        self.mqttURL = mqttURL
+        self.mqttUsername = mqttUsername
+        self.mqttTopic = mqttTopic
+        self.statusTopic = statusTopic
+        self.ingestURL = ingestURL
+        self.ownTracksConfigURL = ownTracksConfigURL
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        shareID = try c.decode(String.self, forKey: .shareID)
+        shareURL = try c.decodeURL(.shareURL)
+        expiresAt = try c.decodeRFC3339(.expiresAt)
+        durationSeconds = try c.decodeIfPresent(String.self, forKey: .durationSeconds).flatMap { Int($0) }
+        deviceToken = try c.decode(String.self, forKey: .deviceToken)
+        mqttURL = try c.decode(String.self, forKey: .mqttURL)
+        mqttUsername = try c.decode(String.self, forKey: .mqttUsername)
+        mqttTopic = try c.decode(String.self, forKey: .mqttTopic)
+        statusTopic = try c.decodeIfPresent(String.self, forKey: .statusTopic)
+        ingestURL = try c.decodeURLIfPresent(.ingestURL)
+        ownTracksConfigURL = try c.decodeURLIfPresent(.ownTracksConfigURL)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shareID, forKey: .shareID)
+        try c.encode(shareURL.absoluteString, forKey: .shareURL)
+        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
+        try c.encodeIfPresent(durationSeconds.map(String.init), forKey: .durationSeconds)
+        try c.encode(deviceToken, forKey: .deviceToken)
+        try c.encode(mqttURL, forKey: .mqttURL)
+        try c.encode(mqttUsername, forKey: .mqttUsername)
+        try c.encode(mqttTopic, forKey: .mqttTopic)
+        try c.encodeIfPresent(statusTopic, forKey: .statusTopic)
+        try c.encodeIfPresent(ingestURL?.absoluteString, forKey: .ingestURL)
+        try c.encodeIfPresent(ownTracksConfigURL?.absoluteString, forKey: .ownTracksConfigURL)
+    }
+}
+
+/// A share as its owner sees it: `GET /api/v1/shares/{id}`, and each item of `GET /api/v1/shares`.
+public struct ShareStatus: Codable, Sendable, Equatable {
+    public let shareID: String
+    public let name: String
+    public let state: ShareState
+    public let createdAt: Date
+    public let expiresAt: Date
+    public let endedAt: Date?
+    /// `expired` or `stopped` once the share has ended.
+    public let reason: String?
+    /// The positions were deleted after the retention time; only that the share existed remains.
+    public let historyDeleted: Bool
+    /// The last position (null when none, or once the history is deleted).
+    public let last: ReportedLocation?
+    /// Live viewers connected now.
+    public let viewers: Int
+
+    enum CodingKeys: String, CodingKey {
+        case shareID = "share_id", name, state, createdAt = "created_at", expiresAt = "expires_at", endedAt = "ended_at"
+        case reason, historyDeleted = "history_deleted", last, viewers
+    }
+
+    public init(shareID: String, name: String, state: ShareState, createdAt: Date, expiresAt: Date, endedAt: Date?,
+                reason: String?, historyDeleted: Bool, last: ReportedLocation?, viewers: Int) {
+        self.shareID = shareID
+        self.name = name
+        self.state = state
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.endedAt = endedAt
+        self.reason = reason
+        self.historyDeleted = historyDeleted
+        self.last = last
+        self.viewers = viewers
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        shareID = try c.decode(String.self, forKey: .shareID)
+        name = try c.decodeIfPresent(String.self, forKey: .name) ?? ""
+        state = try c.decode(ShareState.self, forKey: .state)
+        createdAt = try c.decodeRFC3339(.createdAt)
+        expiresAt = try c.decodeRFC3339(.expiresAt)
+        endedAt = try c.decodeRFC3339IfPresent(.endedAt)
+        reason = try c.decodeIfPresent(String.self, forKey: .reason)
+        historyDeleted = try c.decodeIfPresent(Bool.self, forKey: .historyDeleted) ?? false
+        last = try c.decodeIfPresent(ReportedLocation.self, forKey: .last)
+        viewers = try c.decodeIfPresent(Int.self, forKey: .viewers) ?? 0
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shareID, forKey: .shareID)
+        try c.encode(name, forKey: .name)
+        try c.encode(state, forKey: .state)
+        try c.encodeRFC3339(createdAt, forKey: .createdAt)
+        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
+        try c.encodeRFC3339IfPresent(endedAt, forKey: .endedAt)
+        try c.encodeIfPresent(reason, forKey: .reason)
+        try c.encode(historyDeleted, forKey: .historyDeleted)
+        try c.encode(last, forKey: .last)  // null when there is none: the key is always there
+        try c.encode(viewers, forKey: .viewers)
+    }
+}
+
+/// `GET /api/v1/shares?state=active|ended&limit=N&cursor=C`: the caller's shares, newest first. A page holds at
+/// most `limit` shares (default 50, at most 200); `next_cursor` is null on the last page, otherwise the `cursor`
+/// for the next one. Cursors are opaque: pass them back unchanged.
+public struct ShareList: Codable, Sendable, Equatable {
+    public let shares: [ShareStatus]
+    public let nextCursor: String?
+
+    enum CodingKeys: String, CodingKey { case shares, nextCursor = "next_cursor" }
+
+    public static let defaultLimit = 50
+    public static let maximumLimit = 200
+
+    public init(shares: [ShareStatus], nextCursor: String?) {
+        self.shares = shares
+        self.nextCursor = nextCursor
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shares, forKey: .shares)
+        try c.encode(nextCursor, forKey: .nextCursor)  // null on the last page
+    }
+}
+
+/// `POST /api/v1/shares/{id}/stop` (200). Stopping an ended share answers with its end again.
+public struct StoppedShare: Codable, Sendable, Equatable {
+    public let shareID: String
+    public let state: ShareState
+    public let reason: String
+    public let endedAt: Date?
+
+    enum CodingKeys: String, CodingKey { case shareID = "share_id", state, reason, endedAt = "ended_at" }
+
+    public init(shareID: String, state: ShareState, reason: String, endedAt: Date?) {
+        self.shareID = shareID
+        self.state = state
+        self.reason = reason
+        self.endedAt = endedAt
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        shareID = try c.decode(String.self, forKey: .shareID)
+        state = try c.decode(ShareState.self, forKey: .state)
+        reason = try c.decodeIfPresent(String.self, forKey: .reason) ?? "stopped"
+        endedAt = try c.decodeRFC3339IfPresent(.endedAt)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shareID, forKey: .shareID)
+        try c.encode(state, forKey: .state)
+        try c.encode(reason, forKey: .reason)
+        try c.encodeRFC3339IfPresent(endedAt, forKey: .endedAt)
+    }
+}
+
+/// `POST /api/v1/shares/{id}/extend` (200): same link, a new expiry and a device token valid until then.
+public struct ExtendedShare: Codable, Sendable, Equatable {
+    public let shareID: String
+    public let state: ShareState
+    public let expiresAt: Date
+    public let deviceToken: String
+
+    enum CodingKeys: String, CodingKey { case shareID = "share_id", state, expiresAt = "expires_at", deviceToken = "device_token" }
+
+    public init(shareID: String, expiresAt: Date, deviceToken: String) {
+        self.shareID = shareID
+        self.state = .active
+        self.expiresAt = expiresAt
+        self.deviceToken = deviceToken
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        shareID = try c.decode(String.self, forKey: .shareID)
+        state = try c.decodeIfPresent(ShareState.self, forKey: .state) ?? .active
+        expiresAt = try c.decodeRFC3339(.expiresAt)
+        deviceToken = try c.decode(String.self, forKey: .deviceToken)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shareID, forKey: .shareID)
+        try c.encode(state, forKey: .state)
+        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
+        try c.encode(deviceToken, forKey: .deviceToken)
+    }
+}
+
+/// `POST /api/v1/shares/{id}/watch-tokens` (201): subscribe rights on the broker for one share, until it ends.
+public struct WatchToken: Codable, Sendable, Equatable {
+    public let shareID: String
+    public let watchToken: String
+    public let mqttURL: String
+    public let mqttUsername: String
+    /// `flare/v1/shares/{id}/#`
+    public let topicFilter: String
+    public let expiresAt: Date
+
+    enum CodingKeys: String, CodingKey {
+        case shareID = "share_id", watchToken = "watch_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username"
+        case topicFilter = "topic_filter", expiresAt = "expires_at"
+    }
+
+    public init(shareID: String, watchToken: String, mqttURL: String, mqttUsername: String, topicFilter: String, expiresAt: Date) {
+        self.shareID = shareID
+        self.watchToken = watchToken
+        self.mqttURL = mqttURL
+        self.mqttUsername = mqttUsername
+        self.topicFilter = topicFilter
+        self.expiresAt = expiresAt
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        shareID = try c.decode(String.self, forKey: .shareID)
+        watchToken = try c.decode(String.self, forKey: .watchToken)
+        mqttURL = try c.decode(String.self, forKey: .mqttURL)
+        mqttUsername = try c.decode(String.self, forKey: .mqttUsername)
+        topicFilter = try c.decode(String.self, forKey: .topicFilter)
+        expiresAt = try c.decodeRFC3339(.expiresAt)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(shareID, forKey: .shareID)
+        try c.encode(watchToken, forKey: .watchToken)
+        try c.encode(mqttURL, forKey: .mqttURL)
+        try c.encode(mqttUsername, forKey: .mqttUsername)
+        try c.encode(topicFilter, forKey: .topicFilter)
+        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
+    }
+}
+
+/// `GET /api/v1/shares/{id}/owntracks/link`: `owntracks:///config?inline=…`, which holds the device token.
+public struct OwnTracksLink: Codable, Sendable, Equatable {
+    public let url: String
+    public init(url: String) { self.url = url }
+}

@@ -1,0 +1,45 @@
+import FlareAPI
+import FlareCore
+
+/// Renders `FlareAPI.ViewDocument` by hand: it is the most requested body of all (every open link polls it), so it
+/// is written straight into bytes instead of through an encoder. The gateway tests decode every rendering with the
+/// Codable type, which keeps the two in step.
+enum ViewDocumentRenderer {
+    /// The document without its closing `server_time` field and brace: the part that depends only on the share.
+    static func body(share: Share, last: Fix?, trail: [TrailPoint]) -> [UInt8] {
+        var writer = JSONWriter(capacity: 256 + trail.count * 48)
+        writer.beginObject()
+        if share.isActive {
+            writer.field("state", "active")
+        } else {
+            writer.field("state", "ended")
+            writer.field("reason", share.endReason?.rawValue ?? EndReason.expired.rawValue)
+            if let endedAt = share.endedAt { writer.field("ended_at", RFC3339.format(millis: endedAt)) }
+        }
+        writer.field("name", share.name)
+        writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
+        writer.key("last")
+        if let last { last.writeViewJSON(into: &writer) } else { writer.null() }
+        writer.key("trail")
+        writer.beginArray()
+        for point in trail {
+            writer.beginObject()
+            writer.field("lat", point.latitude)
+            writer.field("lon", point.longitude)
+            writer.field("tst", point.timestamp)
+            writer.endObject()
+        }
+        writer.endArray()
+        return writer.bytes
+    }
+
+    /// Closes a rendered body with the one field that changes every second.
+    static func closing(_ body: [UInt8], serverTime: UnixMillis) -> [UInt8] {
+        body + Array(",\"server_time\":\"\(RFC3339.format(millis: serverTime))\"}".utf8)
+    }
+}
+
+extension RenderedView {
+    /// The whole document, closed with `server_time`.
+    public func document(serverTime: UnixMillis) -> [UInt8] { ViewDocumentRenderer.closing(body, serverTime: serverTime) }
+}
