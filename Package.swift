@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
 
         // The domain: plain Swift, tested in memory.
-        .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto"], swiftSettings: swiftSettings),
+        .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
@@ -50,7 +50,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).

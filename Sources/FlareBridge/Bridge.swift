@@ -46,7 +46,6 @@ public final class Bridge: Sendable {
         try client.connect()
     }
 
-    public var isConnected: Bool { client.isConnected }
 
     /// Stops taking messages. The caller then drains the ingestor.
     public func stop() {

@@ -39,7 +39,7 @@ public final class FixIngestor: Sendable {
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
     public init(shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
-                parser: LocationPayloadParser = LocationPayloadParser(), queueCapacity: Int = 8192, batchSize: Int = 8192,
+                parser: LocationPayloadParser, queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = shares.store
         self.registry = shares.registry
@@ -135,7 +135,7 @@ public final class FixIngestor: Sendable {
     /// `failingStoreGraceSeconds` without a successful write, this gives up and returns how many fixes could
     /// not be written, for the caller to say so.
     @discardableResult
-    public func drain(failingStoreGraceSeconds: Int = 20) -> Int? {
+    public func drain(failingStoreGraceSeconds: Int) -> Int? {
         queue.close()
         guard started.load(ordering: .relaxed) else { return nil }
         var failingFor = 0

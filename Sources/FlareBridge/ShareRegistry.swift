@@ -66,7 +66,7 @@ final class ShareRegistry: Sendable {
     private let state = Mutex(State())
     public let trailLength: Int
 
-    public init(trailLength: Int = 32) {
+    init(trailLength: Int) {
         self.trailLength = max(1, trailLength)
     }
 

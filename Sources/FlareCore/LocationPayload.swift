@@ -36,7 +36,7 @@ public struct LocationPayloadParser: Sendable {
     /// How long before a share's creation a fix may be timestamped (a tracker's last fix before SOS).
     public var allowedPastSkewSeconds: Int64
 
-    public init(maximumBytes: Int = 4096, allowedFutureSkewSeconds: Int64 = 300, allowedPastSkewSeconds: Int64 = 600) {
+    public init(maximumBytes: Int, allowedFutureSkewSeconds: Int64 = 300, allowedPastSkewSeconds: Int64 = 600) {
         self.maximumBytes = maximumBytes
         self.allowedFutureSkewSeconds = allowedFutureSkewSeconds
         self.allowedPastSkewSeconds = allowedPastSkewSeconds

@@ -38,7 +38,7 @@ public struct SharePolicy: Sendable {
     public var historyRetentionSeconds: Int64
     public static let maximumNameLength = 80
 
-    public init(defaultDurationSeconds: Int64 = 3600, maximumDurationSeconds: Int64 = 86_400, historyRetentionSeconds: Int64 = 86_400) {
+    public init(defaultDurationSeconds: Int64, maximumDurationSeconds: Int64, historyRetentionSeconds: Int64) {
         self.defaultDurationSeconds = defaultDurationSeconds
         self.maximumDurationSeconds = maximumDurationSeconds
         self.historyRetentionSeconds = historyRetentionSeconds

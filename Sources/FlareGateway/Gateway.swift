@@ -43,7 +43,7 @@ public final class Gateway: Sendable {
     let parser: LocationPayloadParser
 
     public init(configuration: GatewayConfiguration, shares: ShareService, ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
-                clock: any WallClock, parser: LocationPayloadParser = LocationPayloadParser(),
+                clock: any WallClock, parser: LocationPayloadParser,
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
         self.configuration = configuration
         self.shares = shares

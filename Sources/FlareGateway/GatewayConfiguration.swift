@@ -20,34 +20,28 @@ public struct GatewayConfiguration: Sendable {
     public var linkRatePerToken: RateLimiter.Rule
     /// Reverse proxies whose X-Forwarded-For names the client (the per-address limit's key).
     public var trustedProxies: TrustedProxies
-    /// What an unknown or malformed token costs the caller's address bucket.
-    public var unknownTokenCost: Double
+    /// What an unknown or malformed token costs the caller's address bucket, in requests.
+    public var unknownTokenCost: Double = 10
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
-    public var keepaliveSeconds: Int
+    public var keepaliveSeconds: Int = 15
 
-    public init(publicURL: String, mqttPublicURL: String,
-                leafletDirectory: String = "/usr/share/javascript/leaflet",
-                viewerDirectory: String? = nil,
-                tileURLTemplate: String = "https://tile.openstreetmap.org/{z}/{x}/{y}.png",
-                tileAttribution: String = "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors",
-                staleAfterSeconds: Int = 120,
-                linkRatePerAddress: RateLimiter.Rule = .init(ratePerSecond: 5, burst: 60),
-                linkRatePerToken: RateLimiter.Rule = .init(ratePerSecond: 20, burst: 120),
-                trustedProxies: TrustedProxies = .none,
-                unknownTokenCost: Double = 10,
-                keepaliveSeconds: Int = 15) {
+    /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
+    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
+        guard let publicURL = config.string("FLARE_PUBLIC_URL"), let mqttPublicURL = config.string("FLARE_MQTT_PUBLIC_URL"),
+              let leafletDirectory = config.string("FLARE_LEAFLET_DIR"), let tileURLTemplate = config.string("FLARE_TILE_URL"),
+              let tileAttribution = config.string("FLARE_TILE_ATTRIBUTION") else {
+            throw Configuration.ConfigurationError("FLARE_PUBLIC_URL, FLARE_MQTT_PUBLIC_URL, FLARE_LEAFLET_DIR, FLARE_TILE_URL and FLARE_TILE_ATTRIBUTION must not be empty")
+        }
         self.publicURL = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
         self.mqttPublicURL = mqttPublicURL
         self.leafletDirectory = leafletDirectory
-        self.viewerDirectory = viewerDirectory
+        self.viewerDirectory = config.string("FLARE_VIEWER_DIR")
         self.tileURLTemplate = tileURLTemplate
         self.tileAttribution = tileAttribution
-        self.staleAfterSeconds = staleAfterSeconds
-        self.linkRatePerAddress = linkRatePerAddress
-        self.linkRatePerToken = linkRatePerToken
-        self.trustedProxies = trustedProxies
-        self.unknownTokenCost = unknownTokenCost
-        self.keepaliveSeconds = keepaliveSeconds
+        self.staleAfterSeconds = Int(try config.integer("FLARE_STALE_AFTER_S"))
+        self.linkRatePerAddress = try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS")
+        self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
+        self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
     }
 
     /// A link of ours as a URL. `publicURL` was checked at start-up and tokens and ids are base64url, so this

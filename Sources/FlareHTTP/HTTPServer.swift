@@ -22,8 +22,8 @@ public final class HTTPServer: @unchecked Sendable {
         public var errorLog: (@Sendable (String) -> Void)?
 
         public init(
-            host: String = "127.0.0.1",
-            port: Int = 8080,
+            host: String,
+            port: Int,
             threadPoolSize: Int = 2,
             connectionLimit: Int = 20_000,
             connectionTimeoutSeconds: Int = 30,

@@ -50,11 +50,16 @@ struct CommonOptions {
         }
     }
 
-    var dataDirectory: String { flags["--data-dir"] ?? environment["FLARE_DATA_DIR"] ?? "./data" }
+    /// Settings `flare` shares with `flared` take `flared`'s defaults, from its one table.
+    func shared(_ name: String) -> String { environment[name] ?? FlaredSettings.defaultValue(name) ?? "" }
 
-    var serverURL: String {
+    var dataDirectory: String { flags["--data-dir"] ?? shared("FLARE_DATA_DIR") }
+
+    func serverURL() throws -> String {
         if let server = flags["--server"] ?? environment["FLARE_SERVER_URL"] { return server.hasSuffix("/") ? String(server.dropLast()) : server }
-        let address = HostPort(environment["FLARE_HTTP_ADDR"] ?? "127.0.0.1:8080") ?? HostPort(host: "127.0.0.1", port: 8080)
+        guard let address = HostPort(shared("FLARE_HTTP_ADDR")) else {
+            throw CLIError("FLARE_HTTP_ADDR must be host:port (got \(shared("FLARE_HTTP_ADDR"))); or pass --server URL")
+        }
         let host = address.host == "0.0.0.0" ? "127.0.0.1" : (address.host == "::" ? "::1" : address.host)
         return "http://" + HostPort(host: host, port: address.port).description
     }
@@ -103,7 +108,7 @@ enum Commands {
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]
           --key KEY        owner key              [env FLARE_OWNER_KEY, default $FLARE_DATA_DIR/owner.key]
-          --data-dir DIR   Flare's data directory [env FLARE_DATA_DIR, default ./data]
+          --data-dir DIR   Flare's data directory [env FLARE_DATA_DIR, default as flared's]
           --share-file F   the JSON printed by `flare share create --json` (track reads id, token and broker from it)
         """
 
@@ -135,8 +140,9 @@ enum Commands {
 
     /// Flare's client, with the owner key. No retries: a person at a terminal wants the answer (or the error) now.
     static func ownerClient(_ options: CommonOptions) throws -> FlareClient {
-        guard let url = URL(string: options.serverURL), url.scheme == "http" || url.scheme == "https" else {
-            throw CLIError("--server must be an http:// or https:// URL (got \(options.serverURL))")
+        let server = try options.serverURL()
+        guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https" else {
+            throw CLIError("--server must be an http:// or https:// URL (got \(server))")
         }
         return FlareClient(baseURL: url, ownerKey: try options.ownerKey(), retry: .none)
     }

@@ -45,7 +45,7 @@ struct Tracker {
         }
         guard let idText = id, let shareID = ShareID(idText) else { throw CLIError("track needs --share-file FILE or --share-id ID") }
         guard let token, !token.isEmpty else { throw CLIError("track needs the share's device token (--token or --share-file)") }
-        let urlText = mqttURL ?? options.environment["FLARE_MQTT_URL"] ?? "mqtt://127.0.0.1:\(options.environment["FLARE_MQTT_PORT"] ?? "1884")"
+        let urlText = mqttURL ?? options.environment["FLARE_MQTT_URL"] ?? "mqtt://127.0.0.1:\(options.shared("FLARE_MQTT_PORT"))"
         guard let broker = MQTTURL(urlText), !broker.tls else { throw CLIError("--mqtt-url must be mqtt://host:port (got \(urlText))") }
         self.shareID = shareID
         self.token = token

@@ -8,47 +8,36 @@ import FlareSQLite
 import FlareStore
 import Foundation
 
-/// Builds the service from its configuration and runs it until a signal asks it to stop.
+/// Builds the service from its configuration: the parts, and the list they start and stop in.
 final class Daemon: Sendable {
     let logger: Logger
-    let store: any ShareStore
-    let shares: ShareService
-    let ingestor: FixIngestor
-    let bridge: Bridge
-    let gateway: Gateway
-    let server: HTTPServer
-    let shutdownStoreGraceSeconds: Int
+    let services: ServiceGroup
+    let shutdownTimeout: Duration
 
     init(configuration config: Configuration) throws {
-        let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL", default: "info"))
-        guard let level else { throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error") }
+        guard let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL") ?? "") else {
+            throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error")
+        }
         let logger = Logger(label: "flared", level: level)
         self.logger = logger
-        shutdownStoreGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S", in: 1...3600))
+        shutdownTimeout = .seconds(try config.integer("FLARE_SHUTDOWN_TIMEOUT_S"))
+        let storeGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S"))
         let clock = SystemWallClock()
         let metrics = Metrics()
 
-        let dataDirectory = config.string("FLARE_DATA_DIR", default: "./data")
+        guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
         try DataDirectory.prepare(dataDirectory)
-        guard let httpAddress = HostPort(config.string("FLARE_HTTP_ADDR", default: "127.0.0.1:8080")) else {
-            throw Configuration.ConfigurationError("FLARE_HTTP_ADDR must be host:port, e.g. 127.0.0.1:8080 or [::1]:8080")
+        let httpAddress = try config.hostPort("FLARE_HTTP_ADDR")
+        guard let mqttText = config.string("FLARE_MQTT_URL"), let mqttURL = MQTTURL(mqttText) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port")
         }
-        let mqttPort = try config.integer("FLARE_MQTT_PORT", in: 1...65535)
-        let mqttText = config.string("FLARE_MQTT_URL") ?? "mqtt://127.0.0.1:\(mqttPort)"
-        guard let mqttURL = MQTTURL(mqttText) else {
-            throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port (got \(mqttText))")
-        }
-        guard !mqttURL.tls else {
-            throw Configuration.ConfigurationError("FLARE_MQTT_URL: the bridge connects without TLS (use the loopback listener)")
-        }
-        let publicURL = config.string("FLARE_PUBLIC_URL") ?? "http://\(httpAddress.description)"
 
         let sqlite = try SQLiteShareStore(path: dataDirectory + "/flare.db")
-        store = sqlite
+        let store: any ShareStore = sqlite
         let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
         try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
 
-        var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID", default: "flared"))
+        var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID") ?? "")
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
         let credentials = try DataDirectory.brokerCredentials(
@@ -63,85 +52,86 @@ final class Daemon: Sendable {
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
-        let policy = SharePolicy(
-            defaultDurationSeconds: try config.integer("FLARE_DEFAULT_DURATION_S", in: 1...31_536_000),
-            maximumDurationSeconds: try config.integer("FLARE_MAX_DURATION_S", in: 1...31_536_000),
-            historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S", in: 0...31_536_000))
-        guard policy.defaultDurationSeconds <= policy.maximumDurationSeconds else {
-            throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
-        }
-        let parser = LocationPayloadParser(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES", in: 64...65536)))
-        shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH", in: 1...1000)), publisher: client, tokenKey: tokenKey, policy: policy,
-                              clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
-        ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"),
-                               clock: clock, parser: parser)
-        bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
+        let policy = try SharePolicy(config)
+        let parser = try LocationPayloadParser(config)
+        let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
+                                  tokenKey: tokenKey, policy: policy, clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
+        let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
+        let bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
 
-        let gatewayConfiguration = GatewayConfiguration(
-            publicURL: publicURL,
-            mqttPublicURL: config.string("FLARE_MQTT_PUBLIC_URL") ?? mqttText,
-            leafletDirectory: config.string("FLARE_LEAFLET_DIR", default: "/usr/share/javascript/leaflet"),
-            viewerDirectory: config.string("FLARE_VIEWER_DIR"),
-            tileURLTemplate: config.string("FLARE_TILE_URL", default: "https://tile.openstreetmap.org/{z}/{x}/{y}.png"),
-            tileAttribution: config.string("FLARE_TILE_ATTRIBUTION", default: "&copy; OpenStreetMap contributors"),
-            staleAfterSeconds: Int(try config.integer("FLARE_STALE_AFTER_S", in: 1...86_400)),
-            linkRatePerAddress: try Self.rateRule(config, "FLARE_LINK_RATE_PER_ADDRESS", default: "5/60"),
-            linkRatePerToken: try Self.rateRule(config, "FLARE_LINK_RATE_PER_TOKEN", default: "20/120"),
-            trustedProxies: try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES", default: "")))
-        let ingestor = self.ingestor
-        let space = StoreSpace(storePath: sqlite.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB", in: 0...1_048_576) * 1_048_576,
+        let space = StoreSpace(storePath: sqlite.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576,
                                logger: logger.with(label: "store"))
         metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(space.read().freeBytes ?? -1) }
-        gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, ingestPublisher: client, metrics: metrics, logger: logger.with(label: "gateway"),
-                              clock: clock, parser: parser) {
+        let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestPublisher: client,
+                                  metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: parser) {
             let reading = space.read()
             return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,
                                 storeSpaceLow: reading.isLow, storeFreeBytes: reading.freeBytes)
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
-        serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS", in: 1...64))
+        serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS"))
         let httpLogger = logger.with(label: "http")
         serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
-        server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
-        logger.info("data in \(dataDirectory); links as \(publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
-    }
+        let server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
 
-    /// "RATE/BURST", e.g. "5/60": RATE requests per second on average, BURST at once.
-    static func rateRule(_ config: Configuration, _ name: String, default fallback: String) throws -> RateLimiter.Rule {
-        let text = config.string(name, default: fallback)
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
-        guard parts.count == 2, let rate = Double(parts[0]), let burst = Double(parts[1]),
-              rate > 0, rate.isFinite, burst >= 1, burst.isFinite else {
-            throw Configuration.ConfigurationError("\(name) must be RATE/BURST with RATE > 0 and BURST >= 1, e.g. 5/60 (got \(text))")
-        }
-        return RateLimiter.Rule(ratePerSecond: rate, burst: burst)
+        // Started top to bottom, stopped bottom to top: HTTP stops taking requests first, then the bridge stops taking
+        // MQTT messages, then the writer stores what is queued, and the expiry timers go last.
+        services = ServiceGroup([
+            .init("shares (load, expiry timers)", start: { try shares.recover() }, stop: { _ in
+                shares.stopScheduler()
+                return true
+            }),
+            .init("store writer", start: { ingestor.start() }, stop: { remaining in
+                logger.info("writing \(ingestor.queueDepth) queued fixes")
+                let grace = min(storeGraceSeconds, max(1, Int(remaining.components.seconds) - 1))
+                if let unwritten = ingestor.drain(failingStoreGraceSeconds: grace) {
+                    logger.error("the store kept failing: \(unwritten) received fixes could not be written; those that came at QoS 1 were not acknowledged, so the broker delivers them again when flared is back (QoS 0 ones are lost)")
+                    return false
+                }
+                return true
+            }),
+            .init("MQTT bridge", start: { try bridge.start() }, stop: { _ in
+                ingestor.prepareForShutdown()
+                bridge.stop()
+                return true
+            }),
+            .init("HTTP gateway", start: {
+                try server.start()
+                logger.info("HTTP gateway listening on port \(server.port)")
+            }, stop: { _ in
+                gateway.closeLiveStreams()
+                server.stop()
+                return true
+            }),
+        ], logger: logger)
+        logger.info("data in \(dataDirectory); links as \(config.string("FLARE_PUBLIC_URL") ?? "")/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }
 
     func start() throws {
-        try shares.recover()
-        ingestor.start()
-        try bridge.start()
-        try server.start()
-        logger.info("HTTP gateway listening on port \(server.port)")
+        try services.start(stopDeadline: shutdownTimeout)
     }
 
-    /// The ordered drain: stop taking HTTP requests, stop taking MQTT messages, write what is queued, stop timers.
-    /// Returns false when queued fixes could not be written (the store kept failing).
-    func shutdown() -> Bool {
-        logger.info("shutting down: closing live streams and the HTTP gateway")
-        gateway.closeLiveStreams()
-        server.stop()
-        logger.info("disconnecting from the broker")
-        ingestor.prepareForShutdown()
-        bridge.stop()
-        logger.info("writing \(ingestor.queueDepth) queued fixes")
-        if let unwritten = ingestor.drain(failingStoreGraceSeconds: shutdownStoreGraceSeconds) {
-            logger.error("the store kept failing: \(unwritten) received fixes could not be written; those that came at QoS 1 were not acknowledged, so the broker delivers them again when flared is back (QoS 0 ones are lost)")
-            return false
+    /// The ordered drain under the overall deadline. Returns the exit status: 0 when everything stopped cleanly.
+    func shutdown() -> Int32 {
+        logger.info("shutting down (at most \(shutdownTimeout.components.seconds) s; a second signal stops at once)")
+        switch services.stopAndWait(deadline: shutdownTimeout) {
+        case .clean:
+            logger.info("stopped cleanly")
+            return 0
+        case .incomplete(let services):
+            logger.error("stopped, but \(services.joined(separator: ", ")) could not finish")
+            return 1
+        case .timedOut(let services):
+            logger.error("shutdown took longer than \(shutdownTimeout.components.seconds) s (FLARE_SHUTDOWN_TIMEOUT_S); exiting with \(services.joined(separator: ", ")) not stopped")
+            return 1
         }
-        shares.stopScheduler()
-        logger.info("stopped cleanly")
-        return true
+    }
+
+    /// A second signal during the drain: exit now, saying what was left undone.
+    func abandonShutdown() -> Never {
+        let left = services.remaining
+        logger.error("second signal: exiting now\(left.isEmpty ? "" : "; not stopped: \(left.joined(separator: ", "))")")
+        exit(1)
     }
 }
 

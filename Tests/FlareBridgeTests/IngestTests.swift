@@ -34,7 +34,7 @@ import Testing
         #expect(fixture.ingestor.handle(topic: topic, payload: [], retained: true) == nil)  // a cleared retained location
         try fixture.service.stop(id)
         #expect(fixture.ingestor.handle(topic: topic, payload: fixture.location(1, 1), retained: false) == .shareEnded)
-        fixture.ingestor.drain()
+        fixture.ingestor.drain(failingStoreGraceSeconds: 20)
         let row = try #require(fixture.registry.snapshot(id)?.row)
         #expect(try fixture.store.fixCount(row: row) == 0)
         #expect(fixture.registry.snapshot(id)?.last == nil)
@@ -50,7 +50,7 @@ import Testing
         // A bare retained payload seen again on resubscribe has no tst: it matches the last fix and is skipped.
         #expect(eventually { fixture.registry.snapshot(id)?.last != nil })
         fixture.ingestor.handle(topic: Topics.location(id), payload: Array(#"{"lat":48.1,"lon":11.5}"#.utf8), retained: true)
-        fixture.ingestor.drain()
+        fixture.ingestor.drain(failingStoreGraceSeconds: 20)
         let row = try #require(fixture.registry.snapshot(id)?.row)
         #expect(try fixture.store.fixCount(row: row) == 1)
         #expect(fixture.metrics.value(FlareMetrics.fixesDuplicate) == 3)
@@ -71,7 +71,7 @@ import Testing
             #expect(fixture.ingestor.waitUntilStored())
             #expect(try fixture.store.fixCount(row: row) == handedOver)
         }
-        fixture.ingestor.drain()
+        fixture.ingestor.drain(failingStoreGraceSeconds: 20)
     }
 
     @Test func drainWritesEverythingQueued() throws {
@@ -81,7 +81,7 @@ import Testing
         for index in 0..<5000 {
             fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, Double(index) / 10_000, tst: now - 100 + Int64(index % 100)), retained: false)
         }
-        fixture.ingestor.drain()
+        fixture.ingestor.drain(failingStoreGraceSeconds: 20)
         let row = try #require(fixture.registry.snapshot(id)?.row)
         #expect(try fixture.store.fixCount(row: row) == 5000)
     }
@@ -123,7 +123,7 @@ import Testing
     }
 
     @Test func aCachedRenderingNeverOutlivesTheStateItShows() {
-        let registry = ShareRegistry()
+        let registry = ShareRegistry(trailLength: 32)
         let share = stored()
         let id = share.share.id
         registry.insert(share)
@@ -149,7 +149,7 @@ import Testing
     }
 
     @Test func countsActiveSharesAndViewers() {
-        let registry = ShareRegistry()
+        let registry = ShareRegistry(trailLength: 32)
         let a = stored(), b = stored(active: false)
         registry.insert(a)
         registry.insert(b)

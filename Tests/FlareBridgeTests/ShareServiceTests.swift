@@ -112,7 +112,7 @@ import Testing
             _ = try first.store.insertFixes([PendingFix(shareRow: expiredRow, fix: Fix(latitude: 1, longitude: 2, timestamp: now / 1000 - 4000), receivedAt: now)])
             let live = try first.service.create(name: nil, durationSeconds: 600)
             (expiredID, liveID, oldEndedID) = (expired.id, live.share.id, oldEnded.id)
-            first.ingestor.drain()
+            first.ingestor.drain(failingStoreGraceSeconds: 20)
         }
         let second = try BridgeFixture(directory: directory)
         try second.service.recover()

@@ -51,7 +51,8 @@ struct BridgeFixture {
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                clock: SystemWallClock(), metrics: metrics, logger: logger)
         registry = service.registry
-        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: SystemWallClock())
+        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: SystemWallClock(),
+                               parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))
         ingestor.start()
     }
 

@@ -3,10 +3,13 @@ import Testing
 
 @Suite struct ConfigurationTests {
     let settings: [Configuration.Setting] = [
-        .init("FLARE_HTTP_ADDR", "127.0.0.1:8080", "listen address"),
-        .init("FLARE_DATA_DIR", "./data", "data"),
-        .init("FLARE_PUBLIC_URL", nil, "public URL"),
-        .init("FLARE_MAX_DURATION_S", "86400", "max"),
+        .init("FLARE_HTTP_ADDR", .address, "127.0.0.1:8080", "listen address"),
+        .init("FLARE_DATA_DIR", .text, "./data", "data"),
+        .init("FLARE_PUBLIC_URL", .url(schemes: ["http", "https"]), nil, "public URL",
+              derived: ("http://FLARE_HTTP_ADDR", { "http://" + ($0.string("FLARE_HTTP_ADDR") ?? "") })),
+        .init("FLARE_MAX_DURATION_S", .integer(1...100_000), "86400", "max"),
+        .init("FLARE_MQTT_PASSWORD", .text, "", "password", secret: true),
+        .init("FLARE_LOG_LEVEL", .choice(["info", "error"]), "info", "level"),
     ]
 
     func load(_ arguments: [String], _ environment: [String: String] = [:], file: String = "") throws -> Configuration {
@@ -19,6 +22,7 @@ import Testing
         #expect(config.string("FLARE_HTTP_ADDR") == "127.0.0.1:3")
         #expect(config.string("FLARE_DATA_DIR") == "/env")
         #expect(config.string("FLARE_PUBLIC_URL") == "https://f")
+        #expect(config.sources["FLARE_PUBLIC_URL"] == "file x.conf")
         #expect(config.string("FLARE_MAX_DURATION_S") == "86400")
         #expect(config.sources["FLARE_HTTP_ADDR"] == "flag")
         #expect(config.sources["FLARE_DATA_DIR"] == "environment")
@@ -40,6 +44,49 @@ import Testing
         }
     }
 
+    /// Every value is checked against its declared kind when it is read, and the error names the setting.
+    @Test func valuesAreCheckedAgainstTheirKind() {
+        #expect { try load([], ["FLARE_MAX_DURATION_S": "0"]) } throws: { "\($0)".contains("FLARE_MAX_DURATION_S=0 is not a whole number in 1...100000") }
+        #expect { try load(["--http-addr", "nowhere"]) } throws: { "\($0)".contains("FLARE_HTTP_ADDR must be host:port") }
+        #expect { try load([], ["FLARE_PUBLIC_URL": "ftp://x"]) } throws: { "\($0)".contains("FLARE_PUBLIC_URL must be a http:// or https:// URL") }
+        #expect { try load([], ["FLARE_LOG_LEVEL": "loud"]) } throws: { "\($0)".contains("FLARE_LOG_LEVEL must be info, error") }
+        #expect(throws: Never.self) { try load([], ["FLARE_MAX_DURATION_S": "100000"]) }
+    }
+
+    @Test func derivedValuesFollowWhatTheyDeriveFrom() throws {
+        let derived = try load(["--http-addr", "[::1]:9"])
+        #expect(derived.string("FLARE_PUBLIC_URL") == "http://[::1]:9")
+        #expect(derived.sources["FLARE_PUBLIC_URL"] == "derived")
+        let given = try load([], ["FLARE_PUBLIC_URL": "https://sos.example.org"])
+        #expect(given.string("FLARE_PUBLIC_URL") == "https://sos.example.org")
+    }
+
+    /// `--print-config`: every setting, its effective value and its source; a secret's value never.
+    @Test func printedConfigurationShowsSourcesAndHidesSecrets() throws {
+        let config = try load(["--data-dir", "/srv/flare"], ["FLARE_MQTT_PASSWORD": "hunter2-secret"])
+        let text = config.printed
+        #expect(!text.contains("hunter2"))
+        let lines = text.split(separator: "\n").map(String.init)
+        #expect(lines.count == settings.count)
+        #expect(lines.contains { $0.hasPrefix("FLARE_MQTT_PASSWORD=(set)") && $0.hasSuffix("# environment") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_DATA_DIR=/srv/flare") && $0.hasSuffix("# flag") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_HTTP_ADDR=127.0.0.1:8080") && $0.hasSuffix("# default") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_PUBLIC_URL=http://127.0.0.1:8080") && $0.hasSuffix("# derived") })
+        let unset = try load([])
+        #expect(unset.printed.contains("FLARE_MQTT_PASSWORD= "))  // empty: not "(set)"
+    }
+
+    /// flared's own table: every default is valid for its kind, names are unique, secrets are marked.
+    @Test func flaredSettingsAreValidAsDeclared() throws {
+        let config = try Configuration.defaults(FlaredSettings.all)
+        #expect(Set(FlaredSettings.all.map(\.name)).count == FlaredSettings.all.count)
+        #expect(config.string("FLARE_PUBLIC_URL") == "http://127.0.0.1:8080")
+        #expect(config.string("FLARE_MQTT_URL") == "mqtt://127.0.0.1:1884")
+        #expect(config.string("FLARE_MQTT_PUBLIC_URL") == "mqtt://127.0.0.1:1884")
+        #expect(FlaredSettings.all.filter(\.isSecret).map(\.name) == ["FLARE_MQTT_PASSWORD"])
+        for setting in FlaredSettings.all { #expect(!setting.help.isEmpty, "\(setting.name)") }
+    }
+
     @Test func helpListsEverySettingWithItsFlagAndDefault() {
         let help = Configuration.helpText(usage: "usage: x", settings: settings)
         for setting in settings {
@@ -47,6 +94,8 @@ import Testing
             #expect(help.contains(setting.name))
         }
         #expect(help.contains("default 127.0.0.1:8080"))
+        #expect(help.contains("default http://FLARE_HTTP_ADDR"))
+        #expect(help.contains("secret"))
     }
 
     @Test func addresses() {

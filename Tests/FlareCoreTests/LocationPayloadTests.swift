@@ -2,7 +2,7 @@ import Testing
 @testable import FlareCore
 
 @Suite struct LocationPayloadTests {
-    let parser = LocationPayloadParser()
+    let parser = try! LocationPayloadParser(Configuration.defaults(FlaredSettings.all))
     let now: UnixMillis = 1_795_963_000_000
     var created: UnixMillis { now - 60_000 }
 

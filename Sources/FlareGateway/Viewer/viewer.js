@@ -10,14 +10,17 @@
   var body = doc.body;
   var $ = function (id) { return doc.getElementById(id); };
 
-  // ---- configuration from the server (data-* on <html>), with defaults for an unfilled template ----
-  function cfg(name, fallback) {
+  // ---- configuration from the server (data-* on <html>), filled in from flared's settings ----
+  // No defaults here: flared's settings table is their one home. A page whose template lacks a setting goes
+  // without what it configures (no map, no staleness warning) rather than guess, and says so in the console.
+  function cfg(name) {
     var v = root.getAttribute('data-' + name);
-    return v && v.indexOf('{{') < 0 ? v : fallback;
+    return v && v.indexOf('{{') < 0 ? v : null;
   }
-  var STALE_AFTER_S = parseInt(cfg('stale-after', '120'), 10) || 120;
-  var TILE_URL = cfg('tile-url', 'https://tile.openstreetmap.org/{z}/{x}/{y}.png');
-  var TILE_ATTRIBUTION = cfg('tile-attribution', '&copy; OpenStreetMap contributors');
+  var STALE_AFTER_S = parseInt(cfg('stale-after'), 10);
+  if (!(STALE_AFTER_S > 0)) STALE_AFTER_S = Infinity;
+  var TILE_URL = cfg('tile-url');
+  var TILE_ATTRIBUTION = cfg('tile-attribution') || '';
   var POLL_MS = 3000;
   var SSE_OPEN_TIMEOUT_MS = 8000;   // an EventSource that stays unopened this long counts as failed
   var SSE_RETRY_AFTER_MS = 30000;   // while polling, try SSE again this long after it failed
@@ -28,7 +31,7 @@
   var select = $('lang');
   // The language list is the switcher's <option>s; a page without one (not-found) trusts the server.
   var LANGS = select ? Array.prototype.map.call(select.options, function (o) { return o.value; })
-    : [cfg('lang', 'en')].filter(function (c) { return /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(c); });
+    : [(cfg('lang') || 'en')].filter(function (c) { return /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(c); });
   var i18nReady = false;
   var base = {};      // English: fallback for keys a translation lacks
   var strings = {};
@@ -36,7 +39,7 @@
 
   function pickLang() {
     var q = new URLSearchParams(location.search).get('lang');
-    var want = [q, cfg('lang', 'en'), 'en'];
+    var want = [q, (cfg('lang') || 'en'), 'en'];
     for (var i = 0; i < want.length; i++) {
       if (!want[i]) continue;
       for (var j = 0; j < LANGS.length; j++) if (LANGS[j].toLowerCase() === want[i].toLowerCase()) return LANGS[j];
@@ -320,7 +323,8 @@
   var tileLoads = 0, tileErrors = 0;
   function initMap() {
     var L = window.L;
-    if (!L || !$('map')) { body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; return; }
+    if (!TILE_URL && window.console) console.error('flare viewer: the page sets no data-tile-url (FLARE_TILE_URL)');
+    if (!L || !$('map') || !TILE_URL) { body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; return; }
     // No view until the first fix: no tiles are fetched for a position we do not have.
     map = L.map('map', { worldCopyJump: true, zoomSnap: 0.5 });
     map.attributionControl.setPrefix(false);

@@ -1,0 +1,72 @@
+/// Every setting `flared` reads, declared once: name (the environment variable; the flag is the same in kebab
+/// case), kind, default, meaning, secret or not. `flared --help` and `flared --print-config` are generated from this
+/// table, the daemon and the gateway read their values through it, and `flare` takes the defaults it shares with
+/// the daemon (data directory, addresses) from it. No other place holds a default for any of these.
+public enum FlaredSettings {
+    public static let all: [Configuration.Setting] = [
+        .init("FLARE_DATA_DIR", .text, "./data", "directory for the database, keys and broker data"),
+        .init("FLARE_HTTP_ADDR", .address, "127.0.0.1:8080", "address the HTTP gateway listens on (host:port, [v6]:port)"),
+        .init("FLARE_PUBLIC_URL", .url(schemes: ["http", "https"]), nil, "base URL of links sent to family members",
+              derived: ("http://FLARE_HTTP_ADDR", { config in config.string("FLARE_HTTP_ADDR").flatMap(HostPort.init).map { "http://\($0.description)" } })),
+        .init("FLARE_MQTT_PORT", .integer(1...65535), "1884", "port of the broker that `make run` starts (1884: a system mosquitto may hold 1883)"),
+        .init("FLARE_MQTT_URL", .url(schemes: ["mqtt"]), nil, "broker the bridge connects to (plain MQTT: use the broker's loopback listener)",
+              derived: ("mqtt://127.0.0.1:FLARE_MQTT_PORT", { config in config.string("FLARE_MQTT_PORT").map { "mqtt://127.0.0.1:\($0)" } })),
+        .init("FLARE_MQTT_PUBLIC_URL", .url(schemes: ["mqtt", "mqtts"]), nil, "broker address given to devices",
+              derived: ("FLARE_MQTT_URL", { config in config.string("FLARE_MQTT_URL") })),
+        .init("FLARE_MQTT_CLIENT_ID", .text, "flared", "the bridge's MQTT client id (its persistent session)"),
+        .init("FLARE_MQTT_USERNAME", .text, "", "the bridge's broker username, if the broker requires one"),
+        .init("FLARE_MQTT_PASSWORD", .text, "", "the bridge's broker password", secret: true),
+        .init("FLARE_MQTT_PASSWORD_FILE", .text, nil, "file holding the bridge's broker password (default FLARE_DATA_DIR/broker/flared.password if it exists; username then defaults to flared)"),
+        .init("FLARE_DEFAULT_DURATION_S", .integer(1...31_536_000), "3600", "share duration when the request names none"),
+        .init("FLARE_MAX_DURATION_S", .integer(1...31_536_000), "86400", "longest share (and longest extension) allowed"),
+        .init("FLARE_SHUTDOWN_TIMEOUT_S", .integer(1...3600), "30", "on SIGTERM/SIGINT, the longest the ordered shutdown may take before flared exits anyway (a second signal exits at once)"),
+        .init("FLARE_SHUTDOWN_STORE_GRACE_S", .integer(1...3600), "20", "on shutdown, how long to keep retrying a failing store before giving up on the fixes still queued"),
+        .init("FLARE_STORE_MIN_FREE_MB", .integer(0...1_048_576), "64", "/healthz turns unhealthy when the store's disk has less free space than this"),
+        .init("FLARE_HISTORY_RETENTION_S", .integer(0...31_536_000), "86400", "how long positions are kept after a share ends (0 = delete at once)"),
+        .init("FLARE_TRAIL_LENGTH", .integer(1...1000), "32", "recent positions kept in memory per share for the viewer's trail"),
+        .init("FLARE_MAX_PAYLOAD_BYTES", .integer(64...65536), "4096", "largest accepted location payload"),
+        .init("FLARE_LEAFLET_DIR", .text, "/usr/share/javascript/leaflet", "Leaflet files (Debian libjs-leaflet)"),
+        .init("FLARE_VIEWER_DIR", .text, "", "serve the viewer page from this directory instead of the built-in files"),
+        .init("FLARE_TILE_URL", .url(schemes: ["http", "https"]), "https://tile.openstreetmap.org/{z}/{x}/{y}.png", "map tile URL template (XYZ)"),
+        .init("FLARE_TILE_ATTRIBUTION", .text, "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors", "map attribution (HTML)"),
+        .init("FLARE_STALE_AFTER_S", .integer(1...86_400), "120", "the viewer warns when the last position is older than this"),
+        .init("FLARE_HTTP_THREADS", .integer(1...64), "4", "HTTP worker threads"),
+        .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
+        .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
+        .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
+        .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),
+    ]
+
+    /// A setting's built-in default, for the tools that share it with the daemon.
+    public static func defaultValue(_ name: String) -> String? {
+        all.first { $0.name == name }?.defaultValue
+    }
+
+    public static let usage = """
+        flared: Flare's service. Bridges MQTT location topics into the store, ends shares at their expiry, and serves
+        the HTTP API, the viewer page and live updates.
+
+        usage: flared [--config FILE] [--OPTION VALUE ...]
+               flared --print-config [--config FILE] [--OPTION VALUE ...]   effective settings and where each came from
+               flared --help
+        """
+}
+
+extension LocationPayloadParser {
+    /// The parser `flared` uses: FLARE_MAX_PAYLOAD_BYTES.
+    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
+        self.init(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES")))
+    }
+}
+
+extension SharePolicy {
+    /// FLARE_DEFAULT_DURATION_S, FLARE_MAX_DURATION_S and FLARE_HISTORY_RETENTION_S, checked against each other.
+    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
+        self.init(defaultDurationSeconds: try config.integer("FLARE_DEFAULT_DURATION_S"),
+                  maximumDurationSeconds: try config.integer("FLARE_MAX_DURATION_S"),
+                  historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S"))
+        guard defaultDurationSeconds <= maximumDurationSeconds else {
+            throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
+        }
+    }
+}
