@@ -84,7 +84,15 @@ final class MicroHTTPDaemon: @unchecked Sendable {
     private final class RequestBody {
         var bytes: [UInt8] = []
         var discarded = 0
+        /// Declared too large: read and dropped, answered 413 at the end.
+        var refused = false
     }
+
+    /// How much of a body that will be refused is still read (and dropped) so that the client hears the 413. Many
+    /// clients (Python's urllib, most HTTP libraries) send the whole body before they read anything: closing on
+    /// them with unread data makes the kernel answer with a reset, and they report a broken connection instead of
+    /// the 413. Past this, the client is not going to stop: close without an answer.
+    private var discardLimit: Int { 64 * maxBodyBytes + 1_048_576 }
 
     /// MHD calls this once when the headers are in, once per piece of body, and once at the end.
     fileprivate func access(
@@ -93,10 +101,20 @@ final class MicroHTTPDaemon: @unchecked Sendable {
         requestState: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     ) -> MHD_Result {
         guard let state = requestState.pointee else {
-            // Refuse a declared oversize body before reading it; MHD then closes the connection.
             if let declared = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
                Self.exceeds(contentLength: declared, limit: maxBodyBytes) {
-                return queue(bodyTooLarge, on: connection)
+                // A client that waits for `100 Continue` has sent nothing yet, and one that announces more than we
+                // would read is answered at once (MHD then closes the connection). Any other client is probably
+                // sending the body already: read and drop it, then answer.
+                let expectsContinue = MHD_lookup_connection_value(connection, .HEADER_KIND, "Expect")
+                    .map { String(cString: $0).lowercased() == "100-continue" } ?? false
+                if expectsContinue || Self.exceeds(contentLength: declared, limit: discardLimit) {
+                    return queue(bodyTooLarge, on: connection)
+                }
+                let body = RequestBody()
+                body.refused = true
+                requestState.pointee = Unmanaged.passRetained(body).toOpaque()
+                return .YES
             }
             requestState.pointee = Self.headersSeen
             return .YES
@@ -114,11 +132,10 @@ final class MicroHTTPDaemon: @unchecked Sendable {
             uploadSize.pointee = 0
             // A response cannot be queued while body data is being handed over, so an oversize
             // chunked body is read and dropped, and answered at the end.
-            if body.discarded > 0 || body.bytes.count + piece.count > maxBodyBytes {
+            if body.refused || body.discarded > 0 || body.bytes.count + piece.count > maxBodyBytes {
                 body.bytes = []
                 body.discarded += piece.count
-                // Past this, the client is not going to stop: close without an answer.
-                return body.discarded > 64 * maxBodyBytes + 1_048_576 ? .NO : .YES
+                return body.discarded > discardLimit ? .NO : .YES
             }
             body.bytes.append(contentsOf: piece)
             return .YES
@@ -128,7 +145,7 @@ final class MicroHTTPDaemon: @unchecked Sendable {
         if state != Self.headersSeen {
             let body = Unmanaged<RequestBody>.fromOpaque(state).takeRetainedValue()
             requestState.pointee = Self.headersSeen
-            if body.discarded > 0 { return queue(bodyTooLarge, on: connection) }
+            if body.refused || body.discarded > 0 { return queue(bodyTooLarge, on: connection) }
             bytes = body.bytes
         }
         let request = HTTPRequest(

@@ -117,13 +117,53 @@ func startServer(
         }
         defer { server.stop() }
 
+        // Headers only, announcing more than the server would ever read: it answers before reading the body.
         let client = try RawHTTPClient(port: server.port)
-        // Headers only: the server must answer before reading the body.
-        try client.send("POST /api/v1/shares HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n")
+        try client.send("POST /api/v1/shares HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n")
         let response = try client.readResponse()
         #expect(response.status == 413)
         #expect(response.headers["content-type"] == "application/json")
         #expect(response.text.hasPrefix(#"{"error":"body_too_large","message":""#))
+        // A client that waits for 100 Continue hears the 413 instead, before it sends anything.
+        let waiting = try RawHTTPClient(port: server.port)
+        try waiting.send("POST /api/v1/shares HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
+        #expect(try waiting.readResponse().status == 413)
+        #expect(calls.value == 0)
+    }
+
+    /// Python's urllib and most HTTP libraries send the whole body before they read: they must read the 413 too,
+    /// not a connection reset (the server reads and drops the body, then answers). Without that, urllib saw a reset
+    /// for most 1 MB bodies on loopback.
+    @Test func aClientThatSendsAWholeOversizeBodyFirstReadsThe413() throws {
+        let calls = Locked(0)
+        let server = try startServer(maxBodyBytes: 1024) { _ in
+            calls.update { $0 += 1 }
+            return HTTPResponse(status: 200)
+        }
+        defer { server.stop() }
+        let script = """
+            import sys, urllib.request, urllib.error
+            for size in (1025, 200000, 1000000, 1000000, 1000000):
+                request = urllib.request.Request(sys.argv[1], data=b"x" * size, method="POST")
+                try:
+                    urllib.request.urlopen(request, timeout=20)
+                    print(size, "ok")
+                except urllib.error.HTTPError as error:
+                    print(size, error.code, error.read().decode()[:24])
+                except Exception as error:
+                    print(size, type(error).__name__)
+            """
+        let python = Process()
+        python.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        python.arguments = ["-c", script, "http://127.0.0.1:\(server.port)/api/v1/shares"]
+        let output = Pipe()
+        python.standardOutput = output
+        try python.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        python.waitUntilExit()
+        let lines = text.split(separator: "\n").map(String.init)
+        #expect(lines.count == 5, "\(text)")
+        for line in lines { #expect(line.hasSuffix(#" 413 {"error":"body_too_large"#), "\(line)") }
         #expect(calls.value == 0)
     }
 
