@@ -3,12 +3,12 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps bench-deps build plugin swift-test browser-test bench chaos chaos-quick fuzz clean
+.PHONY: run test deps browser-deps bench-deps build plugin swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build plugin
 	./scripts/run.sh
 
-test: deps build plugin swift-test browser-test chaos-quick fuzz
+test: deps build plugin swift-test scripts-test browser-test chaos-quick fuzz
 
 deps:
 	./scripts/deps.sh
@@ -31,6 +31,10 @@ $(PLUGIN): broker/plugin/flare_auth.c
 
 swift-test:
 	$(SWIFT) test $(SWIFT_BUILD_FLAGS)
+
+# Two `make run` instances side by side on free loopback ports, then Ctrl-C to each (about 10 s).
+scripts-test: deps build plugin
+	/usr/bin/python3 Tests/scripts/test_side_by_side.py
 
 # The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
 browser-test: browser-deps

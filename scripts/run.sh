@@ -7,12 +7,39 @@ bin=${FLARE_BIN:-$here/.build/debug}
 export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data}
 export FLARE_MQTT_PORT=${FLARE_MQTT_PORT:-1884}
 export FLARE_HTTP_ADDR=${FLARE_HTTP_ADDR:-127.0.0.1:8080}
-# The broker's TLS and WebSockets listeners (set either to empty to leave it off).
-export FLARE_MQTT_TLS_PORT=${FLARE_MQTT_TLS_PORT-8883}
-export FLARE_MQTT_WS_PORT=${FLARE_MQTT_WS_PORT-8083}
 mkdir -p "$FLARE_DATA_DIR"
 export FLARE_DATA_DIR=$(cd "$FLARE_DATA_DIR" && pwd)
 http_port=${FLARE_HTTP_ADDR##*:}
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The broker's TLS and WebSockets listeners. Set explicitly, a port is used as given (empty: no such listener;
+# taken: broker.sh refuses). Unset, they are 8883 and 8083 with the default FLARE_MQTT_PORT when those are
+# free, and otherwise follow FLARE_MQTT_PORT: the first free port from FLARE_MQTT_PORT+1 and +2, so a second
+# instance needs only FLARE_DATA_DIR, FLARE_HTTP_ADDR and FLARE_MQTT_PORT.
+chosen=" $FLARE_MQTT_PORT $http_port ${FLARE_MQTT_TLS_PORT:-} ${FLARE_MQTT_WS_PORT:-} "
+pick_port() {  # name default offset: sets $name unless it is set, the port it takes is printed in the banner
+  local name=$1 default=$2 offset=$3 port tries
+  [ -n "${!name+set}" ] && return 0
+  if [ "$FLARE_MQTT_PORT" = 1884 ] && [[ $chosen != *" $default "* ]] && ! port_taken "$default"; then
+    port=$default
+  else
+    [[ $FLARE_MQTT_PORT =~ ^[0-9]+$ ]] || { echo "flare: FLARE_MQTT_PORT=$FLARE_MQTT_PORT is not a port number" >&2; exit 1; }
+    port=$((FLARE_MQTT_PORT + offset))
+    for ((tries = 0; tries < 50; tries++, port++)); do
+      ((port <= 65535)) || break
+      [[ $chosen == *" $port "* ]] || port_taken "$port" || break
+    done
+    if ((tries == 50 || port > 65535)); then
+      echo "flare: no free port for $name from $((FLARE_MQTT_PORT + offset)); set $name to a free port (or empty for no such listener)" >&2
+      exit 1
+    fi
+  fi
+  [ "$FLARE_MQTT_PORT" != 1884 ] || [ "$port" = "$default" ] || echo "flare: port $default is in use; $name is $port" >&2
+  chosen+="$port "
+  export "$name=$port"
+}
+pick_port FLARE_MQTT_TLS_PORT 8883 1
+pick_port FLARE_MQTT_WS_PORT 8083 2
 
 pids=()
 stop_all() {
@@ -20,9 +47,12 @@ stop_all() {
   echo "flare: stopping" >&2
   for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true; done
 }
-trap stop_all INT TERM EXIT
+# A signal during start-up stops what has started and goes no further.
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+trap stop_all EXIT
 
-if (exec 3<>"/dev/tcp/127.0.0.1/$http_port") 2>/dev/null; then
+if port_taken "$http_port"; then
   echo "flare: HTTP port $http_port is already in use; set FLARE_HTTP_ADDR (e.g. 127.0.0.1:8081)" >&2
   exit 1
 fi
