@@ -64,7 +64,7 @@ let package = Package(
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareCore", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT"], swiftSettings: swiftSettings),

@@ -1,0 +1,284 @@
+import FlareAPI
+import FlareBridge
+import FlareCore
+import FlareGateway
+import FlareSQLite
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import FlareHTTP
+
+/// Records what the share service announces on the broker (retained status, cleared locations, revocations).
+final class RecordingBrokerPublisher: BrokerPublisher {
+    struct Message: Equatable { let topic: String; let payload: [UInt8]; let retain: Bool }
+    private let state = Mutex<[Message]>([])
+
+    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
+        state.withLock { $0.append(Message(topic: topic, payload: payload, retain: retain)) }
+        return true
+    }
+
+    var messages: [Message] { state.withLock { $0 } }
+}
+
+/// The broker as HTTP ingest sees it: records each publish and, as the real broker round trip would, hands the
+/// message to the bridge's ingestor. Can pretend the broker is unreachable.
+final class RecordingIngestPublisher: IngestPublisher {
+    struct BrokerDown: Error {}
+    struct Message: Equatable { let topic: String; let payload: [UInt8] }
+    private let state = Mutex<(messages: [Message], failing: Bool)>(([], false))
+    private let ingestor: FixIngestor
+
+    init(ingestor: FixIngestor) { self.ingestor = ingestor }
+
+    func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws {
+        let failing = state.withLock { state in
+            if !state.failing { state.messages.append(Message(topic: topic, payload: payload)) }
+            return state.failing
+        }
+        if failing { throw BrokerDown() }
+        ingestor.handle(topic: topic, payload: payload, retained: false)
+    }
+
+    var messages: [Message] { state.withLock { $0.messages } }
+    func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
+}
+
+/// What `/healthz` is told about the parts the gateway cannot see.
+final class HealthBox: Sendable {
+    private let state = Mutex(HealthReport(mqttConnected: true, storeHealthy: true, storeSpaceLow: false, storeFreeBytes: 512 * 1_048_576))
+    var report: HealthReport {
+        get { state.withLock { $0 } }
+        set { state.withLock { $0 = newValue } }
+    }
+}
+
+/// A gateway over a real share service, ingestor and SQLite store in a temp directory, driven through
+/// `Gateway.handle` without any socket.
+final class GatewayFixture {
+    let directory: URL
+    let store: SQLiteShareStore
+    let metrics = Metrics()
+    let brokerPublisher = RecordingBrokerPublisher()
+    let ingestPublisher: RecordingIngestPublisher
+    let service: ShareService
+    let ingestor: FixIngestor
+    let health = HealthBox()
+    let gateway: Gateway
+    let ownerKey = OwnerKey.generate()
+    static let publicURL = "https://sos.example.org"
+    static let mqttPublicURL = "mqtts://sos.example.org:8883"
+
+    init(settings: [String: String] = [:]) throws {
+        directory = try TempDirectory.make(prefix: "flare-gateway")
+        store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
+        let config = try Configuration.defaults(FlaredSettings.all, overriding: [
+            "FLARE_PUBLIC_URL": Self.publicURL,
+            "FLARE_MQTT_PUBLIC_URL": Self.mqttPublicURL,
+            // No Leaflet here: the gateway serves the viewer without the map (a warning, below the test logger's level).
+            "FLARE_LEAFLET_DIR": directory.appendingPathComponent("no-leaflet").path,
+        ].merging(settings) { $1 })
+        let logger = Logger(label: "gateway-test", level: .error)
+        let clock = SystemWallClock()
+        var key = [UInt8](repeating: 0, count: 32)
+        var random = SystemRandomNumberGenerator()
+        for index in key.indices { key[index] = random.next() }
+        service = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
+                               tokenKey: key, policy: try SharePolicy(config), clock: clock, metrics: metrics, logger: logger)
+        let parser = try LocationPayloadParser(config)
+        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
+        ingestor.start()
+        ingestPublisher = RecordingIngestPublisher(ingestor: ingestor)
+        let health = self.health
+        gateway = try Gateway(configuration: GatewayConfiguration(config), shares: service, ingestPublisher: ingestPublisher,
+                              metrics: metrics, logger: logger, clock: clock, parser: parser, health: { health.report })
+        try store.insertOwnerKey(hash: SecretHash(of: ownerKey), label: "test", createdAt: clock.now())
+    }
+
+    deinit {
+        gateway.closeLiveStreams()
+        service.stopScheduler()
+        ingestor.drain(failingStoreGraceSeconds: 5)
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    // MARK: Requests
+
+    /// One request through the gateway's handler. Every answer must carry `X-Content-Type-Options: nosniff`.
+    @discardableResult
+    func send(_ method: String, _ path: String, query: [String: String] = [:], bearer: String? = nil, body: [UInt8] = [],
+              headers: [String: String] = [:], from address: String = "127.0.0.1",
+              sourceLocation: SourceLocation = #_sourceLocation) -> Reply {
+        var headers = headers
+        if let bearer { headers["Authorization"] = "Bearer \(bearer)" }
+        let reply = Reply(gateway.handle(HTTPRequest(method: method, path: path, query: query, headers: headers, body: body,
+                                                     clientAddress: address)))
+        #expect(reply.header("X-Content-Type-Options") == "nosniff", "\(method) \(path) lacks nosniff", sourceLocation: sourceLocation)
+        return reply
+    }
+
+    @discardableResult
+    func send(_ method: String, _ path: String, query: [String: String] = [:], bearer: String? = nil, json: String,
+              sourceLocation: SourceLocation = #_sourceLocation) -> Reply {
+        send(method, path, query: query, bearer: bearer, body: Array(json.utf8), sourceLocation: sourceLocation)
+    }
+
+    /// Creates a share as the owner; fails the test unless the gateway answers 201.
+    func createShare(name: String? = "Anna", durationSeconds: Int? = nil, sourceLocation: SourceLocation = #_sourceLocation) throws -> CreatedShare {
+        var fields: [String] = []
+        if let name { fields.append("\"name\":\"\(name)\"") }
+        if let durationSeconds { fields.append("\"duration_s\":\(durationSeconds)") }
+        let reply = send("POST", "/api/v1/shares", bearer: ownerKey, json: "{\(fields.joined(separator: ","))}", sourceLocation: sourceLocation)
+        try #require(reply.status == 201, "create answered \(reply.status): \(reply.text)", sourceLocation: sourceLocation)
+        return try reply.decode(CreatedShare.self)
+    }
+
+    /// Stops a share as the owner; fails the test unless the gateway answers 200.
+    func stop(_ share: CreatedShare, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let reply = send("POST", "/api/v1/shares/\(share.shareID)/stop", bearer: ownerKey, sourceLocation: sourceLocation)
+        try #require(reply.status == 200, "stop answered \(reply.status): \(reply.text)", sourceLocation: sourceLocation)
+    }
+
+    /// Records a fix as the bridge does for an MQTT message, and waits until the share's last position is it.
+    func recordFix(_ share: CreatedShare, latitude: Double, longitude: Double, tst: Int64,
+                   sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let id = try #require(ShareID(share.shareID), sourceLocation: sourceLocation)
+        let payload = #"{"_type":"location","lat":\#(latitude),"lon":\#(longitude),"tst":\#(tst),"acc":12,"batt":80}"#
+        #expect(ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil,
+                sourceLocation: sourceLocation)
+        try waitForLast(share, tst: tst, sourceLocation: sourceLocation)
+    }
+
+    /// Waits (generously) until the bridge has stored and recorded the fix with this `tst` as the share's last.
+    func waitForLast(_ share: CreatedShare, tst: Int64, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let id = try #require(ShareID(share.shareID), sourceLocation: sourceLocation)
+        #expect(ingestor.waitUntilStored(), sourceLocation: sourceLocation)
+        let recorded = eventually {
+            guard case .live(let snapshot) = service.share(id) else { return false }
+            return snapshot.last?.timestamp == tst
+        }
+        try #require(recorded, "the fix at \(tst) never became the share's last", sourceLocation: sourceLocation)
+    }
+
+    static var now: Int64 { Int64(Date().timeIntervalSince1970) }
+}
+
+extension CreatedShare {
+    /// The view token is the last path component of the share link.
+    var viewToken: String { String(shareURL.absoluteString.split(separator: "/").last ?? "") }
+}
+
+/// A gateway answer, read the way a client would.
+struct Reply {
+    let response: HTTPResponse
+
+    init(_ response: HTTPResponse) { self.response = response }
+
+    var status: Int { response.status }
+
+    /// The first header of that name, compared case-insensitively.
+    func header(_ name: String) -> String? {
+        response.headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+
+    var contentType: String? { header("Content-Type") }
+
+    var bytes: [UInt8] {
+        if case .bytes(let bytes) = response.body { return bytes }
+        return []
+    }
+
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    var stream: EventStream? {
+        if case .stream(let stream) = response.body { return stream }
+        return nil
+    }
+
+    func decode<T: Decodable>(_ type: T.Type) throws -> T { try APIJSON.decode(type, from: bytes) }
+
+    /// The contract's error code (`{"error":…,"message":…}`), or nil if the body is not that shape.
+    var errorCode: String? {
+        guard let body = try? decode(APIErrorBody.self), !body.message.isEmpty else { return nil }
+        return body.error
+    }
+
+    /// The body as untyped JSON, for checks the Codable types cannot make (key presence, value kinds).
+    var jsonObject: [String: Any]? { (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] }
+}
+
+/// One Server-Sent Event as the browser's EventSource would see it.
+struct ServerSentEvent: Equatable {
+    var name: String?
+    var data: String?
+    var retry: Int?
+}
+
+/// Reads a live-event stream in memory, with no connection: drains what the gateway queued (through the server's
+/// own `EventStream.read`) and splits it into events.
+final class EventStreamReader {
+    let stream: EventStream
+    private var buffer: [UInt8] = []
+    private(set) var finished = false
+
+    init(_ stream: EventStream) { self.stream = stream }
+
+    private func drain() {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        while !finished {
+            let result = scratch.withUnsafeMutableBytes { stream.read(into: $0) }
+            switch result {
+            case .bytes(let count): buffer += scratch[..<count]
+            case .end: finished = true
+            // With no connection attached, an open stream with nothing queued answers `.abort`.
+            case .abort: if stream.isClosed { finished = true }; return
+            case .suspended: return
+            }
+        }
+    }
+
+    /// The next complete event (comments such as keepalives skipped), waiting up to a generous deadline.
+    func next(timeout: Duration = .seconds(20)) -> ServerSentEvent? {
+        var event: ServerSentEvent?
+        _ = eventually(timeout: timeout) {
+            drain()
+            event = takeEvent()
+            return event != nil || (finished && !hasCompleteBlock)
+        }
+        return event
+    }
+
+    private var hasCompleteBlock: Bool { blockEnd() != nil }
+
+    private func blockEnd() -> Int? {
+        guard buffer.count >= 2 else { return nil }
+        for index in 0..<(buffer.count - 1) where buffer[index] == 10 && buffer[index + 1] == 10 { return index }
+        return nil
+    }
+
+    private func takeEvent() -> ServerSentEvent? {
+        while let end = blockEnd() {
+            let block = String(decoding: buffer[..<end], as: UTF8.self)
+            buffer.removeFirst(end + 2)
+            var event = ServerSentEvent()
+            var meaningful = false
+            for line in block.split(separator: "\n", omittingEmptySubsequences: false) {
+                if line.hasPrefix(":") { continue }
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                let field = String(line[..<colon])
+                var value = line[line.index(after: colon)...]
+                if value.first == " " { value = value.dropFirst() }
+                switch field {
+                case "event": event.name = String(value); meaningful = true
+                case "data": event.data = (event.data.map { $0 + "\n" } ?? "") + value; meaningful = true
+                case "retry": event.retry = Int(value); meaningful = true
+                default: break
+                }
+            }
+            if meaningful { return event }
+        }
+        return nil
+    }
+}
