@@ -42,7 +42,7 @@ public struct Location: Codable, Sendable, Equatable {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         latitude = try c.decode(Double.self, forKey: .lat)
         longitude = try c.decode(Double.self, forKey: .lon)
-        timestamp = try c.decodeUnixSeconds(.tst)
+        timestamp = try c.decode(UnixSecondsTime.self, forKey: .tst).wrappedValue
         accuracy = try c.decodeIfPresent(Double.self, forKey: .acc)
         altitude = try c.decodeIfPresent(Double.self, forKey: .alt)
         speedKmh = try c.decodeIfPresent(Double.self, forKey: .vel)
@@ -56,7 +56,7 @@ public struct Location: Codable, Sendable, Equatable {
         try c.encode("location", forKey: .type)
         try c.encode(latitude, forKey: .lat)
         try c.encode(longitude, forKey: .lon)
-        try c.encodeUnixSeconds(timestamp, forKey: .tst)
+        try c.encode(UnixSecondsTime(wrappedValue: timestamp), forKey: .tst)
         // Negative accuracy/speed/course is CoreLocation's "unknown": leave those out rather than send nonsense.
         if let accuracy, accuracy >= 0 { try c.encode(accuracy, forKey: .acc) }
         try c.encodeIfPresent(altitude, forKey: .alt)

@@ -66,23 +66,30 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         shareID = try c.decode(String.self, forKey: .shareID)
-        shareURL = try c.decodeURL(.shareURL)
-        expiresAt = try c.decodeRFC3339(.expiresAt)
+        shareURL = try Self.url(c.decode(String.self, forKey: .shareURL), .shareURL, c)
+        expiresAt = try c.decode(RFC3339Time.self, forKey: .expiresAt).wrappedValue
         durationSeconds = try c.decodeIfPresent(String.self, forKey: .durationSeconds).flatMap { Int($0) }
         deviceToken = try c.decode(String.self, forKey: .deviceToken)
         mqttURL = try c.decode(String.self, forKey: .mqttURL)
         mqttUsername = try c.decode(String.self, forKey: .mqttUsername)
         mqttTopic = try c.decode(String.self, forKey: .mqttTopic)
         statusTopic = try c.decodeIfPresent(String.self, forKey: .statusTopic)
-        ingestURL = try c.decodeURLIfPresent(.ingestURL)
-        ownTracksConfigURL = try c.decodeURLIfPresent(.ownTracksConfigURL)
+        ingestURL = try c.decodeIfPresent(String.self, forKey: .ingestURL).map { try Self.url($0, .ingestURL, c) }
+        ownTracksConfigURL = try c.decodeIfPresent(String.self, forKey: .ownTracksConfigURL).map { try Self.url($0, .ownTracksConfigURL, c) }
+    }
+
+    private static func url(_ text: String, _ key: CodingKeys, _ container: KeyedDecodingContainer<CodingKeys>) throws -> URL {
+        guard let url = URL(string: text) else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "not a URL: \(text)")
+        }
+        return url
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(shareID, forKey: .shareID)
         try c.encode(shareURL.absoluteString, forKey: .shareURL)
-        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
+        try c.encode(RFC3339Time(wrappedValue: expiresAt), forKey: .expiresAt)
         try c.encodeIfPresent(durationSeconds.map(String.init), forKey: .durationSeconds)
         try c.encode(deviceToken, forKey: .deviceToken)
         try c.encode(mqttURL, forKey: .mqttURL)
@@ -99,15 +106,15 @@ public struct ShareStatus: Codable, Sendable, Equatable {
     public let shareID: String
     public let name: String
     public let state: ShareState
-    public let createdAt: Date
-    public let expiresAt: Date
-    public let endedAt: Date?
+    @RFC3339Time public var createdAt: Date
+    @RFC3339Time public var expiresAt: Date
+    @OptionalRFC3339Time public var endedAt: Date?
     /// `expired` or `stopped` once the share has ended.
     public let reason: String?
     /// The positions were deleted after the retention time; only that the share existed remains.
     public let historyDeleted: Bool
     /// The last position (null when none, or once the history is deleted).
-    public let last: ReportedLocation?
+    @AlwaysPresent public var last: ReportedLocation?
     /// Live viewers connected now.
     public let viewers: Int
 
@@ -129,34 +136,6 @@ public struct ShareStatus: Codable, Sendable, Equatable {
         self.last = last
         self.viewers = viewers
     }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        shareID = try c.decode(String.self, forKey: .shareID)
-        name = try c.decodeIfPresent(String.self, forKey: .name) ?? ""
-        state = try c.decode(ShareState.self, forKey: .state)
-        createdAt = try c.decodeRFC3339(.createdAt)
-        expiresAt = try c.decodeRFC3339(.expiresAt)
-        endedAt = try c.decodeRFC3339IfPresent(.endedAt)
-        reason = try c.decodeIfPresent(String.self, forKey: .reason)
-        historyDeleted = try c.decodeIfPresent(Bool.self, forKey: .historyDeleted) ?? false
-        last = try c.decodeIfPresent(ReportedLocation.self, forKey: .last)
-        viewers = try c.decodeIfPresent(Int.self, forKey: .viewers) ?? 0
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(shareID, forKey: .shareID)
-        try c.encode(name, forKey: .name)
-        try c.encode(state, forKey: .state)
-        try c.encodeRFC3339(createdAt, forKey: .createdAt)
-        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
-        try c.encodeRFC3339IfPresent(endedAt, forKey: .endedAt)
-        try c.encodeIfPresent(reason, forKey: .reason)
-        try c.encode(historyDeleted, forKey: .historyDeleted)
-        try c.encode(last, forKey: .last)  // null when there is none: the key is always there
-        try c.encode(viewers, forKey: .viewers)
-    }
 }
 
 /// `GET /api/v1/shares?state=active|ended&limit=N&cursor=C`: the caller's shares, newest first. A page holds at
@@ -164,7 +143,7 @@ public struct ShareStatus: Codable, Sendable, Equatable {
 /// for the next one. Cursors are opaque: pass them back unchanged.
 public struct ShareList: Codable, Sendable, Equatable {
     public let shares: [ShareStatus]
-    public let nextCursor: String?
+    @AlwaysPresent public var nextCursor: String?
 
     enum CodingKeys: String, CodingKey { case shares, nextCursor = "next_cursor" }
 
@@ -175,20 +154,15 @@ public struct ShareList: Codable, Sendable, Equatable {
         self.shares = shares
         self.nextCursor = nextCursor
     }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(shares, forKey: .shares)
-        try c.encode(nextCursor, forKey: .nextCursor)  // null on the last page
-    }
 }
 
 /// `POST /api/v1/shares/{id}/stop` (200). Stopping an ended share answers with its end again.
 public struct StoppedShare: Codable, Sendable, Equatable {
     public let shareID: String
     public let state: ShareState
+    /// `stopped`, or `expired` when it had already ended that way.
     public let reason: String
-    public let endedAt: Date?
+    @OptionalRFC3339Time public var endedAt: Date?
 
     enum CodingKeys: String, CodingKey { case shareID = "share_id", state, reason, endedAt = "ended_at" }
 
@@ -198,29 +172,13 @@ public struct StoppedShare: Codable, Sendable, Equatable {
         self.reason = reason
         self.endedAt = endedAt
     }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        shareID = try c.decode(String.self, forKey: .shareID)
-        state = try c.decode(ShareState.self, forKey: .state)
-        reason = try c.decodeIfPresent(String.self, forKey: .reason) ?? "stopped"
-        endedAt = try c.decodeRFC3339IfPresent(.endedAt)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(shareID, forKey: .shareID)
-        try c.encode(state, forKey: .state)
-        try c.encode(reason, forKey: .reason)
-        try c.encodeRFC3339IfPresent(endedAt, forKey: .endedAt)
-    }
 }
 
 /// `POST /api/v1/shares/{id}/extend` (200): same link, a new expiry and a device token valid until then.
 public struct ExtendedShare: Codable, Sendable, Equatable {
     public let shareID: String
     public let state: ShareState
-    public let expiresAt: Date
+    @RFC3339Time public var expiresAt: Date
     public let deviceToken: String
 
     enum CodingKeys: String, CodingKey { case shareID = "share_id", state, expiresAt = "expires_at", deviceToken = "device_token" }
@@ -230,22 +188,6 @@ public struct ExtendedShare: Codable, Sendable, Equatable {
         self.state = .active
         self.expiresAt = expiresAt
         self.deviceToken = deviceToken
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        shareID = try c.decode(String.self, forKey: .shareID)
-        state = try c.decodeIfPresent(ShareState.self, forKey: .state) ?? .active
-        expiresAt = try c.decodeRFC3339(.expiresAt)
-        deviceToken = try c.decode(String.self, forKey: .deviceToken)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(shareID, forKey: .shareID)
-        try c.encode(state, forKey: .state)
-        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
-        try c.encode(deviceToken, forKey: .deviceToken)
     }
 }
 
@@ -257,7 +199,7 @@ public struct WatchToken: Codable, Sendable, Equatable {
     public let mqttUsername: String
     /// `flare/v1/shares/{id}/#`
     public let topicFilter: String
-    public let expiresAt: Date
+    @RFC3339Time public var expiresAt: Date
 
     enum CodingKeys: String, CodingKey {
         case shareID = "share_id", watchToken = "watch_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username"
@@ -271,26 +213,6 @@ public struct WatchToken: Codable, Sendable, Equatable {
         self.mqttUsername = mqttUsername
         self.topicFilter = topicFilter
         self.expiresAt = expiresAt
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        shareID = try c.decode(String.self, forKey: .shareID)
-        watchToken = try c.decode(String.self, forKey: .watchToken)
-        mqttURL = try c.decode(String.self, forKey: .mqttURL)
-        mqttUsername = try c.decode(String.self, forKey: .mqttUsername)
-        topicFilter = try c.decode(String.self, forKey: .topicFilter)
-        expiresAt = try c.decodeRFC3339(.expiresAt)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(shareID, forKey: .shareID)
-        try c.encode(watchToken, forKey: .watchToken)
-        try c.encode(mqttURL, forKey: .mqttURL)
-        try c.encode(mqttUsername, forKey: .mqttUsername)
-        try c.encode(topicFilter, forKey: .topicFilter)
-        try c.encodeRFC3339(expiresAt, forKey: .expiresAt)
     }
 }
 

@@ -6,12 +6,12 @@ import Testing
     @Test func helpTextsExplainEverySetting() throws {
         let flared = try runCommand(try BuiltProducts.path("flared"), ["--help"])
         #expect(flared.status == 0)
-        for name in ["FLARE_DATA_DIR", "FLARE_HTTP_ADDR", "FLARE_PUBLIC_URL", "FLARE_MQTT_URL", "FLARE_MQTT_PORT", "--config"] {
+        for name in ["FLARE_DATA_DIR", "FLARE_HTTP_ADDR", "FLARE_PUBLIC_URL", "FLARE_MQTT_URL", "FLARE_MQTT_PORT", "--config", "--print-config"] {
             #expect(flared.stdout.contains(name), "flared --help lacks \(name)")
         }
         let flare = try runCommand(try BuiltProducts.path("flare"), ["--help"])
         #expect(flare.status == 0)
-        for command in ["share create", "share stop", "share extend", "share show", "keys create", "track"] {
+        for command in ["share create", "share list", "share stop", "share extend", "share show", "keys create", "track"] {
             #expect(flare.stdout.contains(command))
         }
     }
@@ -37,6 +37,66 @@ import Testing
         let second = try runCommand(try BuiltProducts.path("flared"), [], environment: environment)
         #expect(second.status == 1)
         #expect(second.stderr.contains("in use"), "\(second.stderr)")
+        // The services before the HTTP gateway had started: they are stopped again, in reverse, before the exit.
+        #expect(second.stderr.contains("flared: cannot start HTTP gateway: "), "\(second.stderr)")
+        let stops = ["stopping MQTT bridge", "stopping store writer", "stopping shares"].map { second.stderr.range(of: $0)?.lowerBound }
+        #expect(stops.allSatisfy { $0 != nil } && stops == stops.sorted { $0! < $1! }, "\(second.stderr)")
+    }
+
+    /// A second SIGTERM during the drain exits at once and names what was not stopped. Another process holds the
+    /// database's write lock, so the writer cannot store the fix it holds and the drain waits for the store (up to
+    /// FLARE_SHUTDOWN_STORE_GRACE_S) when the second signal comes.
+    @Test func aSecondSignalDuringTheDrainExitsAtOnce() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_SHUTDOWN_TIMEOUT_S": "120", "FLARE_SHUTDOWN_STORE_GRACE_S": "100"])
+        let created = try flared.request("POST", "/api/v1/shares", body: "{}", bearer: flared.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+
+        let locker = Process()
+        locker.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        locker.arguments = ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1], isolation_level=None)
+            db.execute("BEGIN EXCLUSIVE")
+            print("locked", flush=True)
+            sys.stdin.read()  # holds the lock until the test closes this pipe
+            """, flared.dataDirectory.appendingPathComponent("flare.db").path]
+        let lockerOutput = Pipe(), lockerInput = Pipe()
+        locker.standardOutput = lockerOutput
+        locker.standardInput = lockerInput
+        try locker.runUnmasked()
+        defer {
+            try? lockerInput.fileHandleForWriting.close()
+            locker.waitUntilExit()
+        }
+        #expect(String(decoding: lockerOutput.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+
+        let now = Int(Date().timeIntervalSince1970)
+        _ = try MosquittoClients.publish(port: broker.port, topic: "flare/v1/shares/\(id)/location",
+                                         payload: #"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(now)}"#)
+        #expect(eventually(timeout: .seconds(30)) { flared.log.contains("cannot write 1 fixes, will retry") }, "\(flared.log)")
+
+        let pid = try #require(flared.processIdentifier)
+        kill(pid, SIGTERM)
+        #expect(eventually(timeout: .seconds(30)) { flared.log.contains("stopping store writer") }, "\(flared.log)")
+        kill(pid, SIGTERM)
+        #expect(flared.waitForExit(timeout: .seconds(20)) == 1)
+        #expect(flared.log.contains("second signal: exiting now; not stopped: store writer, shares"), "\(flared.log)")
+    }
+
+    @Test func printConfigShowsEachValueAndItsSourceButNoSecret() throws {
+        let directory = try TempDirectory.make()
+        let result = try runCommand(try BuiltProducts.path("flared"), ["--print-config", "--http-addr", "127.0.0.1:9999"],
+                                    environment: ["FLARE_DATA_DIR": directory.path, "FLARE_MQTT_PASSWORD": "correct-horse-battery"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("FLARE_HTTP_ADDR=127.0.0.1:9999 ") && $0.hasSuffix("# flag") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_PUBLIC_URL=http://127.0.0.1:9999 ") && $0.hasSuffix("# derived") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_DATA_DIR=\(directory.path) ") && $0.hasSuffix("# environment") })
+        #expect(lines.contains { $0.hasPrefix("FLARE_MQTT_PASSWORD=(set) ") })
+        #expect(!result.stdout.contains("correct-horse"))
+        // Nothing was started: no database was made.
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("flare.db").path))
     }
 
     @Test func shareCommandsAndTheSimulatedTracker() throws {
@@ -53,6 +113,16 @@ import Testing
         #expect(track.status == 0, "\(track.stderr)")
         #expect(track.stderr.contains("sent 5 fixes"))
         #expect(eventually { (try? flared.request("GET", "/api/v1/shares/\(id)", bearer: flared.ownerKey).json?["last"]) is [String: Any] })
+
+        let listed = try flared.flare(["share", "list"])
+        #expect(listed.status == 0 && listed.stdout.hasPrefix("\(id)  active") && listed.stdout.contains("Demo"), "\(listed.stdout)")
+        #expect(try flared.flare(["share", "list", "--state", "ended"]).stdout.contains("no shares"))
+        let page = try flared.flare(["share", "list", "--json", "--limit", "1"])
+        let pageJSON = try #require(try JSONSerialization.jsonObject(with: Data(page.stdout.utf8)) as? [String: Any])
+        #expect((pageJSON["shares"] as? [[String: Any]])?.first?["share_id"] as? String == id)
+        #expect(pageJSON["next_cursor"] is NSNull)
+        let badState = try flared.flare(["share", "list", "--state", "gone"])
+        #expect(badState.status == 1 && badState.stderr.contains("--state must be active or ended"))
 
         let shown = try flared.flare(["share", "show", id])
         #expect(shown.status == 0 && shown.stdout.contains("active") && shown.stdout.contains("last fix"))

@@ -86,6 +86,18 @@ public final class FlaredProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
+    /// The process while it runs, e.g. to send it signals.
+    public var processIdentifier: Int32? { process?.processIdentifier }
+
+    /// Waits up to `timeout` for the process to exit by itself; its status, or nil if it still runs.
+    public func waitForExit(timeout: Duration) -> Int32? {
+        guard let process else { return nil }
+        guard eventually(timeout: timeout, { !process.isRunning }) else { return nil }
+        process.waitUntilExit()
+        self.process = nil
+        return process.terminationStatus
+    }
+
     public func kill() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)

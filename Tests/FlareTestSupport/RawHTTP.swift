@@ -95,7 +95,10 @@ public final class Connection: @unchecked Sendable {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent > 0 else { throw TestSupportError("send failed") }
+            // Foundation's Process watches children with a SIGCHLD handler: with tests starting processes in parallel,
+            // a send may be interrupted before it wrote anything. That is no failure.
+            if sent < 0 && errno == EINTR { continue }
+            guard sent > 0 else { throw TestSupportError("send failed: \(String(cString: strerror(errno)))") }
             offset += sent
         }
     }
@@ -103,7 +106,8 @@ public final class Connection: @unchecked Sendable {
     /// Next bytes, [] at end of stream, nil on timeout or error.
     public func receive() -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: 65536)
-        let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        var count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        while count < 0 && errno == EINTR { count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
         guard count >= 0 else { return nil }
         return Array(buffer[..<count])
     }
