@@ -253,7 +253,8 @@ def case_disk_full(work, quick):
         stack = Stack(work, data=os.path.join(mount, "data"), extra_env={"FLARE_STORE_MIN_FREE_MB": "1"})
         shares = [stack.create_share()["share_id"] for _ in range(5)]
         filler = os.path.join(mount, "filler")
-        with open(filler, "wb") as f:  # fill every free byte
+        # Unbuffered: a buffered file that hit the full disk would raise again when it is closed.
+        with open(filler, "wb", buffering=0) as f:  # fill every free byte
             try:
                 while True:
                     f.write(b"\0" * 65536)
