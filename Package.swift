@@ -22,6 +22,7 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         // Locks, named threads, timed waits and the monotonic clock: the one home of Flare's system primitives.
         .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
@@ -30,6 +31,9 @@ let package = Package(
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareSQLite", dependencies: ["CSQLite", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlarePostgres", dependencies: ["CLibPQ", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        // Opens the store FLARE_STORE_URL names: the one module that knows every engine.
+        .target(name: "FlareStores", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
 
@@ -50,8 +54,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
@@ -60,7 +64,7 @@ let package = Package(
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
         .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),

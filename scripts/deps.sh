@@ -7,6 +7,8 @@ packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-d
 packages+=(libqrencode-dev zbar-tools)
 # `flare track --gpsd` talks to gpsd; the tests run a real gpsd on a pseudo-terminal.
 packages+=(gpsd gpsd-clients)
+# The PostgreSQL store (FLARE_STORE_URL=postgresql://…); the tests and `make cluster` start a server of their own.
+packages+=(postgresql libpq-dev)
 # make chaos: a read-only store on a loop-mounted ext4 image.
 packages+=(e2fsprogs util-linux)
 if [ "${1:-}" = "--browser" ]; then

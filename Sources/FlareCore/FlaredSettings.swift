@@ -5,6 +5,7 @@
 public enum FlaredSettings {
     public static let all: [Configuration.Setting] = [
         .init("FLARE_DATA_DIR", .text, "./data", "directory for the database, keys and broker data"),
+        .init("FLARE_STORE_URL", .text, nil, "the store: unset (or sqlite:PATH) for the SQLite file FLARE_DATA_DIR/flare.db, one instance; postgresql://user@host:port/db for PostgreSQL, which several instances share", secret: true),
         .init("FLARE_HTTP_ADDR", .address, "127.0.0.1:8080", "address the HTTP gateway listens on (host:port, [v6]:port)"),
         .init("FLARE_PUBLIC_URL", .url(schemes: ["http", "https"]), nil, "base URL of links sent to family members",
               derived: ("http://FLARE_HTTP_ADDR", { config in config.string("FLARE_HTTP_ADDR").flatMap(HostPort.init).map { "http://\($0.description)" } })),

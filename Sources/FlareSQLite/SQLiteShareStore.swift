@@ -168,7 +168,8 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) {
+    @discardableResult
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
             defer { statement.reset() }
@@ -176,21 +177,24 @@ public final class SQLiteShareStore: ShareStore {
             statement.bind(2, reason.rawValue)
             statement.bind(3, row)
             try statement.run()
+            return db.changes == 1
         }
     }
 
     /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
-    public func purgeHistory(row: Int64) throws(StoreError) {
+    @discardableResult
+    public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
                 let delete = try db.statement("DELETE FROM fixes WHERE share = ?")
                 defer { delete.reset() }
                 delete.bind(1, row)
                 try delete.run()
-                let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ?")
+                let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ? AND history_purged = 0")
                 defer { update.reset() }
                 update.bind(1, row)
                 try update.run()
+                return db.changes == 1
             }
         }
     }

@@ -57,9 +57,14 @@ public protocol ShareStore: Sendable {
     @discardableResult
     func insertShare(_ share: Share) throws(StoreError) -> Int64
     func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError)
-    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError)
-    /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
-    func purgeHistory(row: Int64) throws(StoreError)
+    /// Records the share's end. True only for the call that ended it: with several instances, exactly one of them
+    /// announces the end (ended status, retained clear, revocation).
+    @discardableResult
+    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool
+    /// Deletes an ended share's positions and its name; the row keeps only that it existed and when. True only for
+    /// the call that purged it.
+    @discardableResult
+    func purgeHistory(row: Int64) throws(StoreError) -> Bool
     /// Every share whose history still exists: the active ones and those ended but not yet purged.
     func loadOpenShares() throws(StoreError) -> [StoredShare]
     func share(id: ShareID) throws(StoreError) -> StoredShare?

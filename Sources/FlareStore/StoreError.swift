@@ -14,5 +14,5 @@ public struct StoreError: Error, CustomStringConvertible {
         self.engine = engine
     }
 
-    public var description: String { "\(operation) failed: \(message) (\(engine) code \(code))" }
+    public var description: String { "\(operation) failed: \(message) (\(engine)\(code != 0 ? " code \(code)" : ""))" }
 }

@@ -1,7 +1,7 @@
 import FlareAPI
 import FlareClient
 import FlareCore
-import FlareSQLite
+import FlareStores
 import FlareStore
 import Foundation
 import Synchronization
@@ -287,11 +287,14 @@ enum Commands {
     /// Writes straight into the store that flared uses, through the store protocol (SQLite allows the second writer;
     /// the key is usable at once). The one command that needs no running server: it makes the first keys.
     static func keysCreate(_ options: CommonOptions) throws -> Int32 {
-        let path = options.dataDirectory + "/flare.db"
-        guard FileManager.default.fileExists(atPath: path) else {
-            throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir")
+        let location = try StoreLocation(url: options.environment["FLARE_STORE_URL"], dataDirectory: options.dataDirectory)
+        if case .sqlite(let path) = location, !FileManager.default.fileExists(atPath: path) {
+            throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir (or set FLARE_STORE_URL)")
         }
-        let store: any ShareStore = try SQLiteShareStore(path: path)
+        let store: any ShareStore
+        do { store = try Stores.open(location, instance: "flare-keys") } catch {
+            throw CLIError("cannot open the store (\(location)): \(error)")
+        }
         let key = OwnerKey.generate()
         try store.insertOwnerKey(hash: SecretHash(of: key), label: options.flags["--label"] ?? "cli", createdAt: SystemWallClock().now())
         print(key)

@@ -6,6 +6,7 @@ import FlareHTTP
 import FlareMQTT
 import FlareSQLite
 import FlareStore
+import FlareStores
 import Foundation
 
 /// Builds the service from its configuration: the parts, and the list they start and stop in.
@@ -32,12 +33,16 @@ final class Daemon: Sendable {
             throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port")
         }
 
-        let sqlite = try SQLiteShareStore(path: dataDirectory + "/flare.db")
-        let store: any ShareStore = sqlite
+        let location = try StoreLocation(url: config.string("FLARE_STORE_URL"), dataDirectory: dataDirectory)
+        let clientID = config.string("FLARE_MQTT_CLIENT_ID") ?? ""
+        let store: any ShareStore
+        do { store = try Stores.open(location, instance: clientID) } catch {
+            throw Configuration.ConfigurationError("cannot open the store (FLARE_STORE_URL: \(location)): \(error)")
+        }
         let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
         try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
 
-        var mqttOptions = MQTTClient.Options(clientID: config.string("FLARE_MQTT_CLIENT_ID") ?? "")
+        var mqttOptions = MQTTClient.Options(clientID: clientID)
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
         let credentials = try DataDirectory.brokerCredentials(
@@ -59,14 +64,21 @@ final class Daemon: Sendable {
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         let bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
 
-        let space = StoreSpace(storePath: sqlite.path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576,
-                               logger: logger.with(label: "store"))
-        metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(space.read().freeBytes ?? -1) }
+        // The free-space check watches the disk of the SQLite file; a database server watches its own.
+        let space: StoreSpace?
+        if case .sqlite(let path) = location {
+            let sqliteSpace = StoreSpace(storePath: path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576,
+                                         logger: logger.with(label: "store"))
+            metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(sqliteSpace.read().freeBytes ?? -1) }
+            space = sqliteSpace
+        } else {
+            space = nil
+        }
         let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestPublisher: client,
                                   metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: parser) {
-            let reading = space.read()
+            let reading = space?.read()
             return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,
-                                storeSpaceLow: reading.isLow, storeFreeBytes: reading.freeBytes)
+                                storeSpaceLow: reading?.isLow ?? false, storeFreeBytes: reading?.freeBytes)
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
         serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS"))
@@ -104,7 +116,7 @@ final class Daemon: Sendable {
                 return true
             }),
         ], logger: logger)
-        logger.info("data in \(dataDirectory); links as \(config.string("FLARE_PUBLIC_URL") ?? "")/s/…; broker \(mqttURL.host):\(mqttURL.port)")
+        logger.info("data in \(dataDirectory), store \(location); links as \(config.string("FLARE_PUBLIC_URL") ?? "")/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }
 
     func start() throws {

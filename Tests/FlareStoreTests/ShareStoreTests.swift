@@ -1,10 +1,21 @@
 import FlareCore
-import FlareTestSupport
-import Foundation
-import Testing
+@testable import FlarePostgres
 @testable import FlareSQLite
 import FlareStore
+import FlareStores
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
 
+/// The engines every store test runs against.
+enum Engine: String, CaseIterable, CustomTestStringConvertible {
+    case sqlite, postgresql
+    var testDescription: String { rawValue }
+}
+
+/// What every store promises (`FlareStore.ShareStore`), tested against each engine: a real SQLite file in a temp
+/// directory, and a real PostgreSQL server the tests start themselves (`TestPostgres`), a database per test.
 @Suite struct ShareStoreTests {
     let directory: URL
     let path: String
@@ -14,20 +25,41 @@ import FlareStore
         path = directory.appendingPathComponent("flare.db").path
     }
 
+    /// Where `engine`'s store keeps this test's data; opening it twice opens the same data.
+    func location(_ engine: Engine) throws -> StoreLocation {
+        switch engine {
+        case .sqlite: return .sqlite(path: path)
+        case .postgresql: return .postgresql(url: try Self.databaseURL(for: path))
+        }
+    }
+
+    /// One PostgreSQL database per test (keyed by the test's temp path, so a reopen finds the same one).
+    private static let databases = Mutex<[String: String]>([:])
+    static func databaseURL(for key: String) throws -> String {
+        if let url = databases.withLock({ $0[key] }) { return url }
+        let url = try TestPostgres.shared.get().makeDatabase()
+        databases.withLock { $0[key] = url }
+        return url
+    }
+
+    func open(_ engine: Engine) throws -> any ShareStore {
+        try Stores.open(try location(engine), instance: "test")
+    }
+
     func makeShare(now: UnixMillis = 1_000_000) -> Share {
         Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "Anna", createdAt: now, expiresAt: now + 3_600_000)
     }
 
-    @Test func sharesAndFixesSurviveReopening() throws {
+    @Test(arguments: Engine.allCases) func sharesAndFixesSurviveReopening(engine: Engine) throws {
         let share = makeShare()
         let row: Int64
         do {
-            let store = try SQLiteShareStore(path: path)
+            let store = try open(engine)
             row = try store.insertShare(share)
             let fixes = (0..<5).map { PendingFix(shareRow: row, fix: Fix(latitude: 1, longitude: Double($0), timestamp: 100 + Int64($0), accuracy: 5, battery: 50), receivedAt: 9) }
             #expect(try store.insertFixes(fixes) == [true, true, true, true, true])
         }
-        let reopened = try SQLiteShareStore(path: path)
+        let reopened = try open(engine)
         #expect(try reopened.loadOpenShares() == [StoredShare(row: row, share: share)])
         #expect(try reopened.share(id: share.id)?.share == share)
         #expect(try reopened.share(viewTokenHash: share.viewTokenHash)?.row == row)
@@ -36,8 +68,8 @@ import FlareStore
         #expect(recent.last?.battery == 50 && recent.last?.accuracy == 5)
     }
 
-    @Test func fixesAreStoredOnceOnRedelivery() throws {
-        let store = try SQLiteShareStore(path: path)
+    @Test(arguments: Engine.allCases) func fixesAreStoredOnceOnRedelivery(engine: Engine) throws {
+        let store = try open(engine)
         let row = try store.insertShare(makeShare())
         let fix = PendingFix(shareRow: row, fix: Fix(latitude: 48.1, longitude: 11.5, timestamp: 100), receivedAt: 1)
         let other = PendingFix(shareRow: row, fix: Fix(latitude: 48.2, longitude: 11.5, timestamp: 100), receivedAt: 1)
@@ -46,8 +78,8 @@ import FlareStore
         #expect(try store.fixCount(row: row) == 2)
     }
 
-    @Test func endingAndPurging() throws {
-        let store = try SQLiteShareStore(path: path)
+    @Test(arguments: Engine.allCases) func endingAndPurging(engine: Engine) throws {
+        let store = try open(engine)
         let share = makeShare()
         let row = try store.insertShare(share)
         _ = try store.insertFixes([PendingFix(shareRow: row, fix: Fix(latitude: 1, longitude: 2, timestamp: 3), receivedAt: 4)])
@@ -65,22 +97,29 @@ import FlareStore
         #expect(try store.loadOpenShares().isEmpty)
     }
 
-    @Test func ownerKeysAreKeptAsHashes() throws {
-        let store = try SQLiteShareStore(path: path)
+    @Test(arguments: Engine.allCases) func ownerKeysAreKeptAsHashes(engine: Engine) throws {
+        let store = try open(engine)
         let key = OwnerKey.generate()
         #expect(try store.ownerKeyCount() == 0)
         try store.insertOwnerKey(hash: SecretHash(of: key), label: "test", createdAt: 1)
         #expect(try store.ownerKeyExists(hash: SecretHash(of: key)))
         #expect(try !store.ownerKeyExists(hash: SecretHash(of: key + "x")))
-        let raw = try Data(contentsOf: URL(fileURLWithPath: path))
-        #expect(raw.range(of: Data(key.utf8)) == nil)
+        // Nowhere in the stored data is the key itself.
+        switch engine {
+        case .sqlite:
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)).range(of: Data(key.utf8)) == nil)
+        case .postgresql:
+            let url = try Self.databaseURL(for: path)
+            let dump = try TestPostgres.shared.get().query(url, "SELECT string_agg(key_hash::text || label, ',') FROM owner_keys")
+            #expect(!dump.isEmpty && !dump.contains(key))
+        }
     }
 
-    @Test func seesKeysAnotherProcessAddsLater() throws {
-        let server = try SQLiteShareStore(path: path)
+    @Test(arguments: Engine.allCases) func seesKeysAnotherProcessAddsLater(engine: Engine) throws {
+        let server = try open(engine)
         #expect(try server.ownerKeyCount() == 0)
         _ = try server.loadOpenShares()
-        let cli = try SQLiteShareStore(path: path)
+        let cli = try open(engine)
         let key = OwnerKey.generate()
         try cli.insertOwnerKey(hash: SecretHash(of: key), label: "cli", createdAt: 1)
         #expect(try server.ownerKeyExists(hash: SecretHash(of: key)))
@@ -108,8 +147,8 @@ import FlareStore
         withExtendedLifetime(store) { #expect(FileManager.default.fileExists(atPath: path + "-wal")) }
     }
 
-    @Test func listsNewestFirstInPagesAndByState() throws {
-        let store = try SQLiteShareStore(path: path)
+    @Test(arguments: Engine.allCases) func listsNewestFirstInPagesAndByState(engine: Engine) throws {
+        let store = try open(engine)
         // Two shares in the same millisecond: the row breaks the tie, so no page repeats or skips one.
         let times: [UnixMillis] = [1_000, 2_000, 2_000, 3_000, 4_000]
         var rows: [Int64] = []
@@ -168,5 +207,78 @@ import FlareStore
         #expect { try SQLiteShareStore(path: path) } throws: { error in
             "\(error)".contains("schema version \(SQLiteShareStore.schemaVersion + 1), newer than")
         }
+    }
+
+    /// With several instances each may try to end or purge a share: exactly one call does it.
+    @Test(arguments: Engine.allCases) func endingAndPurgingHappenOnce(engine: Engine) throws {
+        let first = try open(engine), second = try open(engine)
+        let row = try first.insertShare(makeShare())
+        #expect(try first.markEnded(row: row, at: 2_000_000, reason: .expired))
+        #expect(try !second.markEnded(row: row, at: 2_000_001, reason: .expired))
+        #expect(try second.purgeHistory(row: row))
+        #expect(try !first.purgeHistory(row: row))
+    }
+
+    /// Every field of a fix comes back as it went in: doubles exactly, text with quotes and backslashes.
+    @Test(arguments: Engine.allCases) func fixFieldsRoundTripExactly(engine: Engine) throws {
+        let store = try open(engine)
+        let row = try store.insertShare(makeShare())
+        let fixes = [
+            Fix(latitude: 48.137154, longitude: 11.576124, timestamp: 100, accuracy: 4.5, altitude: -12.25, velocity: 0.1,
+                course: 359.9, battery: 7, trackerID: #"A"\"#),
+            Fix(latitude: 1e-7, longitude: -0.0, timestamp: 101, trackerID: "é,{}"),
+            Fix(latitude: -89.999999999999, longitude: 179.99999999999997, timestamp: 102, trackerID: nil),
+        ]
+        #expect(try store.insertFixes(fixes.map { PendingFix(shareRow: row, fix: $0, receivedAt: 5) }) == [true, true, true])
+        #expect(try store.recentFixes(row: row, limit: 10) == fixes)
+    }
+
+    @Test(arguments: Engine.allCases) func aBatchStoresEachFixOnceEvenAcrossBatches(engine: Engine) throws {
+        let store = try open(engine)
+        let row = try store.insertShare(makeShare())
+        let batch = (0..<2000).map { PendingFix(shareRow: row, fix: Fix(latitude: 48, longitude: Double($0) / 1000, timestamp: Int64($0 / 3)), receivedAt: 1) }
+        #expect(try store.insertFixes(batch).allSatisfy { $0 })
+        let again = try store.insertFixes(Array(batch[1990...]) + [PendingFix(shareRow: row, fix: Fix(latitude: 1, longitude: 1, timestamp: 1), receivedAt: 1)])
+        #expect(again == Array(repeating: false, count: 10) + [true])
+        #expect(try store.fixCount(row: row) == 2001)
+    }
+
+    @Test func postgresErrorsNameTheProblemButNoValuesOrPassword() throws {
+        let store = try open(.postgresql)
+        let share = makeShare()
+        try store.insertShare(share)
+        #expect { try store.insertShare(share) } throws: { error in
+            let text = "\(error)"
+            return text.contains("SQLSTATE 23505") && text.contains("duplicate key") && !text.contains(share.id.rawValue)
+        }
+        // Nothing listens on this port: the error says so, and the password stays out of it.
+        let closed = try FreePort.next()
+        #expect { try Stores.open(.postgresql(url: "postgresql://flare:s3cret-pw@127.0.0.1:\(closed)/flare"), instance: "test") } throws: { error in
+            let text = "\(error)"
+            return text.contains("connect failed") && text.contains("\(closed)") && !text.contains("s3cret-pw")
+        }
+    }
+
+    @Test func postgresRefusesADatabaseFromANewerRelease() throws {
+        let url = try Self.databaseURL(for: path)
+        _ = try open(.postgresql)
+        _ = try TestPostgres.shared.get().query(url, "INSERT INTO flare_schema (version) VALUES (\(PostgresShareStore.schemaVersion + 1))")
+        #expect { try open(.postgresql) } throws: { error in
+            "\(error)".contains("schema version \(PostgresShareStore.schemaVersion + 1), newer than")
+        }
+    }
+
+    @Test func storeURLsAreCheckedAndNeverShowThePassword() throws {
+        #expect(try StoreLocation(url: nil, dataDirectory: "/srv/flare") == .sqlite(path: "/srv/flare/flare.db"))
+        #expect(try StoreLocation(url: "sqlite:/tmp/x.db", dataDirectory: "/srv") == .sqlite(path: "/tmp/x.db"))
+        #expect(try StoreLocation(url: "postgresql://flare@db:5432/flare", dataDirectory: "/srv") == .postgresql(url: "postgresql://flare@db:5432/flare"))
+        for bad in ["mysql://root:hunter2@db/x", "postgresql://flare:hunter2@", "sqlite:", "postgresql://flare:hunter2@db"] {
+            #expect { try StoreLocation(url: bad, dataDirectory: "/srv") } throws: { error in
+                let text = "\(error)"
+                return text.contains("FLARE_STORE_URL") && !text.contains("hunter2")
+            }
+        }
+        #expect(StoreLocation.redacted("postgresql://flare:hunter2@db:5432/flare") == "postgresql://flare:***@db:5432/flare")
+        #expect(StoreLocation.postgresql(url: "postgresql://u:pw@h/d").description == "PostgreSQL postgresql://u:***@h/d")
     }
 }

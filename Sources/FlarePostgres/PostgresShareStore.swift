@@ -1,0 +1,285 @@
+public import FlareCore
+public import FlareStore
+import FlareSystem
+
+/// Flare's state in PostgreSQL, for several `flared` instances at once: the same tables and guarantees as the
+/// SQLite store, with every write a single statement (or one transaction) that commits before it returns.
+///
+/// - Fixes go in one statement per batch, as arrays (`INSERT … SELECT … FROM unnest($1::bigint[], …)`): per-row round
+///   trips cap near 9,000 rows/s on this kind of machine, one statement carries thousands. `ON CONFLICT DO NOTHING`
+///   makes a fix stored twice, by a redelivery or by another instance, a no-op; `RETURNING` says which were new.
+/// - A small pool of connections: the fix writer, share changes and owner-key checks do not queue behind each
+///   other, and concurrent share creations share the server's group commit.
+/// - A broken connection (a server restart) is re-established on its next use; until then calls fail with a
+///   `StoreError`, which the bridge answers with back-pressure and `/healthz` 503.
+public final class PostgresShareStore: ShareStore {
+    private let pool: PostgresPool
+    /// For logs: the server and database, never the password.
+    public let description: String
+
+    /// The schema, one numbered step at a time (recorded in `flare_schema`); steps are only ever appended. A database
+    /// made by an older release is brought up to date at open, under a lock, so instances starting together do it once.
+    static let migrations: [String] = [
+        // 1: shares, fixes and owner keys, as in the SQLite store.
+        """
+        CREATE TABLE shares (
+            id BIGSERIAL PRIMARY KEY,
+            share_id TEXT NOT NULL UNIQUE,
+            view_token_hash BYTEA NOT NULL UNIQUE,
+            name TEXT NOT NULL DEFAULT '',
+            created_at BIGINT NOT NULL,
+            expires_at BIGINT NOT NULL,
+            ended_at BIGINT,
+            end_reason TEXT,
+            history_purged BOOLEAN NOT NULL DEFAULT false
+        );
+        CREATE INDEX shares_open ON shares(id) WHERE NOT history_purged;
+        CREATE INDEX shares_newest ON shares(created_at DESC, id DESC);
+        CREATE TABLE fixes (
+            share BIGINT NOT NULL,
+            tst BIGINT NOT NULL,
+            lat DOUBLE PRECISION NOT NULL,
+            lon DOUBLE PRECISION NOT NULL,
+            acc DOUBLE PRECISION, alt DOUBLE PRECISION, vel DOUBLE PRECISION, cog DOUBLE PRECISION, batt INTEGER, tid TEXT,
+            received_at BIGINT NOT NULL,
+            PRIMARY KEY (share, tst, lat, lon)
+        );
+        CREATE TABLE owner_keys (
+            id BIGSERIAL PRIMARY KEY,
+            key_hash BYTEA NOT NULL UNIQUE,
+            label TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        );
+        """,
+    ]
+    static var schemaVersion: Int { migrations.count }
+
+    /// - Parameters:
+    ///   - url: `postgresql://user[:password]@host:port/db` (any libpq connection URI or conninfo string).
+    ///   - instance: this process's name in `pg_stat_activity` (and, for the change feed, whose changes are whose).
+    public init(url: String, instance: String, connections: Int = 4) throws(StoreError) {
+        description = StoreLocation.redacted(url)
+        pool = try PostgresPool(conninfo: url, applicationName: instance, size: max(2, connections))
+        try pool.with(operation: "migrate") { connection throws(StoreError) in try Self.migrate(connection) }
+    }
+
+    private static func migrate(_ connection: PostgresConnection) throws(StoreError) {
+        try connection.transaction(operation: "migrate") { () throws(StoreError) in
+            // One instance migrates at a time; the others wait here and then find nothing to do.
+            try connection.execute("SELECT pg_advisory_xact_lock(7418262035)", operation: "migrate")
+            try connection.execute("CREATE TABLE IF NOT EXISTS flare_schema (version INTEGER NOT NULL)", operation: "migrate")
+            let rows = try connection.execute("SELECT max(version) FROM flare_schema", operation: "migrate")
+            let version = Int(rows.optionalInt64(0, 0) ?? 0)
+            guard version <= schemaVersion else {
+                throw StoreError(operation: "open", postgres: "the database has schema version \(version), newer than the \(schemaVersion) this flared knows; run the release that made it, or a newer one")
+            }
+            for step in version..<migrations.count {
+                try connection.executeScript(migrations[step], operation: "migrate to schema \(step + 1)")
+                try connection.execute("INSERT INTO flare_schema (version) VALUES ($1)", [String(step + 1)], operation: "migrate")
+            }
+        }
+    }
+
+    // MARK: Shares
+
+    @discardableResult
+    public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
+        try pool.with(operation: "insert share") { connection throws(StoreError) in
+            try connection.execute("""
+                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id
+                """, [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt)],
+                operation: "insert share").int64(0, 0)
+        }
+    }
+
+    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
+        try pool.with(operation: "update expiry") { connection throws(StoreError) in
+            try connection.execute("UPDATE shares SET expires_at = $1 WHERE id = $2 AND ended_at IS NULL",
+                                   [String(expiresAt), String(row)], operation: "update expiry")
+        }
+    }
+
+    @discardableResult
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
+        try pool.with(operation: "end share") { connection throws(StoreError) in
+            try connection.execute("UPDATE shares SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+                                   [String(endedAt), reason.rawValue, String(row)], operation: "end share").affected == 1
+        }
+    }
+
+    @discardableResult
+    public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
+        try pool.with(operation: "purge history") { connection throws(StoreError) in
+            try connection.transaction(operation: "purge history") { () throws(StoreError) in
+                try connection.execute("DELETE FROM fixes WHERE share = $1", [String(row)], operation: "purge history")
+                return try connection.execute("UPDATE shares SET history_purged = true, name = '' WHERE id = $1 AND NOT history_purged",
+                                              [String(row)], operation: "purge history").affected == 1
+            }
+        }
+    }
+
+    private static let shareColumns = "id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged"
+
+    private static func shares(_ rows: PostgresRows) -> [StoredShare] {
+        (0..<rows.count).compactMap { index in
+            guard let id = rows.text(index, 1).flatMap(ShareID.init) else { return nil }
+            let share = Share(
+                id: id, viewTokenHash: SecretHash(bytes: rows.bytes(index, 2)), name: rows.text(index, 3) ?? "",
+                createdAt: rows.int64(index, 4), expiresAt: rows.int64(index, 5), endedAt: rows.optionalInt64(index, 6),
+                endReason: rows.text(index, 7).flatMap(EndReason.init(rawValue:)), historyPurged: rows.bool(index, 8))
+            return StoredShare(row: rows.int64(index, 0), share: share)
+        }
+    }
+
+    private func selectShares(_ condition: String, _ parameters: [String?], operation: String) throws(StoreError) -> [StoredShare] {
+        try pool.with(operation: operation) { connection throws(StoreError) in
+            Self.shares(try connection.execute("SELECT \(Self.shareColumns) FROM shares \(condition)", parameters, operation: operation))
+        }
+    }
+
+    public func loadOpenShares() throws(StoreError) -> [StoredShare] {
+        try selectShares("WHERE NOT history_purged", [], operation: "load shares")
+    }
+
+    public func share(id: ShareID) throws(StoreError) -> StoredShare? {
+        try selectShares("WHERE share_id = $1", [id.rawValue], operation: "read share").first
+    }
+
+    public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
+        try selectShares("WHERE view_token_hash = $1", [PostgresText.hex(viewTokenHash.bytes)], operation: "read share")
+            .first { $0.share.viewTokenHash.matches(viewTokenHash) }
+    }
+
+    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare] {
+        var conditions: [String] = []
+        var parameters: [String?] = [String(max(0, limit))]
+        switch state {
+        case .active?: conditions.append("ended_at IS NULL")
+        case .ended?: conditions.append("ended_at IS NOT NULL")
+        case nil: break
+        }
+        if let position {
+            conditions.append("(created_at, id) < ($2, $3)")
+            parameters += [String(position.createdAt), String(position.row)]
+        }
+        let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        return try selectShares("\(filter) ORDER BY created_at DESC, id DESC LIMIT $1", parameters, operation: "list shares")
+    }
+
+    // MARK: Fixes
+
+    public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
+        guard !fixes.isEmpty else { return [] }
+        let parameters: [String?] = [
+            PostgresText.array(fixes.map(\.shareRow)) { String($0) },
+            PostgresText.array(fixes.map(\.fix.timestamp)) { String($0) },
+            PostgresText.array(fixes.map(\.fix.latitude), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.longitude), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.accuracy), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.altitude), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.velocity), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.course), PostgresText.double),
+            PostgresText.array(fixes.map(\.fix.battery)) { String($0) },
+            PostgresText.textArray(fixes.map(\.fix.trackerID)),
+            PostgresText.array(fixes.map(\.receivedAt)) { String($0) },
+        ]
+        let inserted = try pool.with(operation: "insert fixes") { connection throws(StoreError) in
+            try connection.execute("""
+                INSERT INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
+                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::float8[], $5::float8[], $6::float8[],
+                                     $7::float8[], $8::float8[], $9::integer[], $10::text[], $11::bigint[])
+                ON CONFLICT DO NOTHING
+                RETURNING share, tst, lat, lon
+                """, parameters, operation: "insert fixes")
+        }
+        struct Key: Hashable { let share: Int64; let tst: Int64; let lat: Double; let lon: Double }
+        var new = Set<Key>()
+        for index in 0..<inserted.count {
+            new.insert(Key(share: inserted.int64(index, 0), tst: inserted.int64(index, 1), lat: inserted.double(index, 2), lon: inserted.double(index, 3)))
+        }
+        // A fix twice in one batch is inserted once: the first is the new one.
+        return fixes.map { new.remove(Key(share: $0.shareRow, tst: $0.fix.timestamp, lat: $0.fix.latitude, lon: $0.fix.longitude)) != nil }
+    }
+
+    public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
+        try pool.with(operation: "read fixes") { connection throws(StoreError) in
+            let rows = try connection.execute("""
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = $1 ORDER BY tst DESC LIMIT $2
+                """, [String(row), String(limit)], operation: "read fixes")
+            return (0..<rows.count).reversed().map { index in
+                Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
+                    accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
+                    velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
+                    battery: rows.optionalInt64(index, 7).map { Int($0) }, trackerID: rows.text(index, 8))
+            }
+        }
+    }
+
+    public func fixCount(row: Int64) throws(StoreError) -> Int {
+        try pool.with(operation: "count fixes") { connection throws(StoreError) in
+            Int(try connection.execute("SELECT count(*) FROM fixes WHERE share = $1", [String(row)], operation: "count fixes").int64(0, 0))
+        }
+    }
+
+    // MARK: Owner keys
+
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
+        try pool.with(operation: "insert owner key") { connection throws(StoreError) in
+            try connection.execute("INSERT INTO owner_keys (key_hash, label, created_at) VALUES ($1, $2, $3)",
+                                   [PostgresText.hex(hash.bytes), label, String(createdAt)], operation: "insert owner key")
+        }
+    }
+
+    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
+        try pool.with(operation: "check owner key") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT key_hash FROM owner_keys WHERE key_hash = $1", [PostgresText.hex(hash.bytes)],
+                                              operation: "check owner key")
+            return rows.count == 1 && SecretHash(bytes: rows.bytes(0, 0)).matches(hash)
+        }
+    }
+
+    public func ownerKeyCount() throws(StoreError) -> Int {
+        try pool.with(operation: "count owner keys") { connection throws(StoreError) in
+            Int(try connection.execute("SELECT count(*) FROM owner_keys", operation: "count owner keys").int64(0, 0))
+        }
+    }
+
+    // MARK: After a failed write
+
+    /// The server's own error says why (the connection pool reconnects on its own).
+    public func writeProblem() -> String? { nil }
+    public func recoverAfterFailedWrite() {}
+}
+
+/// A fixed set of connections, each used by one thread at a time. A connection that broke is reconnected when it is
+/// next taken; if that fails, the call fails (and the connection is tried again next time).
+final class PostgresPool: Sendable {
+    private final class Slots: @unchecked Sendable {
+        // @unchecked: touched only with `lock` held.
+        var idle: [PostgresConnection]
+        init(_ idle: [PostgresConnection]) { self.idle = idle }
+    }
+    private let lock = ConditionLock()
+    private let slots: Slots
+
+    init(conninfo: String, applicationName: String, size: Int) throws(StoreError) {
+        var connections: [PostgresConnection] = []
+        for _ in 0..<size { connections.append(try PostgresConnection(conninfo: conninfo, applicationName: applicationName)) }
+        slots = Slots(connections)
+    }
+
+    func with<T>(operation: String, _ body: (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        let connection = lock.withLock {
+            while slots.idle.isEmpty { lock.wait() }
+            return slots.idle.removeLast()
+        }
+        defer {
+            lock.withLock {
+                slots.idle.append(connection)
+                lock.signal()
+            }
+        }
+        if connection.isBroken { try connection.reset() }
+        return try body(connection)
+    }
+}
