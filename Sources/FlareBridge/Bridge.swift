@@ -11,8 +11,12 @@ public final class Bridge: Sendable {
     private let metrics: Metrics
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
+    private let subscription: String
 
-    public init(client: MQTTClient, ingestor: FixIngestor, shares: ShareService, metrics: Metrics, logger: Logger) {
+    /// - Parameter subscription: `Topics.allLocations` for the only instance of a store, `Topics.sharedLocations`
+    ///   when several instances share one.
+    public init(client: MQTTClient, ingestor: FixIngestor, shares: ShareService, subscription: String, metrics: Metrics, logger: Logger) {
+        self.subscription = subscription
         self.client = client
         self.ingestor = ingestor
         self.shares = shares
@@ -42,7 +46,7 @@ public final class Bridge: Sendable {
                 logger.error("the broker refused the bridge: \(reason)")
             }
         }
-        try client.subscribe(Topics.allLocations, qos: 1)
+        try client.subscribe(subscription, qos: 1)
         try client.connect()
     }
 

@@ -19,6 +19,7 @@ public final class FixIngestor: Sendable {
 
     private let store: any ShareStore
     private let registry: ShareRegistry
+    private let shares: ShareService
     private let metrics: Metrics
     private let logger: Logger
     private let clock: any WallClock
@@ -43,6 +44,7 @@ public final class FixIngestor: Sendable {
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = shares.store
         self.registry = shares.registry
+        self.shares = shares
         self.metrics = metrics
         self.logger = logger
         self.clock = clock
@@ -78,7 +80,7 @@ public final class FixIngestor: Sendable {
 
     @discardableResult
     public func handle(shareID: ShareID, payload: [UInt8], retained: Bool) -> RejectReason? {
-        guard let context = registry.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
+        guard let context = shares.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
         guard context.isActive else { return reject(.shareEnded, share: shareID) }
         let receivedAt = clock.now()
         switch parser.parse(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {

@@ -219,6 +219,19 @@ final class ShareRegistry: Sendable {
         }
     }
 
+    /// Replaces a share's last position and trail with what the store has (after the change feed missed some).
+    func replaceFixes(_ id: ShareID, with fixes: [Fix]) {
+        state.withLock { state in
+            guard let index = state.entries.index(forKey: id) else { return }
+            state.entries.values[index].last = nil
+            state.entries.values[index].trail = []
+            for fix in fixes { Self.append(fix, to: &state.entries.values[index], trailLength: trailLength) }
+            state.entries.values[index].changed()
+        }
+    }
+
+    var shareIDs: [ShareID] { state.withLock { Array($0.entries.keys) } }
+
     public var activeShareCount: Int { state.withLock { $0.activeCount } }
     public var viewerCount: Int { state.withLock { $0.viewerCount } }
     public var shareCount: Int { state.withLock { $0.entries.count } }

@@ -1,6 +1,7 @@
 import FlareAPI
 public import FlareCore
 public import FlareStore
+import FlareSystem
 import Synchronization
 
 /// Publishes to the broker. `MQTTClient` is the real one; the protocol keeps share logic testable in memory.
@@ -77,6 +78,8 @@ public final class ShareService: Sendable {
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
+    /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
+    private let recentMisses = Mutex<[String: Int64]>([:])
 
     /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
@@ -202,7 +205,12 @@ public final class ShareService: Sendable {
         guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return nil }
         let now = clock.now()
         do {
-            try store.markEnded(row: snapshot.row, at: now, reason: reason)
+            guard try store.markEnded(row: snapshot.row, at: now, reason: reason) else {
+                // Another instance ended it first (its expiry fired there too, or it was stopped there): that one
+                // announces the end; here memory follows the store.
+                if let stored = try store.share(id: id) { adopt(stored) }
+                return nil
+            }
         } catch {
             // Memory and broker still end it now: refusing fixes matters more than the row. The row is ended
             // again at the next start-up, since its expiry will have passed by then.
@@ -227,7 +235,10 @@ public final class ShareService: Sendable {
     func purge(_ id: ShareID) {
         guard let snapshot = registry.snapshot(id), !snapshot.share.isActive else { return }
         do {
-            try store.purgeHistory(row: snapshot.row)
+            guard try store.purgeHistory(row: snapshot.row) else {
+                registry.remove(id)  // another instance purged it, and cleared the broker's copy
+                return
+            }
         } catch {
             logger.error("share \(id): cannot delete its history (\(error)); retrying in 60 s")
             schedule(.purge(id), at: clock.now() + 60_000)
@@ -239,19 +250,118 @@ public final class ShareService: Sendable {
         logger.info("share \(id): history deleted")
     }
 
+    // MARK: Several instances
+
+    /// Follows what other instances change in a shared store (`ShareStore.watchChanges`): their shares, ends,
+    /// extensions and purges, and the fixes they stored, so that this instance's links, live viewers and expiry
+    /// timers agree with the store. Call once, after `recover`.
+    public func followOtherInstances() {
+        store.watchChanges { [weak self] change in self?.apply(change) }
+    }
+
+    public func stopFollowing() { store.stopWatching() }
+
+    func apply(_ change: StoreChange) {
+        switch change {
+        case .share(let id):
+            guard let stored = try? store.share(id: id) else { return }
+            adopt(stored)
+        case .fixes(let fixes):
+            registry.record(fixes)
+        case .resync:
+            resync()
+        }
+    }
+
+    /// After the change feed was interrupted: everything read again, trails included. Live viewers stay subscribed.
+    private func resync() {
+        guard let open = try? store.loadOpenShares() else { return }
+        let openIDs = Set(open.map(\.share.id))
+        for stored in open {
+            adopt(stored)
+            if let trail = try? store.recentFixes(row: stored.row, limit: registry.trailLength) {
+                registry.replaceFixes(stored.share.id, with: trail)
+            }
+        }
+        for id in registry.shareIDs where !openIDs.contains(id) {
+            if let stored = try? store.share(id: id) { adopt(stored) }
+        }
+        logger.info("resynchronised with the store: \(open.count) shares with history")
+    }
+
+    /// Brings memory in line with a share's row as the store has it: taken in (with its recent fixes) if it is new
+    /// here, ended, extended or forgotten as the row says, its timers set to match. Announces nothing: whoever
+    /// changed the row announced it. Returns what is now known.
+    @discardableResult
+    func adopt(_ stored: StoredShare) -> ShareLookup {
+        let share = stored.share
+        if share.historyPurged {
+            registry.remove(share.id)
+            scheduler.withLock { $0?.cancel(.expire(share.id)); $0?.cancel(.purge(share.id)) }
+            return .historyDeleted(share)
+        }
+        guard let current = registry.snapshot(share.id) else {
+            registry.insert(stored, recentFixes: (try? store.recentFixes(row: stored.row, limit: registry.trailLength)) ?? [])
+            scheduleNext(for: share)
+            return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
+        }
+        if current.share.isActive, let reason = share.endReason, let endedAt = share.endedAt {
+            registry.markEnded(share.id, reason: reason, at: endedAt)
+            scheduler.withLock { $0?.cancel(.expire(share.id)) }
+            scheduleNext(for: share)
+        } else if current.share.isActive, share.isActive, current.share.expiresAt != share.expiresAt {
+            registry.updateExpiry(share.id, expiresAt: share.expiresAt)
+            scheduleNext(for: share)
+        }
+        return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
+    }
+
+    /// An active share's expiry; an ended one's purge.
+    private func scheduleNext(for share: Share) {
+        if share.isActive {
+            schedule(.expire(share.id), at: share.expiresAt)
+        } else if let endedAt = share.endedAt {
+            schedule(.purge(share.id), at: endedAt + policy.historyRetentionSeconds * 1000)
+        }
+    }
+
+    /// Shares another instance created a moment ago may not have reached this one's memory yet: a lookup that misses
+    /// memory asks the store. Ids the store did not know are not asked about again for a while, so a stream of
+    /// messages for an unknown share costs one query, not one each.
+    private func lookUpInStore(_ read: () throws(StoreError) -> StoredShare?, missKey: String) -> ShareLookup? {
+        let now = monotonicMillis()
+        if let missedAt = recentMisses.withLock({ $0[missKey] }), now - missedAt < Self.missMemoryMillis { return nil }
+        guard let stored = (try? read()) ?? nil else {
+            recentMisses.withLock { misses in
+                if misses.count >= 10_000 { misses.removeAll(keepingCapacity: true) }
+                misses[missKey] = now
+            }
+            return nil
+        }
+        return adopt(stored)
+    }
+    private static let missMemoryMillis: Int64 = 5_000
+
     // MARK: Reading
 
-    /// The share with this id, from memory, or from the store once its history is deleted. Nil if unknown (or the
-    /// store cannot be read: a lookup is never worth an error page).
+    /// The share with this id: from memory, or else from the store (a share another instance just created, or one
+    /// whose history is deleted). Nil if unknown (or the store cannot be read: a lookup is never worth an error page).
     public func share(_ id: ShareID) -> ShareLookup? {
         if let snapshot = registry.snapshot(id) { return .live(snapshot) }
-        return ((try? store.share(id: id)) ?? nil).map { .historyDeleted($0.share) }
+        return lookUpInStore({ () throws(StoreError) in try store.share(id: id) }, missKey: id.rawValue)
     }
 
     /// The share whose view token hashes to `hash`; see `share(_:)`.
     public func share(viewTokenHash hash: SecretHash) -> ShareLookup? {
         if let snapshot = registry.snapshot(viewTokenHash: hash) { return .live(snapshot) }
-        return ((try? store.share(viewTokenHash: hash)) ?? nil).map { .historyDeleted($0.share) }
+        return lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: Base64URL.encode(hash.bytes))
+    }
+
+    /// What the ingest path needs for a fix of `id`, looking in the store when memory does not know the share.
+    func ingestContext(_ id: ShareID) -> ShareRegistry.IngestContext? {
+        if let context = registry.ingestContext(id) { return context }
+        guard case .live = share(id) else { return nil }
+        return registry.ingestContext(id)
     }
 
     /// Shares newest first, after `position` (see `ShareStore.listShares`).
@@ -316,7 +426,7 @@ public final class ShareService: Sendable {
     public func authorizeDevice(token: String, for id: ShareID) -> Bool {
         guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id),
               verified.role == .device,
-              let snapshot = registry.snapshot(id), snapshot.share.isActive
+              case .live(let snapshot) = share(id), snapshot.share.isActive
         else { return false }
         return true
     }

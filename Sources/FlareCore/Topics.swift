@@ -3,6 +3,9 @@ public enum Topics {
     public static let prefix = "flare/v1/shares/"
     /// What the bridge subscribes to.
     public static let allLocations = "flare/v1/shares/+/location"
+    /// The same stream shared among the `flared` instances of one store (MQTT 5 shared subscription): the broker hands
+    /// each message to one member of the group, in turn.
+    public static let sharedLocations = "$share/flared/flare/v1/shares/+/location"
     /// Where flared tells the broker's auth plugin to revoke a share's tokens (only flared may write it).
     public static let brokerControl = "$CONTROL/flare/v1"
 

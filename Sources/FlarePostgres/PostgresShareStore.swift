@@ -1,6 +1,7 @@
 public import FlareCore
 public import FlareStore
 import FlareSystem
+import Synchronization
 
 /// Flare's state in PostgreSQL, for several `flared` instances at once: the same tables and guarantees as the
 /// SQLite store, with every write a single statement (or one transaction) that commits before it returns.
@@ -14,6 +15,9 @@ import FlareSystem
 ///   `StoreError`, which the bridge answers with back-pressure and `/healthz` 503.
 public final class PostgresShareStore: ShareStore {
     private let pool: PostgresPool
+    private let url: String
+    private let instance: String
+    private let listener = Mutex<PostgresListener?>(nil)
     /// For logs: the server and database, never the password.
     public let description: String
 
@@ -51,6 +55,33 @@ public final class PostgresShareStore: ShareStore {
             created_at BIGINT NOT NULL
         );
         """,
+        // 2: the change feed. Each committed change is announced with NOTIFY, in the same transaction, so every
+        // instance hears of it exactly when it becomes visible, and in commit order. The payload starts with the
+        // writer's application_name (its instance), so an instance skips what it did itself. Fixes go in chunks of
+        // 30, well under NOTIFY's 8,000-byte payload limit (tracker ids, of unbounded length, are left out).
+        """
+        CREATE FUNCTION flare_notify_share() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('flare_shares', current_setting('application_name') || ' ' || NEW.share_id);
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER shares_changed AFTER INSERT OR UPDATE ON shares FOR EACH ROW EXECUTE FUNCTION flare_notify_share();
+        CREATE FUNCTION flare_notify_fixes() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            chunk text;
+        BEGIN
+            FOR chunk IN
+                SELECT json_agg(json_build_array(s.share_id, n.tst, n.lat, n.lon, n.acc, n.alt, n.vel, n.cog, n.batt))::text
+                FROM (SELECT *, (row_number() OVER () - 1) / 30 AS part FROM new_fixes) n JOIN shares s ON s.id = n.share
+                GROUP BY n.part ORDER BY n.part
+            LOOP
+                PERFORM pg_notify('flare_fixes', current_setting('application_name') || ' ' || chunk);
+            END LOOP;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER fixes_stored AFTER INSERT ON fixes REFERENCING NEW TABLE AS new_fixes
+            FOR EACH STATEMENT EXECUTE FUNCTION flare_notify_fixes();
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -59,6 +90,8 @@ public final class PostgresShareStore: ShareStore {
     ///   - instance: this process's name in `pg_stat_activity` (and, for the change feed, whose changes are whose).
     public init(url: String, instance: String, connections: Int = 4) throws(StoreError) {
         description = StoreLocation.redacted(url)
+        self.url = url
+        self.instance = instance
         pool = try PostgresPool(conninfo: url, applicationName: instance, size: max(2, connections))
         try pool.with(operation: "migrate") { connection throws(StoreError) in try Self.migrate(connection) }
     }
@@ -243,6 +276,25 @@ public final class PostgresShareStore: ShareStore {
             Int(try connection.execute("SELECT count(*) FROM owner_keys", operation: "count owner keys").int64(0, 0))
         }
     }
+
+    // MARK: Several instances
+
+    public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {
+        listener.withLock { listener in
+            guard listener == nil else { return }
+            listener = PostgresListener(conninfo: url, instance: instance, handler: handler)
+        }
+    }
+
+    public func stopWatching() {
+        let running = listener.withLock { listener in
+            defer { listener = nil }
+            return listener
+        }
+        running?.stop()
+    }
+
+    deinit { stopWatching() }
 
     // MARK: After a failed write
 

@@ -80,6 +80,12 @@ public final class SQLiteShareStore: ShareStore {
     /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
     /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
     /// are ignored: the retried write reports the state.
+    // MARK: Several instances
+
+    /// One SQLite file serves one instance: nobody else changes it behind our back.
+    public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {}
+    public func stopWatching() {}
+
     public func recoverAfterFailedWrite() {
         database.withLock { db in
             try? db.execute("PRAGMA wal_autocheckpoint=1000")

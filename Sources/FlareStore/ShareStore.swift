@@ -40,6 +40,17 @@ public struct ShareListPosition: Sendable, Equatable {
     }
 }
 
+/// What another instance changed in a shared store, as the store reports it after the change is committed.
+public enum StoreChange: Sendable {
+    /// A share was created, extended, ended or purged: read it again.
+    case share(ShareID)
+    /// Fixes another instance stored (tracker ids left out), in commit order.
+    case fixes([(share: ShareID, fix: Fix)])
+    /// The feed was interrupted (the database restarted, the connection dropped): changes may have been missed, so
+    /// everything in memory is to be read again.
+    case resync
+}
+
 /// Flare's durable state: shares, their fixes and owner keys. Every conformance keeps the same guarantees, which
 /// `FlareStoreTests` checks for each:
 ///
@@ -85,6 +96,12 @@ public protocol ShareStore: Sendable {
     /// Whether a key with this hash exists (compared in constant time).
     func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool
     func ownerKeyCount() throws(StoreError) -> Int
+
+    // MARK: Several instances
+    /// Starts reporting what other instances change (`StoreChange`), on a thread of the store's own, in commit
+    /// order, until `stopWatching`. A store that only one instance uses (SQLite) never reports anything.
+    func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void)
+    func stopWatching()
 
     // MARK: After a failed write
     /// What the store can say about why writes fail, beyond its own error (e.g. "Read-only file system"); nil if

@@ -62,7 +62,15 @@ final class Daemon: Sendable {
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
                                   tokenKey: tokenKey, policy: policy, clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
-        let bridge = Bridge(client: client, ingestor: ingestor, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
+        // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
+        // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
+        // transaction as the write, so an instance hears of exactly what is stored, in commit order, even while the
+        // broker is away; the retained status topic stays what integrators follow).
+        let isShared: Bool
+        if case .postgresql = location { isShared = true } else { isShared = false }
+        let bridge = Bridge(client: client, ingestor: ingestor, shares: shares,
+                            subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
+                            metrics: metrics, logger: logger.with(label: "bridge"))
 
         // The free-space check watches the disk of the SQLite file; a database server watches its own.
         let space: StoreSpace?
@@ -89,7 +97,11 @@ final class Daemon: Sendable {
         // Started top to bottom, stopped bottom to top: HTTP stops taking requests first, then the bridge stops taking
         // MQTT messages, then the writer stores what is queued, and the expiry timers go last.
         services = ServiceGroup([
-            .init("shares (load, expiry timers)", start: { try shares.recover() }, stop: { _ in
+            .init("shares (load, expiry timers, other instances' changes)", start: {
+                try shares.recover()
+                shares.followOtherInstances()
+            }, stop: { _ in
+                shares.stopFollowing()
                 shares.stopScheduler()
                 return true
             }),

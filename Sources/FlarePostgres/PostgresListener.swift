@@ -1,0 +1,94 @@
+public import FlareCore
+public import FlareStore
+import FlareSystem
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The change feed of a shared database: a connection of its own that LISTENs on `flare_shares` and `flare_fixes`
+/// (see migration 2) and hands each notification from another instance to `handler`, in commit order, on its own
+/// thread. When the connection drops it reconnects (every second) and reports `.resync`, because what was
+/// announced meanwhile is gone.
+final class PostgresListener: Sendable {
+    private let stopRequested = Atomic<Bool>(false)
+    private let thread = Mutex<NamedThread?>(nil)
+
+    init(conninfo: String, instance: String, handler: @escaping @Sendable (StoreChange) -> Void) {
+        let started = NamedThread.start(name: "flare-pg-listen") { [self] in
+            run(conninfo: conninfo, instance: instance, handler: handler)
+        }
+        thread.withLock { $0 = started }
+    }
+
+    func stop() {
+        stopRequested.store(true, ordering: .relaxed)
+        let running = thread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }
+        running?.join()
+    }
+
+    private func run(conninfo: String, instance: String, handler: @Sendable (StoreChange) -> Void) {
+        var connection: PostgresConnection?
+        var firstConnection = true
+        while !stopRequested.load(ordering: .relaxed) {
+            if connection == nil {
+                do {
+                    let fresh = try PostgresConnection(conninfo: conninfo, applicationName: instance + "-listen")
+                    try fresh.execute("LISTEN flare_shares", operation: "listen")
+                    try fresh.execute("LISTEN flare_fixes", operation: "listen")
+                    connection = fresh
+                    if !firstConnection { handler(.resync) }
+                    firstConnection = false
+                } catch {
+                    firstConnection = false  // whatever happened before this connection is unknown
+                    sleepUnlessStopped(1000)
+                    continue
+                }
+            }
+            guard let listening = connection else { continue }
+            var descriptor = pollfd(fd: listening.socket, events: Int16(POLLIN), revents: 0)
+            _ = poll(&descriptor, 1, 500)  // half a second: `stop` is noticed that soon
+            do {
+                for notification in try listening.takeNotifications() {
+                    if let change = Self.change(from: notification, instance: instance) { handler(change) }
+                }
+            } catch {
+                connection = nil
+            }
+        }
+    }
+
+    /// `<instance> <share id>` or `<instance> <json array of fixes>`; nil for our own and for anything unreadable.
+    static func change(from notification: (channel: String, payload: String), instance: String) -> StoreChange? {
+        guard let space = notification.payload.firstIndex(of: " ") else { return nil }
+        guard notification.payload[..<space] != instance else { return nil }
+        let body = notification.payload[notification.payload.index(after: space)...]
+        switch notification.channel {
+        case "flare_shares":
+            return ShareID(String(body)).map(StoreChange.share)
+        case "flare_fixes":
+            guard let rows = (try? JSONValue.parse(Array(body.utf8)))?.arrayValue else { return nil }
+            let fixes: [(share: ShareID, fix: Fix)] = rows.compactMap { row in
+                guard let values = row.arrayValue, values.count == 9, let id = values[0].stringValue.flatMap(ShareID.init),
+                      let tst = values[1].doubleValue, let lat = values[2].doubleValue, let lon = values[3].doubleValue else { return nil }
+                return (id, Fix(latitude: lat, longitude: lon, timestamp: Int64(tst), accuracy: values[4].doubleValue,
+                                altitude: values[5].doubleValue, velocity: values[6].doubleValue, course: values[7].doubleValue,
+                                battery: values[8].doubleValue.map { Int($0) }))
+            }
+            return fixes.isEmpty ? nil : .fixes(fixes)
+        default:
+            return nil
+        }
+    }
+
+    private func sleepUnlessStopped(_ millis: Int) {
+        var left = millis
+        while left > 0 && !stopRequested.load(ordering: .relaxed) {
+            usleep(100_000)
+            left -= 100
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import FlareTestSupport
+import Foundation
+import Testing
+
+/// Two `flared` instances on one PostgreSQL database and one broker, as `make cluster` runs them: every instance
+/// answers every link, whichever one stored the fixes or changed the share.
+@Suite struct ClusterTests {
+    struct Cluster {
+        let broker: TestBroker
+        let a: FlaredProcess
+        let b: FlaredProcess
+        let databaseURL: String
+    }
+
+    /// A and B share the data directory (token key, owner key, broker password) and the database; each has its own
+    /// MQTT client id, so each keeps its own persistent session in the shared subscription.
+    func cluster(_ extra: [String: String] = [:]) throws -> Cluster {
+        let database = try TestPostgres.shared.get().makeDatabase()
+        let broker = try TestBroker()
+        let directory = try TempDirectory.make(prefix: "flare-cluster")
+        let a = try FlaredProcess(broker: broker, dataDirectory: directory,
+                                  extraEnvironment: ["FLARE_STORE_URL": database, "FLARE_MQTT_CLIENT_ID": "flared-a"].merging(extra) { $1 })
+        let b = try FlaredProcess(broker: broker, dataDirectory: directory,
+                                  extraEnvironment: ["FLARE_STORE_URL": database, "FLARE_MQTT_CLIENT_ID": "flared-b"].merging(extra) { $1 })
+        return Cluster(broker: broker, a: a, b: b, databaseURL: database)
+    }
+
+    func location(lat: Double, secondsAgo: Int = 0) -> String {
+        #"{"_type":"location","lat":\#(lat),"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970) - secondsAgo)}"#
+    }
+
+    func publish(_ cluster: Cluster, _ id: String, _ payload: String) throws {
+        let sent = try MosquittoClients.publish(port: cluster.broker.port, topic: "flare/v1/shares/\(id)/location", payload: payload)
+        #expect(sent.status == 0, "\(sent.stderr)")
+    }
+
+    @Test func anyInstanceAnswersForSharesAndFixesTheOtherHandled() throws {
+        let cluster = try cluster()
+        let created = try cluster.a.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"name":"Anna"}"#, bearer: cluster.a.ownerKey)
+        #expect(created.status == 201, "\(created.text)")
+        let id = try #require(created.json?["share_id"] as? String)
+        let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
+
+        // Created on A: B answers the link at once (from the store if its change feed has not told it yet).
+        #expect(try cluster.b.request("GET", "/api/v1/view/\(token)").status == 200)
+        let onB = try EventStreamReader(port: cluster.b.httpPort, path: "/api/v1/view/\(token)/events")
+        #expect(onB.waitFor { $0.contains { $0.name == "status" } })
+
+        // Fixes go to whichever instance the broker hands them to; both links and B's live viewers see each one,
+        // and the last position is the newest by tst, whoever stored it.
+        for (index, lat) in [48.1, 48.2, 48.3, 48.4].enumerated() { try publish(cluster, id, location(lat: lat, secondsAgo: 10 - index)) }
+        try publish(cluster, id, location(lat: 47.0, secondsAgo: 60))  // older, delivered late: not the last position
+        for instance in [cluster.a, cluster.b] {
+            #expect(eventually(timeout: .seconds(15)) {
+                let view = try? instance.request("GET", "/api/v1/view/\(token)")
+                let trail = (view?.json?["trail"] as? [[String: Any]]) ?? []
+                return trail.count == 5 && ((view?.json?["last"] as? [String: Any])?["lat"] as? Double) == 48.4
+            }, "\(instance.httpPort): \((try? instance.request("GET", "/api/v1/view/\(token)").text) ?? "")")
+        }
+        #expect(onB.waitFor { events in events.contains { $0.name == "fix" && $0.data.contains("48.4") } })
+        #expect(!onB.events.contains { $0.name == "fix" && $0.data.contains("47.0") })
+        let stored = try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM fixes")
+        #expect(stored == "5")
+
+        // Extended on A: B shows the new expiry.
+        let extended = try cluster.a.request("POST", "/api/v1/shares/\(id)/extend", body: #"{"duration_s":7200}"#, bearer: cluster.a.ownerKey)
+        let newExpiry = try #require(extended.json?["expires_at"] as? String)
+        #expect(eventually(timeout: .seconds(5)) {
+            (try? cluster.b.request("GET", "/api/v1/view/\(token)"))?.json?["expires_at"] as? String == newExpiry
+        })
+        #expect(onB.waitFor { $0.contains { $0.name == "status" && $0.data.contains(newExpiry) } })
+
+        // Stopped on B: A answers 410, and A's live viewers hear the end.
+        let onA = try EventStreamReader(port: cluster.a.httpPort, path: "/api/v1/view/\(token)/events")
+        #expect(onA.waitFor { $0.contains { $0.name == "status" } })
+        #expect(try cluster.b.request("POST", "/api/v1/shares/\(id)/stop", bearer: cluster.b.ownerKey).status == 200)
+        #expect(onA.waitFor { $0.contains { $0.name == "ended" && $0.data.contains("stopped") } })
+        #expect(eventually(timeout: .seconds(5)) { (try? cluster.a.request("GET", "/api/v1/view/\(token)"))?.status == 410 })
+        #expect(onB.waitFor { $0.contains { $0.name == "ended" } })
+    }
+
+    /// A share whose creator is down when it expires is ended by the other instance, once: one row update, one
+    /// ended status on the broker.
+    @Test func anExpiryIsEndedByAnotherInstanceWhenItsCreatorIsDown() throws {
+        let cluster = try cluster()
+        let created = try cluster.a.request("POST", "/api/v1/shares", body: #"{"duration_s":3}"#, bearer: cluster.a.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+        let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
+        #expect(try cluster.b.request("GET", "/api/v1/view/\(token)").status == 200)
+        cluster.a.kill()
+        #expect(eventually(timeout: .seconds(20)) {
+            let view = try? cluster.b.request("GET", "/api/v1/view/\(token)")
+            return view?.status == 410 && view?.json?["reason"] as? String == "expired"
+        })
+        #expect(eventually { (try? Retained.message(port: cluster.broker.port, topic: "flare/v1/shares/\(id)/status"))?.contains(#""state":"ended""#) == true })
+        #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT end_reason FROM shares WHERE share_id = '\(id)'") == "expired")
+        #expect(cluster.b.log.contains("share \(id) ended: expired"))
+    }
+}
