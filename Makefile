@@ -3,10 +3,15 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run test deps browser-deps bench-deps build plugin swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
+.PHONY: run cluster test deps browser-deps bench-deps build plugin swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build plugin
 	./scripts/run.sh
+
+# Two flared instances on a throwaway PostgreSQL (in the data directory) and one broker, with the demo share.
+# Honours FLARE_DATA_DIR (default ./data-cluster), FLARE_HTTP_ADDR (and the next port), FLARE_MQTT_PORT, FLARE_PG_PORT.
+cluster: deps build plugin
+	FLARE_INSTANCES=2 ./scripts/run.sh
 
 test: deps build plugin swift-test scripts-test browser-test chaos-quick fuzz
 

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # `make run`: broker + flared in the foreground, a demo share moved by `flare track`, and the viewer link.
-# Ctrl-C stops everything cleanly (flared drains: HTTP, then MQTT, then the store).
+# `make cluster` (FLARE_INSTANCES=2): a throwaway PostgreSQL in the data directory, the broker, two flared on
+# FLARE_HTTP_ADDR and the next port sharing the database and the location stream, and the demo share's link on each.
+# Ctrl-C stops everything cleanly (flared drains: HTTP, then MQTT, then the store), in reverse order of start.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
-export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data}
+instances=${FLARE_INSTANCES:-1}
+[[ $instances =~ ^[1-9]$ ]] || { echo "flare: FLARE_INSTANCES must be 1 to 9" >&2; exit 1; }
+if ((instances > 1)); then
+  export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data-cluster}
+else
+  export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data}
+fi
 export FLARE_MQTT_PORT=${FLARE_MQTT_PORT:-1884}
 export FLARE_HTTP_ADDR=${FLARE_HTTP_ADDR:-127.0.0.1:8080}
 mkdir -p "$FLARE_DATA_DIR"
@@ -42,19 +50,39 @@ pick_port FLARE_MQTT_TLS_PORT 8883 1
 pick_port FLARE_MQTT_WS_PORT 8083 2
 
 pids=()
+postgres_started=""
 stop_all() {
   trap - INT TERM EXIT
   echo "flare: stopping" >&2
   for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true; done
+  [ -z "$postgres_started" ] || "$here/scripts/postgres.sh" stop
 }
 # A signal during start-up stops what has started and goes no further.
 trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
 trap stop_all EXIT
 
-if port_taken "$http_port"; then
-  echo "flare: HTTP port $http_port is already in use; set FLARE_HTTP_ADDR (e.g. 127.0.0.1:8081)" >&2
-  exit 1
+http_host=${FLARE_HTTP_ADDR%:*}
+http_ports=()
+for ((n = 0; n < instances; n++)); do
+  port=$((http_port + n))
+  if port_taken "$port" || { ((n > 0)) && [[ $chosen == *" $port "* ]]; }; then
+    echo "flare: HTTP port $port is already in use; set FLARE_HTTP_ADDR (e.g. 127.0.0.1:8081; each further instance takes the next port)" >&2
+    exit 1
+  fi
+  http_ports+=("$port")
+done
+
+if ((instances > 1)); then
+  # The shared store. FLARE_PG_PORT: a free port from 15432 unless given.
+  if [ -z "${FLARE_PG_PORT:-}" ]; then
+    FLARE_PG_PORT=15432
+    while port_taken "$FLARE_PG_PORT" || [[ $chosen == *" $FLARE_PG_PORT "* ]]; do FLARE_PG_PORT=$((FLARE_PG_PORT + 1)); done
+  fi
+  export FLARE_PG_PORT
+  postgres_started=yes
+  FLARE_STORE_URL=$("$here/scripts/postgres.sh" start)
+  export FLARE_STORE_URL
 fi
 
 "$here/scripts/broker.sh" 2> >(sed -u 's/^/mosquitto: /' >&2) &
@@ -65,26 +93,46 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-"$bin/flared" &
-pids+=($!)
-for _ in $(seq 100); do
-  curl -fsS "http://127.0.0.1:$http_port/healthz" >/dev/null 2>&1 && break
-  kill -0 "${pids[1]}" 2>/dev/null || { echo "flare: flared did not start (see above)" >&2; exit 1; }
-  sleep 0.1
+# One flared per instance, each with its own HTTP port and MQTT client id (its own persistent session in the
+# shared subscription). The first makes the token key and the owner key; the others start once it is up.
+flared_pids=()
+for ((n = 0; n < instances; n++)); do
+  if ((instances > 1)); then
+    name=$(printf "\\$(printf %o $((97 + n)))")  # a, b, c, …
+    FLARE_HTTP_ADDR="$http_host:${http_ports[$n]}" FLARE_MQTT_CLIENT_ID=${FLARE_MQTT_CLIENT_ID:-flared}-$name \
+      "$bin/flared" 2> >(sed -u "s/^/flared-$name: /" >&2) &
+  else
+    "$bin/flared" &
+  fi
+  pids+=($!)
+  flared_pids+=($!)
+  for _ in $(seq 150); do
+    curl -fsS "http://127.0.0.1:${http_ports[$n]}/healthz" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "flare: flared did not start (see above)" >&2; exit 1; }
+    sleep 0.1
+  done
 done
 
 "$bin/flare" share create --name "Demo" --json > "$FLARE_DATA_DIR/demo-share.json"
 "$bin/flare" track --share-file "$FLARE_DATA_DIR/demo-share.json" --interval "${FLARE_DEMO_INTERVAL:-2}" --quiet &
 pids+=($!)
 link=$(sed -n 's/.*"share_url":"\([^"]*\)".*/\1/p' "$FLARE_DATA_DIR/demo-share.json")
+links=$link
+if ((instances > 1)); then
+  # The same link on each instance: any of them answers it.
+  token=${link##*/}
+  links=""
+  for port in "${http_ports[@]}"; do links+=$'\n'"      http://$http_host:$port/s/$token"; done
+  links+=$'\n'"    store:      PostgreSQL $FLARE_STORE_URL (data in $FLARE_DATA_DIR/postgres)"
+fi
 cat >&2 <<MSG
 
-  Flare is running.
-    viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $link
+  Flare is running$( ((instances > 1)) && echo " as $instances instances on one PostgreSQL").
+    viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $links
     owner key:  $FLARE_DATA_DIR/owner.key   (flare share create | show | stop | extend)
     broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
     metrics:    http://127.0.0.1:$http_port/metrics
   Ctrl-C stops everything.
 
 MSG
-wait "${pids[1]}"
+wait "${flared_pids[0]}"
