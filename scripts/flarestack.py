@@ -44,3 +44,39 @@ def stop_processes(*procs):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+class Postgres:
+    """A throwaway PostgreSQL (scripts/postgres.sh) in `directory`, on a free port; `url` names its database."""
+
+    def __init__(self, directory, durable=False):
+        self.env = dict(os.environ, FLARE_DATA_DIR=directory, FLARE_PG_PORT=str(free_port()))
+        os.makedirs(directory, exist_ok=True)
+        # As root the server runs as `postgres`, which must pass through the (private) temp directory above it.
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.chmod(parent, os.stat(parent).st_mode | 0o001)
+        self.url = self._script("start").strip()
+        if not durable:
+            # Fault tests quote no durability: no fsync. Benchmarks pass durable=True.
+            self.sql("ALTER SYSTEM SET fsync = off")
+            self.sql("SELECT pg_reload_conf()")
+
+    def _script(self, command):
+        result = subprocess.run([os.path.join(ROOT, "scripts", "postgres.sh"), command], env=self.env,
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"postgres.sh {command} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def start(self):
+        self._script("start")
+
+    def stop(self):
+        self._script("stop")
+
+    def sql(self, statement):
+        result = subprocess.run(["psql", self.url, "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", statement],
+                                capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            raise RuntimeError(f"psql: {result.stderr.strip()}")
+        return result.stdout.strip()

@@ -20,7 +20,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
+from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
+import threading  # noqa: E402
 
 BIN = os.path.join(ROOT, ".build", "debug")
 
@@ -110,6 +111,78 @@ class Stack:
 
     def stop(self):
         stop_processes(self.flared, self.broker)
+
+
+class ClusterStack:
+    """Two flared instances (A, B) on one PostgreSQL and one broker, as `make cluster` runs them."""
+
+    def __init__(self, work):
+        self.work = work
+        self.postgres = None
+        self.base = None
+        self.b = None
+        try:
+            self.postgres = Postgres(os.path.join(work, "pg"))
+            self.base = Stack(work, extra_env={"FLARE_STORE_URL": self.postgres.url, "FLARE_MQTT_CLIENT_ID": "flared-a"})
+            self.b = Stack.__new__(Stack)
+            self.b.work, self.b.data, self.b.mqtt_port, self.b.broker = work, self.base.data, self.base.mqtt_port, None
+            self.b.http_port = free_port()
+            self.b.env = dict(self.base.env, FLARE_HTTP_ADDR=f"{HOST}:{self.b.http_port}", FLARE_MQTT_CLIENT_ID="flared-b")
+            self.b.owner_key = self.base.owner_key
+            self.b.flared = None
+            self.b.start_flared = lambda: self._start_b()
+            self._start_b()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def a(self):
+        return self.base
+
+    def _start_b(self):
+        self.b.flared = subprocess.Popen([os.path.join(BIN, "flared")], env=self.b.env,
+                                         stdout=open(os.path.join(self.work, "flared-b.log"), "a"), stderr=subprocess.STDOUT)
+        wait_for(lambda: self.b.status("/healthz") == 200, 30, "flared B healthy")
+
+    def count(self, sql):
+        return int(self.postgres.sql(sql) or 0)
+
+    def stop(self):
+        if self.b:
+            stop_processes(self.b.flared)
+        if self.base:
+            self.base.stop()
+        if self.postgres:
+            self.postgres.stop()
+
+
+class LiveViewer:
+    """Reads a link's Server-Sent Events on a thread and notes when each `fix` event arrived."""
+
+    def __init__(self, stack, token):
+        self.arrivals = []
+        self.connection = http.client.HTTPConnection(HOST, stack.http_port, timeout=120)
+        self.connection.request("GET", f"/api/v1/view/{token}/events")
+        self.response = self.connection.getresponse()
+        assert self.response.status == 200, self.response.status
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for line in self.response:
+                if line.startswith(b"event: fix"):
+                    self.arrivals.append(time.monotonic())
+        except (OSError, ValueError, AttributeError):  # closed under the reader at the end of the case
+            pass
+
+    def largest_gap(self):
+        gaps = [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
+        return max(gaps) if gaps else float("inf")
+
+    def close(self):
+        self.connection.close()
 
 
 def bench_publish(stack, share_ids, count, rate, offset):
@@ -475,7 +548,85 @@ def case_link_abuse(work, quick):
         stack.stop()
 
 
-CASES = [("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("disk full", case_disk_full), ("read-only disk", case_read_only),
+def case_cluster_kill9(work, quick):
+    """Two instances share the stream; kill -9 of A several times during 1,000 QoS 1 fixes/s: every fix stored exactly
+    once, and B's live viewers keep receiving fixes (the largest gap is reported).
+
+    A's persistent session in the shared subscription keeps A's turn while it is down; A restarts with the same
+    client id and drains it, so nothing it had read and not stored is lost."""
+    cluster = ClusterStack(work)
+    viewer = None
+    try:
+        created = [cluster.a.create_share() for _ in range(10)]
+        shares = [share["share_id"] for share in created]
+        viewer = LiveViewer(cluster.b, created[0]["share_url"].rsplit("/", 1)[1])
+        seconds = 6 if quick else 20
+        kills = 2 if quick else 5
+        total = 1000 * seconds
+        pub = bench_publish(cluster.a, shares, total, 1000, 0)
+        for _ in range(kills):
+            time.sleep(seconds / (kills + 1))
+            cluster.a.flared.send_signal(signal.SIGKILL)
+            cluster.a.flared.wait()
+            time.sleep(0.3)
+            cluster.a.start_flared()
+        out, _ = pub.communicate(timeout=seconds + 60)
+        published = json.loads(out.strip().splitlines()[-1])["published"]
+        assert published == total, f"publisher handed over {published} of {total}"
+        count = lambda: cluster.count("SELECT count(*) FROM fixes")
+        try:
+            wait_for(lambda: count() >= total, 60, "every fix stored")
+        except AssertionError:
+            pass
+        time.sleep(1.0)
+        stored = count()
+        distinct = cluster.count("SELECT count(*) FROM (SELECT DISTINCT share, lat, lon FROM fixes) d")
+        assert stored == distinct, f"{stored - distinct} fixes stored twice"
+        assert stored == total, f"lost {total - stored} of {total} fixes"
+        received = len(viewer.arrivals)
+        # One share of ten gets a tenth of the stream: 100 fixes/s. Most of them must reach B's viewer live.
+        assert received >= seconds * 100 * 0.5, f"B's live viewer received only {received} fixes"
+        gap = viewer.largest_gap()
+        return (f"{kills} x kill -9 of A during {total} QoS 1 fixes at 1,000/s shared with B: stored {stored}, duplicates 0, "
+                f"lost 0; B's live viewer of one share received {received} fixes, largest gap {gap:.2f} s"), {
+                    "kills": kills, "published": total, "stored": stored, "viewer_fixes": received, "largest_gap_s": round(gap, 3)}
+    finally:
+        if viewer:
+            viewer.close()
+        cluster.stop()
+
+
+def case_cluster_postgres_restart(work, quick):
+    """PostgreSQL restarted mid-stream: /healthz says so on both instances meanwhile; nothing lost afterwards."""
+    cluster = ClusterStack(work)
+    try:
+        shares = [cluster.a.create_share()["share_id"] for _ in range(10)]
+        total = 4000 if quick else 20000
+        pub = bench_publish(cluster.a, shares, total, 1000, 0)
+        time.sleep(1.0)
+        cluster.postgres.stop()
+        down = time.monotonic()
+        for stack in (cluster.a, cluster.b):
+            wait_for(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
+                     "/healthz store=failing while PostgreSQL is down")
+            assert stack.status("/healthz") == 503
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - down)))
+        cluster.postgres.start()
+        for stack in (cluster.a, cluster.b):
+            wait_for(lambda: stack.status("/healthz") == 200, 60, "/healthz healthy once PostgreSQL is back")
+        pub.communicate(timeout=120)
+        wait_for(lambda: cluster.count("SELECT count(*) FROM fixes") >= total, 60, "every fix stored after the restart")
+        time.sleep(1.0)
+        stored = cluster.count("SELECT count(*) FROM fixes")
+        assert stored == total, f"stored {stored} of {total}"
+        return (f"PostgreSQL down for {time.monotonic() - down:.0f} s mid-stream: both instances /healthz 503 store=failing "
+                f"meanwhile, 200 after; all {total} fixes stored once"), {"published": total, "stored": stored}
+    finally:
+        cluster.stop()
+
+
+CASES = [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
+         ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
 
 
