@@ -157,6 +157,19 @@ public final class MQTTClient: @unchecked Sendable {
         if rc != MOSQ_ERR_NO_CONN.rawValue { try MQTTError.check(rc, "subscribe") }
     }
 
+    /// Forgets a subscription (it is not sent again on reconnect) and, when connected, sends UNSUBSCRIBE. Messages the
+    /// broker had already queued for this session still arrive.
+    public func unsubscribe(_ pattern: String) throws {
+        let connected = core.lock.withLock {
+            core.subscriptions.removeAll { $0.pattern == pattern }
+            return core.connected
+        }
+        guard connected else { return }
+        let rc = mosquitto_unsubscribe(handle, nil, pattern)
+        loop.wake()
+        if rc != MOSQ_ERR_NO_CONN.rawValue { try MQTTError.check(rc, "unsubscribe") }
+    }
+
     /// True once connected and every remembered subscription has its SUBACK on the current connection.
     /// Throws if the broker refused a subscription (e.g. an ACL denies it).
     public func waitUntilSubscribed(timeout: Duration) throws -> Bool {
@@ -226,17 +239,19 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Sends DISCONNECT (queued publishes already handed over are written first), stops the network thread
     /// and waits for it. Idempotent. Never call it from a handler: that thread would wait for itself.
-    public func disconnect() {
+    /// - Parameter endingSession: MQTT v5 only: the DISCONNECT sets the session expiry to 0, so the broker deletes
+    ///   the persistent session (and with it this client's place in shared subscriptions) instead of keeping it.
+    public func disconnect(endingSession: Bool = false) {
         lifecycle.withLock {
             guard running else { return }
             precondition(!core.isOnNetworkThread, "MQTTClient.disconnect() called from an MQTT callback")
-            Self.stopNetworkThread(loop, core)
+            Self.stopNetworkThread(loop, core, endingSession: endingSession)
             running = false
         }
     }
 
-    private static func stopNetworkThread(_ loop: NetworkLoop, _ core: ClientCore) {
-        loop.stop()  // sends DISCONNECT, wakes a reconnect back-off sleep and joins the thread
+    private static func stopNetworkThread(_ loop: NetworkLoop, _ core: ClientCore, endingSession: Bool = false) {
+        loop.stop(endingSession: endingSession)  // sends DISCONNECT, wakes a reconnect back-off sleep and joins the thread
         core.lock.withLock {
             core.connected = false
             core.networkThread = nil  // a later thread may get the same id

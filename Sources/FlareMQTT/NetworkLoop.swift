@@ -31,6 +31,8 @@ final class NetworkLoop: @unchecked Sendable {
     private var sleepingInPoll = false
     private var wakePending = false
     private var stopRequested = false
+    /// The DISCONNECT also ends the session (MQTT v5: session expiry 0), so the broker keeps nothing for it.
+    private var endSessionOnStop = false
     private var thread: NamedThread?
 
     static let packetsPerWakeup = 1024
@@ -67,9 +69,12 @@ final class NetworkLoop: @unchecked Sendable {
     }
 
     /// Has the loop send DISCONNECT (after whatever was queued before it) and waits for the thread to end.
-    func stop() {
+    func stop(endingSession: Bool = false) {
         guard let thread else { return }
-        wakeLock.withLock { stopRequested = true }
+        wakeLock.withLock {
+            stopRequested = true
+            endSessionOnStop = endingSession
+        }
         wake()
         thread.join()
         self.thread = nil
@@ -93,6 +98,17 @@ final class NetworkLoop: @unchecked Sendable {
 
     // MARK: - the loop, on its own thread
 
+    private func sendDisconnect() {
+        guard core.isV5, wakeLock.withLock({ endSessionOnStop }) else {
+            _ = mosquitto_disconnect(handle)
+            return
+        }
+        var properties: OpaquePointer?
+        _ = mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), 0)
+        _ = mosquitto_disconnect_v5(handle, 0, properties)
+        mosquitto_property_free_all(&properties)
+    }
+
     private var isStopRequested: Bool { wakeLock.withLock { stopRequested } }
 
     private func run() {
@@ -106,7 +122,7 @@ final class NetworkLoop: @unchecked Sendable {
             if stopping && stopDeadline == nil {
                 // Here rather than in stop(): this thread also reconnects, so the two cannot cross.
                 stopDeadline = monotonicMillis() + Self.stopGraceMillis
-                if socket >= 0 { _ = mosquitto_disconnect(handle) }
+                if socket >= 0 { sendDisconnect() }
             }
             if socket < 0 {
                 if stopping { break }

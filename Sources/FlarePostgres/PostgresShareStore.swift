@@ -82,6 +82,9 @@ public final class PostgresShareStore: ShareStore {
         CREATE TRIGGER fixes_stored AFTER INSERT ON fixes REFERENCING NEW TABLE AS new_fixes
             FOR EACH STATEMENT EXECUTE FUNCTION flare_notify_fixes();
         """,
+        // 3: the instances whose MQTT sessions the broker keeps (one client id per flared process), so that a live
+        // one can take over the session of one that died for good.
+        "CREATE TABLE instances (client_id TEXT PRIMARY KEY, process TEXT NOT NULL, last_seen BIGINT NOT NULL);",
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -278,6 +281,50 @@ public final class PostgresShareStore: ShareStore {
     }
 
     // MARK: Several instances
+
+    public func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool {
+        try pool.with(operation: "register instance") { connection throws(StoreError) in
+            try connection.execute("""
+                INSERT INTO instances (client_id, process, last_seen) VALUES ($1, $2, $3)
+                ON CONFLICT (client_id) DO UPDATE SET process = $2, last_seen = $3
+                WHERE instances.process = $2 OR instances.last_seen < $4
+                """, [clientID, process, String(now), String(now - staleAfter)], operation: "register instance").affected == 1
+        }
+    }
+
+    public func instanceProcess(_ clientID: String) throws(StoreError) -> String? {
+        try pool.with(operation: "read instance") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT process FROM instances WHERE client_id = $1", [clientID], operation: "read instance")
+            return rows.count == 1 ? rows.text(0, 0) : nil
+        }
+    }
+
+    @discardableResult
+    public func heartbeat(_ clientID: String, process: String, now: UnixMillis) throws(StoreError) -> Bool {
+        try pool.with(operation: "heartbeat") { connection throws(StoreError) in
+            try connection.execute("UPDATE instances SET last_seen = $1 WHERE client_id = $2 AND process = $3",
+                                   [String(now), clientID, process], operation: "heartbeat").affected == 1
+        }
+    }
+
+    public func claimStaleInstance(process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> String? {
+        try pool.with(operation: "claim instance") { connection throws(StoreError) in
+            // SKIP LOCKED: two instances looking at once claim different ones (or one claims and one finds none).
+            let rows = try connection.execute("""
+                UPDATE instances SET process = $1, last_seen = $2
+                WHERE client_id = (SELECT client_id FROM instances WHERE last_seen < $3 AND process <> $1
+                                   ORDER BY last_seen LIMIT 1 FOR UPDATE SKIP LOCKED)
+                RETURNING client_id
+                """, [process, String(now), String(now - staleAfter)], operation: "claim instance")
+            return rows.count == 1 ? rows.text(0, 0) : nil
+        }
+    }
+
+    public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
+        try pool.with(operation: "remove instance") { connection throws(StoreError) in
+            try connection.execute("DELETE FROM instances WHERE client_id = $1 AND process = $2", [clientID, process], operation: "remove instance")
+        }
+    }
 
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {
         listener.withLock { listener in

@@ -45,6 +45,8 @@ public final class SQLiteShareStore: ShareStore {
         """,
         // 2: `GET /api/v1/shares` lists newest first without sorting every share.
         "CREATE INDEX IF NOT EXISTS shares_newest ON shares(created_at DESC, id DESC);",
+        // 3: the instances whose MQTT sessions the broker keeps (one client id per flared process).
+        "CREATE TABLE IF NOT EXISTS instances (client_id TEXT PRIMARY KEY, process TEXT NOT NULL, last_seen INTEGER NOT NULL);",
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -81,6 +83,69 @@ public final class SQLiteShareStore: ShareStore {
     /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
     /// are ignored: the retried write reports the state.
     // MARK: Several instances
+
+    private func instanceUpdate(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement(sql)
+            defer { statement.reset() }
+            bind(statement)
+            try statement.run()
+            return db.changes
+        }
+    }
+
+    public func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool {
+        try instanceUpdate("""
+            INSERT INTO instances (client_id, process, last_seen) VALUES (?1, ?2, ?3)
+            ON CONFLICT (client_id) DO UPDATE SET process = ?2, last_seen = ?3 WHERE instances.process = ?2 OR instances.last_seen < ?4
+            """) { statement in
+            statement.bind(1, clientID)
+            statement.bind(2, process)
+            statement.bind(3, now)
+            statement.bind(4, now - staleAfter)
+        } == 1
+    }
+
+    public func instanceProcess(_ clientID: String) throws(StoreError) -> String? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT process FROM instances WHERE client_id = ?")
+            defer { statement.reset() }
+            statement.bind(1, clientID)
+            return try statement.step() ? statement.string(0) : nil
+        }
+    }
+
+    @discardableResult
+    public func heartbeat(_ clientID: String, process: String, now: UnixMillis) throws(StoreError) -> Bool {
+        try instanceUpdate("UPDATE instances SET last_seen = ?1 WHERE client_id = ?2 AND process = ?3") { statement in
+            statement.bind(1, now)
+            statement.bind(2, clientID)
+            statement.bind(3, process)
+        } == 1
+    }
+
+    public func claimStaleInstance(process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> String? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                UPDATE instances SET process = ?1, last_seen = ?2
+                WHERE client_id = (SELECT client_id FROM instances WHERE last_seen < ?3 AND process <> ?1 ORDER BY last_seen LIMIT 1)
+                RETURNING client_id
+                """)
+            defer { statement.reset() }
+            statement.bind(1, process)
+            statement.bind(2, now)
+            statement.bind(3, now - staleAfter)
+            guard try statement.step() else { return nil }
+            return statement.string(0)
+        }
+    }
+
+    public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
+        _ = try instanceUpdate("DELETE FROM instances WHERE client_id = ?1 AND process = ?2") { statement in
+            statement.bind(1, clientID)
+            statement.bind(2, process)
+        }
+    }
 
     /// One SQLite file serves one instance: nobody else changes it behind our back.
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {}

@@ -68,8 +68,9 @@ final class Daemon: Sendable {
         // broker is away; the retained status topic stays what integrators follow).
         let isShared: Bool
         if case .postgresql = location { isShared = true } else { isShared = false }
-        let bridge = Bridge(client: client, ingestor: ingestor, shares: shares,
+        let bridge = Bridge(client: client, options: mqttOptions, ingestor: ingestor, shares: shares,
                             subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
+                            staleAfterSeconds: try config.integer("FLARE_INSTANCE_STALE_AFTER_S"),
                             metrics: metrics, logger: logger.with(label: "bridge"))
 
         // The free-space check watches the disk of the SQLite file; a database server watches its own.
@@ -114,7 +115,10 @@ final class Daemon: Sendable {
                 }
                 return true
             }),
-            .init("MQTT bridge", start: { try bridge.start() }, stop: { _ in
+            .init("MQTT bridge", start: {
+                try bridge.start()
+                bridge.startMembership()
+            }, stop: { _ in
                 ingestor.prepareForShutdown()
                 bridge.stop()
                 return true

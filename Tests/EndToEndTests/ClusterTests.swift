@@ -96,4 +96,44 @@ import Testing
         #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT end_reason FROM shares WHERE share_id = '\(id)'") == "expired")
         #expect(cluster.b.log.contains("share \(id) ended: expired"))
     }
+
+    /// An instance that is stopped leaves the shared subscription first: what is published after goes to the others
+    /// at once, instead of waiting in its session for it to come back.
+    @Test func aStoppedInstanceLeavesTheStreamToTheOthers() throws {
+        let cluster = try cluster()
+        let created = try cluster.a.request("POST", "/api/v1/shares", body: "{}", bearer: cluster.a.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+        #expect(cluster.b.stop() == 0)
+        #expect(cluster.b.log.contains("left the shared subscription and ended this instance's broker session"), "\(cluster.b.log)")
+        for index in 0..<20 { try publish(cluster, id, location(lat: 40 + Double(index) / 100, secondsAgo: 30 - index)) }
+        #expect(eventually(timeout: .seconds(15)) {
+            (try? TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM fixes")) == "20"
+        })
+    }
+
+    /// An instance that dies for good (kill -9, never restarted) holds its turn of the shared subscription in its
+    /// broker session. Once it has been silent for FLARE_INSTANCE_STALE_AFTER_S, the other takes that session over,
+    /// stores what it held, and ends it: nothing lost, nothing twice.
+    @Test func theSessionOfAnInstanceThatDiedIsTakenOverAndDrained() throws {
+        let cluster = try cluster(["FLARE_INSTANCE_STALE_AFTER_S": "3"])
+        let created = try cluster.a.request("POST", "/api/v1/shares", body: "{}", bearer: cluster.a.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+        cluster.b.kill()
+        for index in 0..<40 { try publish(cluster, id, location(lat: 30 + Double(index) / 100, secondsAgo: 60 - index)) }
+        #expect(eventually(timeout: .seconds(30)) {
+            (try? TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM fixes")) == "40"
+        }, "\(cluster.a.log)")
+        #expect(eventually(timeout: .seconds(10)) { cluster.a.log.contains("took over instance flared-b") }, "\(cluster.a.log)")
+        #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM instances WHERE client_id = 'flared-b'") == "0")
+    }
+
+    /// Two processes with one client id would take the broker session from each other: the second is refused.
+    @Test func aSecondProcessWithTheSameClientIDIsRefused() throws {
+        let cluster = try cluster(["FLARE_INSTANCE_STALE_AFTER_S": "3"])
+        var environment = cluster.a.environment
+        environment["FLARE_HTTP_ADDR"] = "127.0.0.1:\(try FreePort.next())"
+        let third = try runCommand(try BuiltProducts.path("flared"), [], environment: environment, timeout: .seconds(60))
+        #expect(third.status == 1)
+        #expect(third.stderr.contains("another flared is running with FLARE_MQTT_CLIENT_ID=flared-a"), "\(third.stderr)")
+    }
 }

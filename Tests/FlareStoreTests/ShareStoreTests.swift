@@ -281,4 +281,23 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         #expect(StoreLocation.redacted("postgresql://flare:hunter2@db:5432/flare") == "postgresql://flare:***@db:5432/flare")
         #expect(StoreLocation.postgresql(url: "postgresql://u:pw@h/d").description == "PostgreSQL postgresql://u:***@h/d")
     }
+
+    /// One process per client id; a silent one is claimed by exactly one other, which then forgets it.
+    @Test(arguments: Engine.allCases) func instancesRegisterBeatAndAreTakenOverOnce(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        #expect(try store.registerInstance("flared-a", process: "h:1:x", now: 1_000, staleAfter: 20_000))
+        #expect(try !other.registerInstance("flared-a", process: "h:2:y", now: 2_000, staleAfter: 20_000))  // held, alive
+        #expect(try store.instanceProcess("flared-a") == "h:1:x")
+        #expect(try store.registerInstance("flared-b", process: "h:2:y", now: 2_000, staleAfter: 20_000))
+        #expect(try store.heartbeat("flared-a", process: "h:1:x", now: 10_000))
+        #expect(try !store.heartbeat("flared-a", process: "h:9:z", now: 10_000))
+        // b goes silent; a, still beating, is not claimed; b is claimed once.
+        #expect(try store.heartbeat("flared-a", process: "h:1:x", now: 40_000))
+        #expect(try store.claimStaleInstance(process: "h:1:x", now: 40_000, staleAfter: 20_000) == "flared-b")
+        #expect(try other.claimStaleInstance(process: "h:3:w", now: 40_000, staleAfter: 20_000) == nil)
+        try store.removeInstance("flared-b", process: "h:1:x")
+        #expect(try store.instanceProcess("flared-b") == nil)
+        // A silent holder gives its id to the next process that asks.
+        #expect(try other.registerInstance("flared-a", process: "h:5:v", now: 70_000, staleAfter: 20_000))
+    }
 }
