@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
+from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
 
 RELEASE = os.path.join(ROOT, ".build", "release")
 
@@ -38,19 +38,23 @@ def rss_mb(pid):
 class Stack:
     """A broker and flared, each a child process, in one temp data directory."""
 
-    def __init__(self, work):
+    def __init__(self, work, postgres=None):
         self.work = work
         self.data = os.path.join(work, "data")
         os.makedirs(self.data)
         self.mqtt_port = free_port()
         self.http_port = free_port()
+        self.postgres = postgres
         env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
                    FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_LOG_LEVEL="warning",
                    # The benchmarks measure throughput, not the link rate limits (the fault tests check those).
                    FLARE_LINK_RATE_PER_ADDRESS="1000000/1000000", FLARE_LINK_RATE_PER_TOKEN="1000000/1000000",
                    FLARE_MAX_DURATION_S="86400", FLARE_DEFAULT_DURATION_S="86400")
+        if postgres:
+            env.update(FLARE_STORE_URL=postgres.url, FLARE_MQTT_CLIENT_ID="flared-a")
         self.env = env
         self.conn = None
+        self.second = None
         write_bench_password(os.path.join(self.data, "broker"))
         self.broker = self.flared = None
         try:
@@ -94,14 +98,36 @@ class Stack:
         return total
 
     def stored_fixes(self):
+        if self.postgres:
+            return int(self.postgres.sql("SELECT count(*) FROM fixes"))
         db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
         try:
             return db.execute("SELECT count(*) FROM fixes").fetchone()[0]
         finally:
             db.close()
 
+    def start_second(self):
+        """A second flared on the same PostgreSQL and broker (instance B): (its HTTP port, its process)."""
+        port = free_port()
+        env = dict(self.env, FLARE_HTTP_ADDR=f"{HOST}:{port}", FLARE_MQTT_CLIENT_ID="flared-b")
+        self.second = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
+                                       stdout=open(os.path.join(self.work, "flared-b.log"), "w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: http_status(port, "/healthz") == 200, 20, "flared B")
+        return port
+
     def stop(self):
-        stop_processes(self.flared, self.broker)
+        stop_processes(self.second, self.flared, self.broker)
+
+
+def http_status(port, path):
+    try:
+        conn = http.client.HTTPConnection(HOST, port, timeout=10)
+        conn.request("GET", path)
+        status = conn.getresponse().status
+        conn.close()
+        return status
+    except OSError:
+        return 0
 
 
 def wait_for(check, seconds, what):
@@ -530,11 +556,81 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
     return rows
 
 
+def bench_postgres(work, cfg, only, rows):
+    """The same ingest benchmarks with the PostgreSQL store (durable: fsync on), share creation with many live shares
+    on it, and two instances sharing the stream. Two cores run the broker, the publisher, both flared and the database,
+    so two instances show correctness and cost, not a speed-up."""
+    postgres = Postgres(os.path.join(work, "pg"), durable=True)
+    stack = None
+    try:
+        stack = Stack(os.path.join(work, "pg-stack"), postgres=postgres)
+        total, share_count = cfg["ingest"]
+        shares, _ = create_shares(stack, share_count)
+        if "pg-ingest" in only:
+            for qos in (1, 0):
+                row = bench_ingest(stack, shares, total, qos, 40_000, cfg["rounds"])
+                row["name"] += " (PostgreSQL)"
+                rows.append(row)
+                print_row(row)
+        if "pg-scale" in only:
+            level = cfg["levels"][-1]
+            new, took = create_shares(stack, level - len(shares))
+            shares.extend(new)
+            burst = max(500, min(5000, level // 10))
+            extra, took = create_shares(stack, burst)
+            shares.extend(extra)
+            rows.append({"name": f"scale {level} shares (PostgreSQL)", "live_shares": int(stack.metric("flare_shares_active")),
+                         "flared_rss_mb": round(rss_mb(stack.flared.pid), 1), "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1),
+                         "create_per_s": round(burst / took), "target": "create >= 2000/s", "pass": burst / took >= 2000})
+            print_row(rows[-1])
+        if "cluster" in only:
+            port_b = stack.start_second()
+            row = bench_ingest(stack, shares[:share_count], total // 2, 1, 40_000, 1)
+            row["name"] = "ingest QoS 1, two instances"
+            row["target"] = ">= 0.5 (correctness and cost)"
+            row["pass"] = row["ratio"] >= 0.5
+            rows.append(row)
+            print_row(row)
+            rows.append(bench_create_to_other(stack, port_b, 200))
+            print_row(rows[-1])
+    finally:
+        if stack:
+            stack.stop()
+        postgres.stop()
+
+
+def bench_create_to_other(stack, port_b, count):
+    """Create on A, then ask B for the link until it answers 200: how long until the other instance knows a share."""
+    latencies = []
+    headers = {"Authorization": f"Bearer {stack.owner_key}", "Content-Type": "application/json"}
+    conn_b = http.client.HTTPConnection(HOST, port_b, timeout=10)
+    for _ in range(count):
+        status, body = stack.request("POST", "/api/v1/shares", json.dumps({"duration_s": 600}).encode(), headers)
+        assert status == 201, status
+        token = json.loads(body)["share_url"].rsplit("/", 1)[1]
+        started = time.monotonic()
+        while True:
+            conn_b.request("GET", f"/api/v1/view/{token}")
+            response = conn_b.getresponse()
+            response.read()
+            if response.status == 200:
+                break
+            if time.monotonic() - started > 5:
+                raise SystemExit("bench: instance B did not know a share 5 s after A created it")
+        latencies.append((time.monotonic() - started) * 1000)
+    conn_b.close()
+    latencies.sort()
+    return {"name": "create on A, answered by B", "shares": count, "p50_ms": round(percentile(latencies, 50), 2),
+            "p99_ms": round(percentile(latencies, 99), 2), "max_ms": round(latencies[-1], 2), "target": "p99 < 1000 ms",
+            "pass": percentile(latencies, 99) < 1000}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
-    parser.add_argument("--only", default="ingest,latency,view,scale",
-                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale")
+    parser.add_argument("--only", default="ingest,latency,view,scale,pg-ingest,pg-scale,cluster",
+                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, "
+                             "pg-ingest, pg-scale, cluster (the last three on PostgreSQL)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -570,8 +666,13 @@ def main():
             for row in bench_scale(stack, shares, cfg["levels"], cfg["viewers"], 1000, cfg["viewer_s"]):
                 rows.append(row)
                 print_row(row)
-    finally:
         stack.stop()
+        stack = None
+        if only & {"pg-ingest", "pg-scale", "cluster"}:
+            bench_postgres(work, cfg, only, rows)
+    finally:
+        if stack:
+            stack.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -600,6 +701,8 @@ def print_table(rows):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("view"):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
+        elif name.startswith("create on A"):
+            cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("scale"):
             cells = (f"{r['flared_rss_mb']} MB", f"mosq {r['mosquitto_rss_mb']} MB", f"create {r['create_per_s']:,}/s, MQTT rtt max {r.get('probe_max_ms', '?')} ms")
         else:
