@@ -58,6 +58,7 @@ final class ShareRegistry: Sendable {
     private struct State {
         var entries: [ShareID: Entry] = [:]
         var byViewHash: [SecretHash: ShareID] = [:]
+        var byRow: [Int64: ShareID] = [:]
         var nextSubscriberID = 1
         var activeCount = 0
         var viewerCount = 0
@@ -77,6 +78,7 @@ final class ShareRegistry: Sendable {
             if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
             state.entries[stored.share.id] = entry
             state.byViewHash[stored.share.viewTokenHash] = stored.share.id
+            state.byRow[stored.row] = stored.share.id
             if stored.share.isActive { state.activeCount += 1 }
         }
     }
@@ -86,6 +88,7 @@ final class ShareRegistry: Sendable {
         state.withLock { state in
             guard let entry = state.entries.removeValue(forKey: id) else { return }
             state.byViewHash[entry.share.viewTokenHash] = nil
+            state.byRow[entry.row] = nil
             if entry.share.isActive { state.activeCount -= 1 }
             state.viewerCount -= entry.subscribers.count
         }
@@ -134,6 +137,15 @@ final class ShareRegistry: Sendable {
     /// deliver fixes it buffered while offline); viewers hear only about a new last position.
     public func record(_ fix: Fix, for id: ShareID) {
         record([(id, fix)])
+    }
+
+    /// Records fixes another instance stored, named by share row; fixes of shares not in memory are skipped (they
+    /// are read from the store when the share is first asked for).
+    func record(rows fixes: [(shareRow: Int64, fix: Fix)]) {
+        let named: [(share: ShareID, fix: Fix)] = state.withLock { state in
+            fixes.compactMap { entry in state.byRow[entry.shareRow].map { ($0, entry.fix) } }
+        }
+        record(named)
     }
 
     /// Records a batch of stored fixes, in order, under one lock; viewers are told after it is released.

@@ -56,6 +56,8 @@ public final class ShareService: Sendable {
     public enum Job: Hashable, Sendable {
         case expire(ShareID)
         case purge(ShareID)
+        /// With a shared store: end the expired shares no instance has ended (see `sweepExpired`).
+        case sweep
     }
 
     public struct Created: Sendable {
@@ -108,6 +110,7 @@ public final class ShareService: Sendable {
         switch job {
         case .expire(let id): end(id, reason: .expired)
         case .purge(let id): purge(id)
+        case .sweep: sweepExpired()
         }
     }
 
@@ -252,11 +255,26 @@ public final class ShareService: Sendable {
 
     // MARK: Several instances
 
-    /// Follows what other instances change in a shared store (`ShareStore.watchChanges`): their shares, ends,
-    /// extensions and purges, and the fixes they stored, so that this instance's links, live viewers and expiry
-    /// timers agree with the store. Call once, after `recover`.
+    /// Follows what other instances change in a shared store (`ShareStore.watchChanges`): their ends, extensions and
+    /// purges, and the fixes they stored, so that this instance's links, live viewers and expiry timers agree with
+    /// the store. Call once, before `recover`, so that nothing committed between the two is missed.
     public func followOtherInstances() {
         store.watchChanges { [weak self] change in self?.apply(change) }
+        if store.isShared { schedule(.sweep, at: clock.now() + Self.sweepMillis) }
+    }
+
+    /// How often an instance looks for expired shares that no instance ended.
+    static let sweepMillis: Int64 = 10_000
+
+    /// A share's expiry is scheduled on every instance that knows it, but a share created on an instance that died
+    /// before its expiry may be known to no other: every instance looks for such shares now and then, and whichever
+    /// ends one first announces it (the store's `markEnded` says who).
+    private func sweepExpired() {
+        defer { schedule(.sweep, at: clock.now() + Self.sweepMillis) }
+        guard let expired = try? store.expiredActiveShares(now: clock.now(), limit: 1000) else { return }
+        for stored in expired {
+            adopt(stored)  // schedules its expiry, which has passed: the scheduler runs it at once
+        }
     }
 
     public func stopFollowing() { store.stopWatching() }
@@ -267,7 +285,7 @@ public final class ShareService: Sendable {
             guard let stored = try? store.share(id: id) else { return }
             adopt(stored)
         case .fixes(let fixes):
-            registry.record(fixes)
+            registry.record(rows: fixes)
         case .resync:
             resync()
         }

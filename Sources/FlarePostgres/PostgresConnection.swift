@@ -1,5 +1,5 @@
 internal import CLibPQ
-public import FlareStore
+import FlareStore
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -13,12 +13,26 @@ import Glibc
 final class PostgresListener: Sendable {
     private let stopRequested = Atomic<Bool>(false)
     private let thread = Mutex<NamedThread?>(nil)
+    /// Set once the first attempt to LISTEN has succeeded or failed.
+    private let firstAttempt = ConditionLock()
+    private let firstAttemptDone = Mutex(false)
 
+    /// Returns once listening (or after the first attempt failed, or 5 s): what is committed from then on is heard.
     init(conninfo: String, instance: String, handler: @escaping @Sendable (StoreChange) -> Void) {
         let started = NamedThread.start(name: "flare-pg-listen") { [self] in
             run(conninfo: conninfo, instance: instance, handler: handler)
         }
         thread.withLock { $0 = started }
+        firstAttempt.withLock {
+            _ = firstAttempt.wait(timeout: .seconds(5)) { firstAttemptDone.withLock { $0 } }
+        }
+    }
+
+    private func firstAttemptFinished() {
+        firstAttempt.withLock {
+            firstAttemptDone.withLock { $0 = true }
+            firstAttempt.broadcast()
+        }
     }
 
     func stop() {
@@ -42,8 +56,10 @@ final class PostgresListener: Sendable {
                     connection = fresh
                     if !firstConnection { handler(.resync) }
                     firstConnection = false
+                    firstAttemptFinished()
                 } catch {
                     firstConnection = false  // whatever happened before this connection is unknown
+                    firstAttemptFinished()
                     sleepUnlessStopped(1000)
                     continue
                 }
@@ -70,13 +86,14 @@ final class PostgresListener: Sendable {
         case "flare_shares":
             return ShareID(String(body)).map(StoreChange.share)
         case "flare_fixes":
-            guard let rows = (try? JSONValue.parse(Array(body.utf8)))?.arrayValue else { return nil }
-            let fixes: [(share: ShareID, fix: Fix)] = rows.compactMap { row in
-                guard let values = row.arrayValue, values.count == 9, let id = values[0].stringValue.flatMap(ShareID.init),
-                      let tst = values[1].doubleValue, let lat = values[2].doubleValue, let lon = values[3].doubleValue else { return nil }
-                return (id, Fix(latitude: lat, longitude: lon, timestamp: Int64(tst), accuracy: values[4].doubleValue,
-                                altitude: values[5].doubleValue, velocity: values[6].doubleValue, course: values[7].doubleValue,
-                                battery: values[8].doubleValue.map { Int($0) }))
+            // row,tst,lat,lon,acc,alt,vel,cog,batt;… (see migration 2)
+            let fixes: [(shareRow: Int64, fix: Fix)] = body.split(separator: ";").compactMap { row in
+                let values = row.split(separator: ",", omittingEmptySubsequences: false)
+                guard values.count == 9, let share = Int64(values[0]), let tst = Int64(values[1]),
+                      let lat = Double(values[2]), let lon = Double(values[3]) else { return nil }
+                return (share, Fix(latitude: lat, longitude: lon, timestamp: tst, accuracy: Double(values[4]),
+                                   altitude: Double(values[5]), velocity: Double(values[6]), course: Double(values[7]),
+                                   battery: Int(values[8])))
             }
             return fixes.isEmpty ? nil : .fixes(fixes)
         default:

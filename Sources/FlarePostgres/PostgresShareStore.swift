@@ -57,22 +57,29 @@ public final class PostgresShareStore: ShareStore {
         """,
         // 2: the change feed. Each committed change is announced with NOTIFY, in the same transaction, so every
         // instance hears of it exactly when it becomes visible, and in commit order. The payload starts with the
-        // writer's application_name (its instance), so an instance skips what it did itself. Fixes go in chunks of
-        // 30, well under NOTIFY's 8,000-byte payload limit (tracker ids, of unbounded length, are left out).
+        // writer's application_name (its instance), so an instance skips what it did itself.
+        // - Shares: on UPDATE only (extended, ended, purged). A transaction that notifies holds a database-wide lock
+        //   until it has committed, so notifying each creation would give up group commit (1,800 creations/s here
+        //   instead of 3,000); another instance learns of a new share when it is first asked for it, and a sweep
+        //   ends the expired ones nobody asked for.
+        // - Fixes: `row,tst,lat,lon,acc,alt,vel,cog,batt` (empty when NULL) joined by `;`, 30 to a notification,
+        //   under NOTIFY's 8,000-byte limit whatever the numbers; tracker ids (unbounded text) are left out. Plain text
+        //   costs the writer half what JSON did (1 µs a fix instead of 2.4).
         """
         CREATE FUNCTION flare_notify_share() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             PERFORM pg_notify('flare_shares', current_setting('application_name') || ' ' || NEW.share_id);
             RETURN NULL;
         END $$;
-        CREATE TRIGGER shares_changed AFTER INSERT OR UPDATE ON shares FOR EACH ROW EXECUTE FUNCTION flare_notify_share();
+        CREATE TRIGGER shares_changed AFTER UPDATE ON shares FOR EACH ROW EXECUTE FUNCTION flare_notify_share();
         CREATE FUNCTION flare_notify_fixes() RETURNS trigger LANGUAGE plpgsql AS $$
         DECLARE
             chunk text;
         BEGIN
             FOR chunk IN
-                SELECT json_agg(json_build_array(s.share_id, n.tst, n.lat, n.lon, n.acc, n.alt, n.vel, n.cog, n.batt))::text
-                FROM (SELECT *, (row_number() OVER () - 1) / 30 AS part FROM new_fixes) n JOIN shares s ON s.id = n.share
+                SELECT string_agg(concat_ws(',', n.share, n.tst, n.lat, n.lon, coalesce(n.acc::text, ''), coalesce(n.alt::text, ''),
+                                            coalesce(n.vel::text, ''), coalesce(n.cog::text, ''), coalesce(n.batt::text, '')), ';')
+                FROM (SELECT *, (row_number() OVER () - 1) / 30 AS part FROM new_fixes) n
                 GROUP BY n.part ORDER BY n.part
             LOOP
                 PERFORM pg_notify('flare_fixes', current_setting('application_name') || ' ' || chunk);
@@ -281,6 +288,13 @@ public final class PostgresShareStore: ShareStore {
     }
 
     // MARK: Several instances
+
+    public var isShared: Bool { true }
+
+    public func expiredActiveShares(now: UnixMillis, limit: Int) throws(StoreError) -> [StoredShare] {
+        try selectShares("WHERE ended_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2", [String(now), String(limit)],
+                         operation: "find expired shares")
+    }
 
     public func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "register instance") { connection throws(StoreError) in

@@ -147,7 +147,11 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    /// One SQLite file serves one instance: nobody else changes it behind our back.
+    /// One SQLite file serves one instance: nobody else changes it behind our back, and that instance has every
+    /// active share's expiry scheduled.
+    public var isShared: Bool { false }
+    public func expiredActiveShares(now: UnixMillis, limit: Int) throws(StoreError) -> [StoredShare] { [] }
+
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {}
     public func stopWatching() {}
 

@@ -44,8 +44,8 @@ public struct ShareListPosition: Sendable, Equatable {
 public enum StoreChange: Sendable {
     /// A share was created, extended, ended or purged: read it again.
     case share(ShareID)
-    /// Fixes another instance stored (tracker ids left out), in commit order.
-    case fixes([(share: ShareID, fix: Fix)])
+    /// Fixes another instance stored (by share row; tracker ids left out), in commit order.
+    case fixes([(shareRow: Int64, fix: Fix)])
     /// The feed was interrupted (the database restarted, the connection dropped): changes may have been missed, so
     /// everything in memory is to be read again.
     case resync
@@ -113,6 +113,12 @@ public protocol ShareStore: Sendable {
     func claimStaleInstance(process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> String?
     /// Forgets the instance once its session is ended.
     func removeInstance(_ clientID: String, process: String) throws(StoreError)
+
+    /// Whether several instances may share this store (and so change it behind each other's back).
+    var isShared: Bool { get }
+    /// Active shares whose expiry has passed: with several instances, those that no instance ended (their creator
+    /// died, and no other had been asked for them).
+    func expiredActiveShares(now: UnixMillis, limit: Int) throws(StoreError) -> [StoredShare]
 
     /// Starts reporting what other instances change (`StoreChange`), on a thread of the store's own, in commit
     /// order, until `stopWatching`. A store that only one instance uses (SQLite) never reports anything.

@@ -99,8 +99,8 @@ final class Daemon: Sendable {
         // MQTT messages, then the writer stores what is queued, and the expiry timers go last.
         services = ServiceGroup([
             .init("shares (load, expiry timers, other instances' changes)", start: {
-                try shares.recover()
                 shares.followOtherInstances()
+                try shares.recover()
             }, stop: { _ in
                 shares.stopFollowing()
                 shares.stopScheduler()

@@ -136,4 +136,16 @@ import Testing
         #expect(third.status == 1)
         #expect(third.stderr.contains("another flared is running with FLARE_MQTT_CLIENT_ID=flared-a"), "\(third.stderr)")
     }
+
+    /// `flare keys create` writes to whichever store FLARE_STORE_URL names; the key works on every instance at once.
+    @Test func keysMadeByTheCommandLineWorkOnEveryInstance() throws {
+        let cluster = try cluster()
+        let made = try cluster.a.flare(["keys", "create", "--label", "ops"])
+        #expect(made.status == 0, "\(made.stderr)")
+        let key = made.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        for instance in [cluster.a, cluster.b] {
+            #expect(try instance.request("POST", "/api/v1/shares", body: "{}", bearer: key).status == 201)
+        }
+        #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM owner_keys WHERE label = 'ops'") == "1")
+    }
 }

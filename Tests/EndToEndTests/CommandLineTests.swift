@@ -27,6 +27,17 @@ import Testing
         environment["FLARE_MAX_DURATION_S"] = "forever"
         result = try runCommand(flared, [], environment: environment)
         #expect(result.status == 1 && result.stderr.contains("FLARE_MAX_DURATION_S"))
+        environment["FLARE_MAX_DURATION_S"] = nil
+        // A database that is not there: one line naming the setting, never the password; nothing left running.
+        let closed = try FreePort.next()
+        environment["FLARE_STORE_URL"] = "postgresql://flare:pa55word-x@127.0.0.1:\(closed)/flare"
+        result = try runCommand(flared, [], environment: environment)
+        #expect(result.status == 1, "\(result.stderr)")
+        #expect(result.stderr.contains("cannot open the store (FLARE_STORE_URL: PostgreSQL postgresql://flare:***@127.0.0.1:\(closed)/flare)"), "\(result.stderr)")
+        #expect(!result.stderr.contains("pa55word") && result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        environment["FLARE_STORE_URL"] = "mysql://root:pa55word-x@db/flare"
+        result = try runCommand(flared, [], environment: environment)
+        #expect(result.status == 1 && result.stderr.contains("FLARE_STORE_URL must be postgresql://") && !result.stderr.contains("pa55word"), "\(result.stderr)")
     }
 
     @Test func aTakenPortIsAClearError() throws {

@@ -185,9 +185,12 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
             insert.bind(5, share.expiresAt)
             try insert.run()
             insert.reset()
+            try old.execute("INSERT INTO fixes (share, tst, lat, lon, acc, received_at) VALUES (1, 100, 48.1, 11.5, 5, 101)")
         }
         let store = try SQLiteShareStore(path: path)
-        #expect(try store.share(id: share.id)?.share == share)
+        let upgraded = try #require(try store.share(id: share.id))
+        #expect(upgraded.share == share)
+        #expect(try store.recentFixes(row: upgraded.row, limit: 10) == [Fix(latitude: 48.1, longitude: 11.5, timestamp: 100, accuracy: 5)])
         let check = try SQLiteDatabase(path: path)
         let version = try check.statement("PRAGMA user_version")
         _ = try version.step()

@@ -91,8 +91,15 @@ class Stack:
             return 0, b""
 
     def metric(self, name):
+        """Summed over the instances (with a second one, each stores part of the stream)."""
+        texts = [self.request("GET", "/metrics")[1].decode()]
+        if self.second:
+            conn = http.client.HTTPConnection(HOST, self.second_port, timeout=30)
+            conn.request("GET", "/metrics")
+            texts.append(conn.getresponse().read().decode())
+            conn.close()
         total = 0.0
-        for line in self.request("GET", "/metrics")[1].decode().splitlines():
+        for line in "\n".join(texts).splitlines():
             if line.startswith(name) and (line[len(name)] in " {"):
                 total += float(line.rsplit(" ", 1)[1])
         return total
@@ -113,6 +120,7 @@ class Stack:
         self.second = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
                                        stdout=open(os.path.join(self.work, "flared-b.log"), "w"), stderr=subprocess.STDOUT)
         wait_for(lambda: http_status(port, "/healthz") == 200, 20, "flared B")
+        self.second_port = port
         return port
 
     def stop(self):
