@@ -80,6 +80,8 @@ public final class ShareService: Sendable {
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
+    /// Owner keys found in the store, until when they are believed without asking again (see `isOwnerKey`).
+    private let knownOwnerKeys = Mutex<[SecretHash: Int64]>([:])
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
@@ -391,11 +393,23 @@ public final class ShareService: Sendable {
         }
     }
 
-    /// Whether `key` is a current owner key. Unknown or malformed keys cost one hash and one indexed lookup.
+    /// Whether `key` is a current owner key. Unknown or malformed keys cost one hash and one indexed lookup. A key
+    /// found is remembered for `ownerKeyMemoryMillis`: on a database server the lookup is a round trip, and an app
+    /// creating shares would pay it on every request. (Keys are never deleted today; when they can be, a deletion
+    /// must also clear this memory on every instance.)
     public func isOwnerKey(_ key: String) -> Bool {
         guard OwnerKey.isWellFormed(key) else { return false }
-        return (try? store.ownerKeyExists(hash: SecretHash(of: key))) ?? false
+        let hash = SecretHash(of: key)
+        let now = monotonicMillis()
+        if let until = knownOwnerKeys.withLock({ $0[hash] }), now < until { return true }
+        guard (try? store.ownerKeyExists(hash: hash)) ?? false else { return false }
+        knownOwnerKeys.withLock { known in
+            if known.count >= 1_000 { known.removeAll(keepingCapacity: true) }
+            known[hash] = now + Self.ownerKeyMemoryMillis
+        }
+        return true
     }
+    static let ownerKeyMemoryMillis: Int64 = 10_000
 
     /// The view document of a share with history, rendered once per change of the share and then served from
     /// memory: rendering the trail's numbers dominated the view endpoint's CPU time, and a share changes far less
