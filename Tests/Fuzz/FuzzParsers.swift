@@ -9,11 +9,13 @@ import FlareCrypto
 private let key = Array("fuzz-key-fuzz-key-fuzz-key-fuzz!".utf8)
 private let proxies = try! TrustedProxies(parsing: "127.0.0.1,::1,10.0.0.0/8,2001:db8::/32")
 private let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+/// The parser as flared configures it by default.
+private let parser = try! LocationPayloadParser(Configuration.defaults(FlaredSettings.all))
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzParsers(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
-    _ = LocationPayloadParser().parse(bytes, receivedAt: 1_800_000_000_000, shareCreatedAt: 1_799_999_000_000)
+    _ = parser.parse(bytes, receivedAt: 1_800_000_000_000, shareCreatedAt: 1_799_999_000_000)
     let parsed = try? JSONValue.parse(bytes)
     // The member walk the ingest path uses must accept exactly what the parser does, with the same members.
     var members: [String: JSONValue] = [:]

@@ -9,12 +9,14 @@ out=$here/.build/fuzz
 swiftc=${SWIFTC:-$(command -v swiftc || echo /opt/swift/usr/bin/swiftc)}
 mkdir -p "$out/corpus"
 flags=(-sanitize=fuzzer,address -parse-as-library -O -g -wmo -I "$out" -I "$here/Sources/COpenSSL")
-# The two modules the parsers live in, then the fuzz target linked against them and libcrypto.
-"$swiftc" "${flags[@]}" -module-name FlareCrypto -emit-module -emit-module-path "$out/FlareCrypto.swiftmodule" \
-  -emit-object -o "$out/FlareCrypto.o" "$here"/Sources/FlareCrypto/*.swift 2> >(grep -v "ld.gold: warning" >&2)
-"$swiftc" "${flags[@]}" -module-name FlareCore -emit-module -emit-module-path "$out/FlareCore.swiftmodule" \
-  -emit-object -o "$out/FlareCore.o" "$here"/Sources/FlareCore/*.swift 2> >(grep -v "ld.gold: warning" >&2)
-"$swiftc" "${flags[@]}" -module-name FuzzParsers "$here/Tests/Fuzz/FuzzParsers.swift" "$out/FlareCore.o" "$out/FlareCrypto.o" \
+# The modules the parsers live in (FlareCore and what it imports), then the fuzz target linked against them and libcrypto.
+modules=(FlareSystem FlareAPI FlareCrypto FlareCore)
+for module in "${modules[@]}"; do
+  "$swiftc" "${flags[@]}" -module-name "$module" -emit-module -emit-module-path "$out/$module.swiftmodule" \
+    -emit-object -o "$out/$module.o" "$here"/Sources/"$module"/*.swift 2> >(grep -v "ld.gold: warning" >&2)
+done
+objects=("${modules[@]/#/$out/}")
+"$swiftc" "${flags[@]}" -module-name FuzzParsers "$here/Tests/Fuzz/FuzzParsers.swift" "${objects[@]/%/.o}" \
   -lcrypto -o "$out/fuzz-parsers" 2>&1 | grep -v "ld.gold: warning" >&2 || true
 cd "$out"
 echo "fuzz: running for ${seconds} s"
