@@ -208,15 +208,30 @@ public final class PostgresShareStore: ShareStore {
             PostgresText.textArray(fixes.map(\.fix.trackerID)),
             PostgresText.array(fixes.map(\.receivedAt)) { String($0) },
         ]
+        let insert = """
+            INSERT INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
+            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::float8[], $5::float8[], $6::float8[],
+                                 $7::float8[], $8::float8[], $9::integer[], $10::text[], $11::bigint[])
+            ON CONFLICT DO NOTHING
+            """
         return try pool.with(operation: "insert fixes") { connection throws(StoreError) in
-            try connection.transaction(operation: "insert fixes") { () throws(StoreError) in
-                let inserted = try connection.execute("""
-                    INSERT INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
-                    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::float8[], $5::float8[], $6::float8[],
-                                         $7::float8[], $8::float8[], $9::integer[], $10::text[], $11::bigint[])
-                    ON CONFLICT DO NOTHING
-                    RETURNING share, tst, lat, lon
-                    """, parameters, operation: "insert fixes")
+            // Nearly every batch is all new: then the row count says so, and the rows need not come back (returning
+            // and matching them was a tenth of a batch's cost). A batch with repeats (a redelivery after a crash,
+            // retained messages after a reconnect) is rolled back and written again, saying which rows were new.
+            try connection.execute("BEGIN", operation: "insert fixes")
+            do throws(StoreError) {
+                if try connection.execute(insert, parameters, operation: "insert fixes").affected == fixes.count {
+                    try announce(fixes, on: connection)
+                    try connection.execute("COMMIT", operation: "insert fixes")
+                    return Array(repeating: true, count: fixes.count)
+                }
+                try connection.execute("ROLLBACK", operation: "insert fixes")
+            } catch {
+                _ = try? connection.execute("ROLLBACK", operation: "insert fixes")
+                throw error
+            }
+            return try connection.transaction(operation: "insert fixes") { () throws(StoreError) in
+                let inserted = try connection.execute(insert + " RETURNING share, tst, lat, lon", parameters, operation: "insert fixes")
                 struct Key: Hashable { let share: Int64; let tst: Int64; let lat: Double; let lon: Double }
                 var new = Set<Key>()
                 for index in 0..<inserted.count {
