@@ -18,7 +18,6 @@ public enum JSONValue: Equatable, Sendable {
     public var doubleValue: Double? { if case .number(let n) = self { return n } else { return nil } }
     public var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }
     public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
-    public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a } else { return nil } }
 }
 
 public struct JSONError: Error, Equatable, CustomStringConvertible {

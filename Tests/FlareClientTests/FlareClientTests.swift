@@ -58,6 +58,11 @@ import Testing
         let created = try await flare.share(share.shareID).createdAt
         #expect(share.expiresAt.timeIntervalSince(created) == 600)
         #expect(!share.deviceToken.isEmpty)
+        let watch = try await flare.createWatchToken(share.shareID)
+        #expect(watch.topicFilter == "flare/v1/shares/\(share.shareID)/#" && watch.mqttUsername == share.shareID && !watch.watchToken.isEmpty)
+        #expect(watch.expiresAt == share.expiresAt)
+        let page = try await flare.listShares(state: .active, limit: 10)
+        #expect(page.shares.map(\.shareID) == [share.shareID] && page.nextCursor == nil)
 
         let receipt = try await flare.reportLocation(fix(48.1), shareID: share.shareID, deviceToken: share.deviceToken)
         #expect(receipt.status == "accepted")
