@@ -22,6 +22,8 @@ final class PostgresConnection {
     /// Statements prepared on this connection, by SQL text: parsed and planned once, not on every call (a fifth of
     /// the server's work for a share creation).
     private var prepared: [String: String] = [:]
+    /// Whether this session's temporary staging table for fixes exists yet.
+    var hasFixStaging = false
 
     /// - Parameter conninfo: a libpq connection URI or key=value string. Errors name the server, never the password.
     init(conninfo: String, applicationName: String) throws(StoreError) {
@@ -48,7 +50,8 @@ final class PostgresConnection {
 
     /// Tries to connect again after the server went away. Throws if it still cannot.
     func reset() throws(StoreError) {
-        prepared = [:]  // a new server session knows none of them
+        prepared = [:]  // a new server session knows none of them, nor its temporary tables
+        hasFixStaging = false
         PQreset(handle)
         guard PQstatus(handle) == CONNECTION_OK else {
             throw StoreError(operation: "reconnect", postgres: Self.firstLine(PQerrorMessage(handle)))
@@ -97,6 +100,32 @@ final class PostgresConnection {
         }
         prepared[sql] = name
         return name
+    }
+
+    /// `COPY … FROM STDIN (FORMAT binary)` with `data` as the whole stream: no text to format here or to parse there.
+    func copyIn(_ sql: String, _ data: [UInt8], operation: String) throws(StoreError) {
+        guard let start = PQexec(handle, sql) else {
+            throw StoreError(operation: operation, postgres: Self.firstLine(PQerrorMessage(handle)))
+        }
+        let started = PQresultStatus(start) == PGRES_COPY_IN
+        PQclear(start)
+        guard started else { throw StoreError(operation: operation, postgres: Self.firstLine(PQerrorMessage(handle))) }
+        let sent = data.withUnsafeBytes { bytes in
+            PQputCopyData(handle, bytes.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
+        }
+        guard sent == 1, PQputCopyEnd(handle, nil) == 1 else {
+            throw StoreError(operation: operation, postgres: Self.firstLine(PQerrorMessage(handle)))
+        }
+        var failure: StoreError?
+        while let result = PQgetResult(handle) {
+            if PQresultStatus(result) != PGRES_COMMAND_OK && failure == nil {
+                let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+                let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? "copy failed"
+                failure = StoreError(operation: operation, postgres: primary, sqlState: state)
+            }
+            PQclear(result)
+        }
+        if let failure { throw failure }
     }
 
     // MARK: notifications (LISTEN)

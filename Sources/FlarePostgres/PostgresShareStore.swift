@@ -195,43 +195,45 @@ public final class PostgresShareStore: ShareStore {
 
     public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
         guard !fixes.isEmpty else { return [] }
-        let parameters: [String?] = [
-            PostgresText.array(fixes.map(\.shareRow)) { String($0) },
-            PostgresText.array(fixes.map(\.fix.timestamp)) { String($0) },
-            PostgresText.array(fixes.map(\.fix.latitude), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.longitude), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.accuracy), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.altitude), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.velocity), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.course), PostgresText.double),
-            PostgresText.array(fixes.map(\.fix.battery)) { String($0) },
-            PostgresText.textArray(fixes.map(\.fix.trackerID)),
-            PostgresText.array(fixes.map(\.receivedAt)) { String($0) },
-        ]
-        let insert = """
-            INSERT INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
-            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::float8[], $5::float8[], $6::float8[],
-                                 $7::float8[], $8::float8[], $9::integer[], $10::text[], $11::bigint[])
-            ON CONFLICT DO NOTHING
-            """
+        // Binary COPY into a temporary staging table (unlogged, emptied at commit), then one INSERT … SELECT with
+        // ON CONFLICT DO NOTHING into `fixes`: no numbers formatted as text here or parsed there, where arrays of text
+        // cost the database a third of its work for a batch.
+        var copy = BinaryCopy(capacity: fixes.count)
+        for pending in fixes {
+            let fix = pending.fix
+            copy.beginRow(fields: 11)
+            copy.int64(pending.shareRow)
+            copy.int64(fix.timestamp)
+            copy.double(fix.latitude)
+            copy.double(fix.longitude)
+            copy.double(fix.accuracy)
+            copy.double(fix.altitude)
+            copy.double(fix.velocity)
+            copy.double(fix.course)
+            copy.int32(fix.battery.map { Int32(clamping: $0) })
+            copy.text(fix.trackerID)
+            copy.int64(pending.receivedAt)
+        }
+        copy.finish()
+        let insert = "INSERT INTO fixes SELECT * FROM fixes_staging ON CONFLICT DO NOTHING"
         return try pool.with(operation: "insert fixes") { connection throws(StoreError) in
-            // Nearly every batch is all new: then the row count says so, and the rows need not come back (returning
-            // and matching them was a tenth of a batch's cost). A batch with repeats (a redelivery after a crash,
-            // retained messages after a reconnect) is rolled back and written again, saying which rows were new.
-            try connection.execute("BEGIN", operation: "insert fixes")
-            do throws(StoreError) {
-                if try connection.execute(insert, parameters, operation: "insert fixes").affected == fixes.count {
-                    try announce(fixes, on: connection)
-                    try connection.execute("COMMIT", operation: "insert fixes")
-                    return Array(repeating: true, count: fixes.count)
-                }
-                try connection.execute("ROLLBACK", operation: "insert fixes")
-            } catch {
-                _ = try? connection.execute("ROLLBACK", operation: "insert fixes")
-                throw error
+            if !connection.hasFixStaging {
+                try connection.execute("CREATE TEMPORARY TABLE IF NOT EXISTS fixes_staging (LIKE fixes) ON COMMIT DELETE ROWS",
+                                       operation: "insert fixes")
+                connection.hasFixStaging = true
             }
             return try connection.transaction(operation: "insert fixes") { () throws(StoreError) in
-                let inserted = try connection.execute(insert + " RETURNING share, tst, lat, lon", parameters, operation: "insert fixes")
+                try connection.copyIn("COPY fixes_staging FROM STDIN (FORMAT binary)", copy.bytes, operation: "insert fixes")
+                try connection.execute("SAVEPOINT staged", operation: "insert fixes")
+                // Nearly every batch is all new: then the row count says so, and the rows need not come back. A batch
+                // with repeats (a redelivery after a crash, retained messages after a reconnect) is inserted again
+                // from the same staged rows, saying which were new.
+                if try connection.execute(insert, operation: "insert fixes").affected == fixes.count {
+                    try announce(fixes, on: connection)
+                    return Array(repeating: true, count: fixes.count)
+                }
+                try connection.execute("ROLLBACK TO SAVEPOINT staged", operation: "insert fixes")
+                let inserted = try connection.execute(insert + " RETURNING share, tst, lat, lon", operation: "insert fixes")
                 struct Key: Hashable { let share: Int64; let tst: Int64; let lat: Double; let lon: Double }
                 var new = Set<Key>()
                 for index in 0..<inserted.count {

@@ -1,5 +1,4 @@
-/// Values as PostgreSQL's text format writes them: bytea in hex, and the array literals that let one statement
-/// carry a whole batch (`unnest($1::bigint[], …)`): one round trip per batch instead of one per row.
+/// Values as PostgreSQL's text format writes them: bytea in hex, numbers, and text array literals.
 enum PostgresText {
     static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
@@ -36,18 +35,7 @@ enum PostgresText {
         return bytes
     }
 
-    /// `{1,2,NULL}` for numbers. Doubles are written in Swift's shortest exact form, which PostgreSQL reads back
-    /// to the same value; a non-finite one (never valid in a fix) is NULL.
-    static func array<T>(_ values: [T?], _ render: (T) -> String?) -> String {
-        var text = "{"
-        text.reserveCapacity(values.count * 12)
-        for (index, value) in values.enumerated() {
-            if index > 0 { text += "," }
-            text += value.flatMap(render) ?? "NULL"
-        }
-        return text + "}"
-    }
-
+    /// Swift's shortest exact form, which PostgreSQL reads back to the same value; a non-finite one is nil.
     static func double(_ value: Double) -> String? { value.isFinite ? "\(value)" : nil }
 
     /// `{"a","b\"c",NULL}` for text: every element quoted, `"` and `\` escaped. PostgreSQL text cannot hold NUL,
@@ -65,5 +53,48 @@ enum PostgresText {
             text += "\""
         }
         return text + "}"
+    }
+}
+
+/// PostgreSQL's binary COPY format for `fixes` rows (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at):
+/// a header, then per row a field count and each field as a big-endian length (-1: NULL) and its bytes.
+struct BinaryCopy {
+    private(set) var bytes: [UInt8] = Array("PGCOPY\n".utf8) + [0xFF, 0x0D, 0x0A, 0x00] + [0, 0, 0, 0] + [0, 0, 0, 0]
+
+    init(capacity rows: Int) { bytes.reserveCapacity(19 + rows * 110) }
+
+    mutating func beginRow(fields: Int16) { append(UInt16(bitPattern: fields)) }
+
+    mutating func int64(_ value: Int64) {
+        append(UInt32(8))
+        append(UInt64(bitPattern: value))
+    }
+
+    mutating func int32(_ value: Int32?) {
+        guard let value else { return null() }
+        append(UInt32(4))
+        append(UInt32(bitPattern: value))
+    }
+
+    mutating func double(_ value: Double?) {
+        guard let value, value.isFinite else { return null() }
+        append(UInt32(8))
+        append(value.bitPattern)
+    }
+
+    /// PostgreSQL text cannot hold NUL: dropped (a tracker id never needs one).
+    mutating func text(_ value: String?) {
+        guard let value else { return null() }
+        let utf8 = value.utf8.filter { $0 != 0 }
+        append(UInt32(utf8.count))
+        bytes.append(contentsOf: utf8)
+    }
+
+    mutating func finish() { append(UInt16(0xFFFF)) }
+
+    private mutating func null() { append(UInt32(0xFFFF_FFFF)) }
+
+    private mutating func append<T: FixedWidthInteger>(_ value: T) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
 }
