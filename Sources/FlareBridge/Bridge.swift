@@ -73,12 +73,7 @@ public final class Bridge: Sendable {
             if !registered { usleep(1_000_000) }
         }
         guard registered else { throw DuplicateInstance(clientID: options.clientID) }
-        client.setMessageHandler { [ingestor, lastMessageAt] message in
-            lastMessageAt.now()
-            ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
-        }
-        // The broker hears that a fix arrived only once it is stored: a bridge killed before that gets it again.
-        client.setAcknowledgementGate { [ingestor] in ingestor.waitUntilStored() }
+        feedIngestor(from: client, noting: lastMessageAt)
         client.setConnectionHandler { [weak self, shares, logger] event in
             switch event {
             case .connected(let sessionPresent):
@@ -98,6 +93,16 @@ public final class Bridge: Sendable {
         try client.connect()
     }
 
+
+    /// Hands a client's messages to the ingestor. The broker hears that a fix arrived only once it is stored: a
+    /// bridge killed before that gets it again.
+    private func feedIngestor(from client: MQTTClient, noting lastMessage: LastMessage) {
+        client.setMessageHandler { [ingestor] message in
+            lastMessage.now()
+            ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
+        }
+        client.setAcknowledgementGate { [ingestor] in ingestor.waitUntilStored() }
+    }
 
     /// `host:pid:nonce` of a process on this host that no longer runs (or that had this very pid before us).
     private func isDeadLocalProcess(_ holder: String) -> Bool {
@@ -151,11 +156,7 @@ public final class Bridge: Sendable {
         do {
             let taken = try MQTTClient(options: options)
             let lastAt = LastMessage()
-            taken.setMessageHandler { [ingestor] message in
-                lastAt.now()
-                ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
-            }
-            taken.setAcknowledgementGate { [ingestor] in ingestor.waitUntilStored() }
+            feedIngestor(from: taken, noting: lastAt)
             try taken.connect()
             guard taken.waitUntilConnected(timeout: .seconds(10)) else {
                 taken.disconnect()
