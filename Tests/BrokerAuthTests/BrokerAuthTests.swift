@@ -3,6 +3,7 @@ import FlareCrypto
 import FlareMQTT
 import FlareTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// The broker itself enforces share tokens: a real mosquitto with the flare_auth plugin, real MQTT clients.
@@ -214,5 +215,81 @@ import Testing
         kill(pid, SIGHUP)
         #expect(eventually { fixture.broker.log.contains("keeping the token key already loaded") })
         #expect(try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected)
+    }
+}
+
+/// The last will of a tracker whose connection is lost reaches subscribers: the plugin keeps a client's claims
+/// until its will has been checked (mosquitto 2.0 asks for the will's ACL after the disconnect event).
+@Suite struct LastWillTests {
+    /// A real MQTT client in its own process (Debian's mosquitto_sub), with the will the OwnTracks apps set;
+    /// SIGKILL closes its socket without a DISCONNECT, as a phone losing its network does.
+    final class Tracker {
+        let process = Process()
+        let clientID = "will-test-\(UUID().uuidString.prefix(8))"
+
+        init(fixture: AuthFixture, share: ShareID, will: String, qos: Int) throws {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
+            process.arguments = ["-h", "127.0.0.1", "-p", String(fixture.broker.port), "-V", "mqttv311", "-c", "-i", clientID,
+                                 "-u", share.rawValue, "-P", fixture.token(share, .device), "-t", Topics.status(share),
+                                 "--will-topic", Topics.location(share), "--will-payload", will, "--will-qos", String(qos)]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // Connected and subscribed once it prints the share's retained status.
+            let received = Mutex(false)
+            output.fileHandleForReading.readabilityHandler = { handle in
+                if !handle.availableData.isEmpty { received.withLock { $0 = true } }
+            }
+            defer { output.fileHandleForReading.readabilityHandler = nil }
+            guard eventually(timeout: .seconds(10), { received.withLock { $0 } }) else {
+                throw TestSupportError("the tracker did not connect")
+            }
+        }
+
+        func cutConnection() {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+
+        deinit { if process.isRunning { cutConnection() } }
+    }
+
+    @Test(arguments: [
+        (#"{"_type":"lwt"}"#, 0),                    // Android: no tst, QoS 0
+        (#"{"_type":"lwt","tst":1767225600}"#, 1),   // iOS: the connect time, at the location QoS
+    ])
+    func aCutConnectionDeliversTheTrackersLastWill(will: String, qos: Int) throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.subscribe(Topics.location(id)))
+        try flared.mqtt.publishAndWait(topic: Topics.status(id), payload: Array(#"{"state":"active"}"#.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        let tracker = try Tracker(fixture: fixture, share: id, will: will, qos: qos)
+        tracker.cutConnection()
+        #expect(eventually(timeout: .seconds(10)) {
+            flared.messages.contains { $0.topic == Topics.location(id) && $0.payload == Array(will.utf8) }
+        })
+        #expect(!fixture.broker.log.contains("Denied PUBLISH from \(tracker.clientID)"))
+    }
+
+    @Test func aStoppedSharesTrackerIsCutOffWithoutItsWill() throws {
+        let fixture = try AuthFixture()
+        let id = ShareID.generate()
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.subscribe(Topics.location(id)))
+        try flared.mqtt.publishAndWait(topic: Topics.status(id), payload: Array(#"{"state":"active"}"#.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        let tracker = try Tracker(fixture: fixture, share: id, will: #"{"_type":"lwt"}"#, qos: 1)
+        let revoke = #"{"op":"revoke","share_id":"\#(id.rawValue)","until":\#(Int64(Date().timeIntervalSince1970) + 3600)}"#
+        #expect(try flared.publish(Topics.brokerControl, revoke) == nil)
+        // The broker's kick closes the connection (mosquitto_sub then exits or retries and is refused).
+        #expect(eventually(timeout: .seconds(10)) { fixture.broker.log.contains("share \(id.rawValue) revoked") })
+        tracker.cutConnection()
+        // A marker published after the kick arrives; the will never does.
+        #expect(try flared.publish(Topics.location(id), #"{"marker":true}"#) == nil)
+        #expect(eventually(timeout: .seconds(10)) { flared.messages.contains { $0.payload == Array(#"{"marker":true}"#.utf8) } })
+        #expect(!flared.messages.contains { $0.payload == Array(#"{"_type":"lwt"}"#.utf8) })
     }
 }

@@ -102,6 +102,8 @@ struct stored_rule {
 struct client_entry {
 	struct client_entry *next;
 	const struct mosquitto *client;
+	/* Disconnected, its last will maybe still to be checked (see on_disconnect). */
+	bool leaving;
 	char sub[SHARE_ID_LEN + 1];
 	long long exp;
 	int rule_count;
@@ -129,6 +131,12 @@ static time_t key_last_attempt;
 static struct client_entry **clients;
 static size_t client_buckets;
 static size_t client_count;
+
+/* Clients whose disconnect event has fired, forgotten at the next tick (see on_disconnect). Pointers are only
+ * compared, never dereferenced: the broker may have freed the client by then. */
+static const struct mosquitto **leaving;
+static size_t leaving_count;
+static size_t leaving_capacity;
 
 static struct revocation **revocations;
 static size_t revocation_buckets;
@@ -948,12 +956,48 @@ static int on_reload(int event, void *event_data, void *userdata)
 	return MOSQ_ERR_SUCCESS;
 }
 
+/* mosquitto 2.0 fires the disconnect event before it sends the client's last will (context__disconnect calls
+ * plugin__handle_disconnect, then context__send_will, which checks the will's topic against the ACL as a publish
+ * by that client). Forgetting the claims here would deny every will, so a phone whose connection is lost could
+ * never say so. The claims stay until the next tick instead, by when the will has been checked and queued: a
+ * will is sent in the same call as this event (Flare's devices set no MQTT 5 will delay, which would postpone it
+ * past the tick and have it refused). A client that is revoked is kicked without its will. */
 static int on_disconnect(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_disconnect *ed = event_data;
+	struct client_entry *e;
 	(void)event;
 	(void)userdata;
-	remove_client(ed->client);
+
+	e = find_client(ed->client);
+	if(e == NULL || e->leaving) return MOSQ_ERR_SUCCESS;
+	if(leaving_count == leaving_capacity){
+		size_t capacity = leaving_capacity ? leaving_capacity * 2 : 64;
+		const struct mosquitto **grown = realloc(leaving, capacity * sizeof(*grown));
+		if(grown == NULL){
+			remove_client(ed->client);  /* out of memory: lose this will rather than the entry's memory */
+			return MOSQ_ERR_SUCCESS;
+		}
+		leaving = grown;
+		leaving_capacity = capacity;
+	}
+	e->leaving = true;
+	leaving[leaving_count++] = ed->client;
+	return MOSQ_ERR_SUCCESS;
+}
+
+/* Forgets the clients that disconnected since the last tick. An entry that a new connection at the same address
+ * has replaced meanwhile (on_basic_auth stores a fresh one) is not leaving, and stays. */
+static int on_tick(int event, void *event_data, void *userdata)
+{
+	(void)event;
+	(void)event_data;
+	(void)userdata;
+	for(size_t i = 0; i < leaving_count; i++){
+		struct client_entry *e = find_client(leaving[i]);
+		if(e != NULL && e->leaving) remove_client(leaving[i]);
+	}
+	leaving_count = 0;
 	return MOSQ_ERR_SUCCESS;
 }
 
@@ -1068,6 +1112,7 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 	if(mosquitto_callback_register(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL, NULL) != MOSQ_ERR_SUCCESS
+			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_TICK, on_tick, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_CONTROL, on_control, CONTROL_TOPIC, NULL) != MOSQ_ERR_SUCCESS){
 		mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: cannot register callbacks");
@@ -1085,8 +1130,12 @@ int mosquitto_plugin_cleanup(void *userdata, struct mosquitto_opt *options, int 
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL);
+	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_TICK, on_tick, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_CONTROL, on_control, CONTROL_TOPIC);
+	free(leaving);
+	leaving = NULL;
+	leaving_count = leaving_capacity = 0;
 	for(size_t i = 0; i < client_buckets; i++){
 		while(clients[i]){
 			struct client_entry *next = clients[i]->next;
