@@ -1,5 +1,6 @@
 /// One position report. Field names and units follow OwnTracks: `acc` metres, `alt` metres,
-/// `vel` km/h, `cog` degrees, `batt` percent, `tst` Unix seconds.
+/// `vel` km/h, `cog` degrees, `batt` percent, `bs` battery status (`BatteryStatus`), `conn` connectivity
+/// (`w` Wi-Fi, `m` mobile data, `o` offline), `tst` Unix seconds.
 public struct Fix: Sendable, Equatable {
     public var latitude: Double
     public var longitude: Double
@@ -9,10 +10,15 @@ public struct Fix: Sendable, Equatable {
     public var velocity: Double?
     public var course: Double?
     public var battery: Int?
+    public var batteryStatus: Int?
+    public var connection: String?
     public var trackerID: String?
+    /// What made the tracker send it (OwnTracks `t`); `r` answers a "report location" command. Not stored.
+    public var trigger: String?
 
     public init(latitude: Double, longitude: Double, timestamp: Int64, accuracy: Double? = nil, altitude: Double? = nil,
-                velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, trackerID: String? = nil) {
+                velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, batteryStatus: Int? = nil,
+                connection: String? = nil, trackerID: String? = nil, trigger: String? = nil) {
         self.latitude = latitude
         self.longitude = longitude
         self.timestamp = timestamp
@@ -21,8 +27,15 @@ public struct Fix: Sendable, Equatable {
         self.velocity = velocity
         self.course = course
         self.battery = battery
+        self.batteryStatus = batteryStatus
+        self.connection = connection
         self.trackerID = trackerID
+        self.trigger = trigger
     }
+
+    /// The `t` of a tracker's answer to a "report location" command.
+    public static let responseTrigger = "r"
+    public var isCommandResponse: Bool { trigger == Self.responseTrigger }
 
     /// The viewer's form: `{"lat":…,"lon":…,"tst":…,"acc":…,…}`, optional fields only when known.
     public func writeViewJSON(into writer: inout JSONWriter) {
@@ -41,6 +54,8 @@ public struct Fix: Sendable, Equatable {
         if let velocity { writer.field("vel", velocity) }
         if let course { writer.field("cog", course) }
         if let battery { writer.field("batt", battery) }
+        if let batteryStatus { writer.field("bs", batteryStatus) }
+        if let connection { writer.field("conn", connection) }
     }
 
     public var viewJSON: [UInt8] {
@@ -58,6 +73,7 @@ public struct Fix: Sendable, Equatable {
         writer.field("lon", longitude)
         writeMeasurements(into: &writer)
         if let trackerID { writer.field("tid", trackerID) }
+        if let trigger { writer.field("t", trigger) }
         writer.endObject()
         return writer.bytes
     }

@@ -28,6 +28,14 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
     }
 }
 
+/// What a message on a location topic is.
+public enum LocationMessage: Sendable, Equatable {
+    case fix(Fix)
+    /// The tracker's MQTT last will, `{"_type":"lwt"}` (Android: no `tst`; iOS: `tst` = when it connected), sent by
+    /// the broker when the tracker's connection was lost.
+    case lastWill
+}
+
 /// Turns an OwnTracks `location` object or a bare `{"lat":…,"lon":…}` into a `Fix`.
 public struct LocationPayloadParser: Sendable {
     public var maximumBytes: Int
@@ -46,6 +54,15 @@ public struct LocationPayloadParser: Sendable {
     ///   - receivedAt: the server's time of receipt; the fix time when the payload has no `tst`.
     ///   - shareCreatedAt: fixes timestamped long before the share began are refused.
     public func parse(_ payload: [UInt8], receivedAt: UnixMillis, shareCreatedAt: UnixMillis) -> Result<Fix, RejectReason> {
+        switch parseMessage(payload, receivedAt: receivedAt, shareCreatedAt: shareCreatedAt) {
+        case .success(.fix(let fix)): .success(fix)
+        case .success(.lastWill): .failure(.ignoredType)
+        case .failure(let reason): .failure(reason)
+        }
+    }
+
+    /// A location or a last will; every other OwnTracks type (transition, status, waypoint, …) is `ignoredType`.
+    public func parseMessage(_ payload: [UInt8], receivedAt: UnixMillis, shareCreatedAt: UnixMillis) -> Result<LocationMessage, RejectReason> {
         guard payload.count <= maximumBytes else { return .failure(.tooLarge) }
         var fields = Fields()
         do {
@@ -54,6 +71,7 @@ public struct LocationPayloadParser: Sendable {
             return .failure(.malformed)
         }
         if let type = fields.type {
+            if type.stringValue == "lwt" { return .success(.lastWill) }
             guard type.stringValue == "location" else { return .failure(.ignoredType) }
         }
         guard let latitude = fields.lat?.doubleValue ?? Self.numericString(fields.lat),
@@ -78,14 +96,18 @@ public struct LocationPayloadParser: Sendable {
         fix.velocity = Self.number(fields.vel, in: 0...5_000)
         fix.course = Self.number(fields.cog, in: 0...360)
         fix.battery = Self.number(fields.batt, in: 0...100).map { Int($0) }
+        fix.batteryStatus = Self.number(fields.bs, in: 0...3).map { Int($0) }
+        if let conn = fields.conn?.stringValue, ["w", "m", "o"].contains(conn) { fix.connection = conn }
         if let tid = fields.tid?.stringValue, tid.utf8.count <= 8 { fix.trackerID = tid }
-        return .success(fix)
+        if let trigger = fields.t?.stringValue, trigger.utf8.count == 1 { fix.trigger = trigger }
+        return .success(.fix(fix))
     }
 
     /// The members a location is made of; everything else in the payload is read (it must be valid JSON) and
-    /// dropped. A repeated key keeps its last value, as a JSON object would.
+    /// dropped, the Wi-Fi names among them (`SSID`/`BSSID` on Android and older iOS, `ssid`/`bssid` on iOS since
+    /// 2025): a network's name can tell where someone lives, and the family needs only the position. A repeated key keeps its last value, as a JSON object would.
     private struct Fields {
-        var type, lat, lon, tst, acc, alt, vel, cog, batt, tid: JSONValue?
+        var type, lat, lon, tst, acc, alt, vel, cog, batt, bs, conn, tid, t: JSONValue?
 
         mutating func take(_ key: String, _ value: JSONValue) {
             switch key {
@@ -98,7 +120,10 @@ public struct LocationPayloadParser: Sendable {
             case "vel": vel = value
             case "cog": cog = value
             case "batt": batt = value
+            case "bs": bs = value
+            case "conn": conn = value
             case "tid": tid = value
+            case "t": t = value
             default: break
             }
         }

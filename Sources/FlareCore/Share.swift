@@ -14,9 +14,15 @@ public struct Share: Sendable, Equatable {
     public var endReason: EndReason?
     /// Set once the share's history has been deleted after it ended.
     public var historyPurged: Bool
+    /// The tracker state last recorded (nil until the first change: a new share's tracker counts as live).
+    public var tracker: TrackerRecord?
+    /// When a link holder last asked the phone for a fresh position ("locate now"), and when it answered that request.
+    public var locateRequestedAt: UnixMillis?
+    public var locateAnsweredAt: UnixMillis?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
-                endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false) {
+                endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
+                tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -25,6 +31,9 @@ public struct Share: Sendable, Equatable {
         self.endedAt = endedAt
         self.endReason = endReason
         self.historyPurged = historyPurged
+        self.tracker = tracker
+        self.locateRequestedAt = locateRequestedAt
+        self.locateAnsweredAt = locateAnsweredAt
     }
 
     public var isActive: Bool { endedAt == nil }

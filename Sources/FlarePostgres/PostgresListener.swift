@@ -86,14 +86,16 @@ final class PostgresListener: Sendable {
         case "flare_shares":
             return ShareID(String(body)).map(StoreChange.share)
         case "flare_fixes":
-            // row,tst,lat,lon,acc,alt,vel,cog,batt;… (see migration 2)
+            // row,tst,lat,lon,acc,alt,vel,cog,batt,bs,conn;… (see `PostgresShareStore.announce`); without bs and
+            // conn from an instance of the release before them.
             let fixes: [(shareRow: Int64, fix: Fix)] = body.split(separator: ";").compactMap { row in
                 let values = row.split(separator: ",", omittingEmptySubsequences: false)
-                guard values.count == 9, let share = Int64(values[0]), let tst = Int64(values[1]),
+                guard values.count == 9 || values.count == 11, let share = Int64(values[0]), let tst = Int64(values[1]),
                       let lat = Double(values[2]), let lon = Double(values[3]) else { return nil }
                 return (share, Fix(latitude: lat, longitude: lon, timestamp: tst, accuracy: Double(values[4]),
                                    altitude: Double(values[5]), velocity: Double(values[6]), course: Double(values[7]),
-                                   battery: Int(values[8])))
+                                   battery: Int(values[8]), batteryStatus: values.count == 11 ? Int(values[9]) : nil,
+                                   connection: values.count == 11 && !values[10].isEmpty ? String(values[10]) : nil))
             }
             return fixes.isEmpty ? nil : .fixes(fixes)
         default:

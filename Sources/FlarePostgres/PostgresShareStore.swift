@@ -75,6 +75,14 @@ public final class PostgresShareStore: ShareStore {
         // 3: the instances whose MQTT sessions the broker keeps (one client id per flared process), so that a live
         // one can take over the session of one that died for good.
         "CREATE TABLE instances (client_id TEXT PRIMARY KEY, process TEXT NOT NULL, last_seen BIGINT NOT NULL);",
+        // 4: the tracker state (live, stale, offline) and "locate now" requests, per share; what the phone says of
+        // its battery and connectivity, per fix (after `received_at`: the batch COPY writes the columns in order).
+        """
+        ALTER TABLE shares ADD COLUMN tracker_state TEXT, ADD COLUMN tracker_since BIGINT, ADD COLUMN tracker_reason TEXT,
+            ADD COLUMN tracker_transport TEXT, ADD COLUMN locate_requested_at BIGINT, ADD COLUMN locate_answered_at BIGINT,
+            ADD COLUMN locate_delivered_at BIGINT;
+        ALTER TABLE fixes ADD COLUMN bs INTEGER, ADD COLUMN conn TEXT;
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -144,7 +152,10 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
-    private static let shareColumns = "id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged"
+    private static let shareColumns = """
+        id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at
+        """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
         (0..<rows.count).compactMap { index in
@@ -152,7 +163,12 @@ public final class PostgresShareStore: ShareStore {
             let share = Share(
                 id: id, viewTokenHash: SecretHash(bytes: rows.bytes(index, 2)), name: rows.text(index, 3) ?? "",
                 createdAt: rows.int64(index, 4), expiresAt: rows.int64(index, 5), endedAt: rows.optionalInt64(index, 6),
-                endReason: rows.text(index, 7).flatMap(EndReason.init(rawValue:)), historyPurged: rows.bool(index, 8))
+                endReason: rows.text(index, 7).flatMap(EndReason.init(rawValue:)), historyPurged: rows.bool(index, 8),
+                tracker: rows.text(index, 9).flatMap(TrackerState.init(rawValue:)).map { state in
+                    TrackerRecord(state: state, since: rows.int64(index, 10), reason: rows.text(index, 11),
+                                  transport: rows.text(index, 12).flatMap(TrackerTransport.init(rawValue:)))
+                },
+                locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }
@@ -192,6 +208,48 @@ public final class PostgresShareStore: ShareStore {
         return try selectShares("\(filter) ORDER BY created_at DESC, id DESC LIMIT $1", parameters, operation: "list shares")
     }
 
+    // MARK: Trackers and commands
+
+    private func changeShare(_ sql: String, _ parameters: [String?], operation: String) throws(StoreError) -> Bool {
+        try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.execute(sql, parameters, operation: operation).affected == 1
+        }
+    }
+
+    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
+        // As in the SQLite store: the fixes looked at are bounded by `tst` too, so the primary key's range is read.
+        try changeShare("""
+            UPDATE shares SET tracker_state = $1, tracker_since = $2, tracker_reason = $3, tracker_transport = COALESCE($4, tracker_transport)
+            WHERE id = $5 AND ended_at IS NULL
+              AND (tracker_state IS DISTINCT FROM $1 OR tracker_transport IS DISTINCT FROM COALESCE($4, tracker_transport))
+              AND ($6::text IS NULL OR tracker_state IS NULL OR tracker_state = $6)
+              AND ($7::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM fixes WHERE share = $5 AND tst >= $7::bigint / 1000 - 3600 AND received_at > $7::bigint))
+            """, [record.state.rawValue, String(record.since), record.reason, record.transport?.rawValue, String(row),
+                 condition.from?.rawValue, condition.noFixReceivedAfter.map { String($0) }], operation: "record tracker")
+    }
+
+    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_requested_at = $1
+            WHERE id = $2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= $3)
+            """, [String(now), String(row), String(now - minimumIntervalMillis)], operation: "request location")
+    }
+
+    public func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_answered_at = $1
+            WHERE id = $2 AND locate_requested_at IS NOT NULL AND (locate_answered_at IS NULL OR locate_answered_at < locate_requested_at)
+            """, [String(at), String(row)], operation: "record answer")
+    }
+
+    public func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_delivered_at = $1
+            WHERE id = $2 AND ended_at IS NULL AND locate_requested_at > $3
+              AND (locate_delivered_at IS NULL OR locate_delivered_at < locate_requested_at)
+            """, [String(now), String(row), String(now - validForMillis)], operation: "take command")
+    }
+
     // MARK: Fixes
 
     public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
@@ -202,7 +260,7 @@ public final class PostgresShareStore: ShareStore {
         var copy = BinaryCopy(capacity: fixes.count)
         for pending in fixes {
             let fix = pending.fix
-            copy.beginRow(fields: 11)
+            copy.beginRow(fields: 13)
             copy.int64(pending.shareRow)
             copy.int64(fix.timestamp)
             copy.double(fix.latitude)
@@ -214,6 +272,8 @@ public final class PostgresShareStore: ShareStore {
             copy.int32(fix.battery.map { Int32(clamping: $0) })
             copy.text(fix.trackerID)
             copy.int64(pending.receivedAt)
+            copy.int32(fix.batteryStatus.map { Int32(clamping: $0) })
+            copy.text(fix.connection)
         }
         copy.finish()
         let insert = "INSERT INTO fixes SELECT * FROM fixes_staging ON CONFLICT DO NOTHING"
@@ -249,7 +309,7 @@ public final class PostgresShareStore: ShareStore {
     }
 
     /// Tells the other instances of the new fixes, in this transaction (so they hear of them exactly when they are
-    /// stored): `row,tst,lat,lon,acc,alt,vel,cog,batt` (empty when absent) joined by `;`, 30 to a notification, under
+    /// stored): `row,tst,lat,lon,acc,alt,vel,cog,batt,bs,conn` (empty when absent; `conn` is one letter) joined by `;`, 30 to a notification, under
     /// NOTIFY's 8,000-byte limit whatever the numbers; tracker ids (unbounded text) are left out. Written here rather
     /// than by a trigger, which cost the database half as much again as the insert itself (15 ms for 8,192 fixes).
     private func announce(_ fixes: [PendingFix], on connection: PostgresConnection) throws(StoreError) {
@@ -262,7 +322,8 @@ public final class PostgresShareStore: ShareStore {
             if index % 30 != 0 { chunk += ";" }
             chunk += "\(pending.shareRow),\(fix.timestamp),\(number(fix.latitude, PostgresText.double)),\(number(fix.longitude, PostgresText.double)),"
             chunk += "\(number(fix.accuracy, PostgresText.double)),\(number(fix.altitude, PostgresText.double)),"
-            chunk += "\(number(fix.velocity, PostgresText.double)),\(number(fix.course, PostgresText.double)),\(number(fix.battery) { String($0) })"
+            chunk += "\(number(fix.velocity, PostgresText.double)),\(number(fix.course, PostgresText.double)),\(number(fix.battery) { String($0) }),"
+            chunk += "\(number(fix.batteryStatus) { String($0) }),\(fix.connection ?? "")"
             if index % 30 == 29 || index == fixes.count - 1 {
                 chunks.append(chunk)
                 chunk = ""
@@ -275,13 +336,14 @@ public final class PostgresShareStore: ShareStore {
     public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
         try pool.with(operation: "read fixes") { connection throws(StoreError) in
             let rows = try connection.execute("""
-                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = $1 ORDER BY tst DESC LIMIT $2
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes WHERE share = $1 ORDER BY tst DESC LIMIT $2
                 """, [String(row), String(limit)], operation: "read fixes")
             return (0..<rows.count).reversed().map { index in
                 Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
                     accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
                     velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
-                    battery: rows.optionalInt64(index, 7).map { Int($0) }, trackerID: rows.text(index, 8))
+                    battery: rows.optionalInt64(index, 7).map { Int($0) }, batteryStatus: rows.optionalInt64(index, 9).map { Int($0) },
+                    connection: rows.text(index, 10), trackerID: rows.text(index, 8))
             }
         }
     }

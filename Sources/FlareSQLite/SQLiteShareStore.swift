@@ -47,6 +47,19 @@ public final class SQLiteShareStore: ShareStore {
         "CREATE INDEX IF NOT EXISTS shares_newest ON shares(created_at DESC, id DESC);",
         // 3: the instances whose MQTT sessions the broker keeps (one client id per flared process).
         "CREATE TABLE IF NOT EXISTS instances (client_id TEXT PRIMARY KEY, process TEXT NOT NULL, last_seen INTEGER NOT NULL);",
+        // 4: the tracker state (live, stale, offline) and "locate now" requests, per share; what the phone says of
+        // its battery and connectivity, per fix.
+        """
+        ALTER TABLE shares ADD COLUMN tracker_state TEXT;
+        ALTER TABLE shares ADD COLUMN tracker_since INTEGER;
+        ALTER TABLE shares ADD COLUMN tracker_reason TEXT;
+        ALTER TABLE shares ADD COLUMN tracker_transport TEXT;
+        ALTER TABLE shares ADD COLUMN locate_requested_at INTEGER;
+        ALTER TABLE shares ADD COLUMN locate_answered_at INTEGER;
+        ALTER TABLE shares ADD COLUMN locate_delivered_at INTEGER;
+        ALTER TABLE fixes ADD COLUMN bs INTEGER;
+        ALTER TABLE fixes ADD COLUMN conn TEXT;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -274,7 +287,10 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    private static let shareColumns = "id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged"
+    private static let shareColumns = """
+        id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at
+        """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
         guard let id = ShareID(statement.string(1)) else { return nil }
@@ -286,7 +302,13 @@ public final class SQLiteShareStore: ShareStore {
             expiresAt: statement.int64(5),
             endedAt: statement.optionalInt64(6),
             endReason: statement.optionalString(7).flatMap(EndReason.init(rawValue:)),
-            historyPurged: statement.int64(8) != 0)
+            historyPurged: statement.int64(8) != 0,
+            tracker: statement.optionalString(9).flatMap(TrackerState.init(rawValue:)).map { state in
+                TrackerRecord(state: state, since: statement.int64(10), reason: statement.optionalString(11),
+                              transport: statement.optionalString(12).flatMap(TrackerTransport.init(rawValue:)))
+            },
+            locateRequestedAt: statement.optionalInt64(13),
+            locateAnsweredAt: statement.optionalInt64(14))
         return StoredShare(row: statement.int64(0), share: share)
     }
 
@@ -349,6 +371,71 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
+    // MARK: Trackers and commands
+
+    private func changeShare(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Bool {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement(sql)
+            defer { statement.reset() }
+            bind(statement)
+            try statement.run()
+            return db.changes == 1
+        }
+    }
+
+    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
+        // The fixes looked at for `noFixReceivedAfter` are bounded by `tst` as well, so that the primary key's range
+        // is read, not every fix of a long share: a fix stamped an hour before it arrived does not count.
+        try changeShare("""
+            UPDATE shares SET tracker_state = ?1, tracker_since = ?2, tracker_reason = ?3, tracker_transport = COALESCE(?4, tracker_transport)
+            WHERE id = ?5 AND ended_at IS NULL
+              AND (tracker_state IS NOT ?1 OR tracker_transport IS NOT COALESCE(?4, tracker_transport))
+              AND (?6 IS NULL OR tracker_state IS NULL OR tracker_state = ?6)
+              AND (?7 IS NULL OR NOT EXISTS (SELECT 1 FROM fixes WHERE share = ?5 AND tst >= ?7 / 1000 - 3600 AND received_at > ?7))
+            """) { statement in
+            statement.bind(1, record.state.rawValue)
+            statement.bind(2, record.since)
+            statement.bind(3, record.reason)
+            statement.bind(4, record.transport?.rawValue)
+            statement.bind(5, row)
+            statement.bind(6, condition.from?.rawValue)
+            statement.bind(7, condition.noFixReceivedAfter)
+        }
+    }
+
+    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_requested_at = ?1
+            WHERE id = ?2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= ?3)
+            """) { statement in
+            statement.bind(1, now)
+            statement.bind(2, row)
+            statement.bind(3, now - minimumIntervalMillis)
+        }
+    }
+
+    public func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_answered_at = ?1
+            WHERE id = ?2 AND locate_requested_at IS NOT NULL AND (locate_answered_at IS NULL OR locate_answered_at < locate_requested_at)
+            """) { statement in
+            statement.bind(1, at)
+            statement.bind(2, row)
+        }
+    }
+
+    public func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool {
+        try changeShare("""
+            UPDATE shares SET locate_delivered_at = ?1
+            WHERE id = ?2 AND ended_at IS NULL AND locate_requested_at > ?3
+              AND (locate_delivered_at IS NULL OR locate_delivered_at < locate_requested_at)
+            """) { statement in
+            statement.bind(1, now)
+            statement.bind(2, row)
+            statement.bind(3, now - validForMillis)
+        }
+    }
+
     // MARK: Fixes
 
     /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored, e.g. a
@@ -358,8 +445,8 @@ public final class SQLiteShareStore: ShareStore {
         return try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
                 let statement = try db.statement("""
-                    INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at, bs, conn)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
                 defer { statement.reset() }
                 var inserted: [Bool] = []
@@ -378,6 +465,8 @@ public final class SQLiteShareStore: ShareStore {
                     statement.bind(9, fix.battery.map(Int64.init))
                     statement.bind(10, fix.trackerID)
                     statement.bind(11, pending.receivedAt)
+                    statement.bind(12, fix.batteryStatus.map(Int64.init))
+                    statement.bind(13, fix.connection)
                     try statement.run()
                     inserted.append(db.changes > 0)
                 }
@@ -390,7 +479,7 @@ public final class SQLiteShareStore: ShareStore {
     public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("""
-                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
                 """)
             defer { statement.reset() }
             statement.bind(1, row)
@@ -401,7 +490,8 @@ public final class SQLiteShareStore: ShareStore {
                     latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
                     accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
                     velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
-                    battery: statement.optionalInt64(7).map { Int($0) }, trackerID: statement.optionalString(8)))
+                    battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
+                    connection: statement.optionalString(10), trackerID: statement.optionalString(8)))
             }
             return fixes.reversed()
         }

@@ -40,6 +40,20 @@ public struct ShareListPosition: Sendable, Equatable {
     }
 }
 
+/// When a tracker state may be recorded (see `ShareStore.recordTracker`).
+public struct TrackerCondition: Sendable, Equatable {
+    /// Only over this recorded state (or none recorded yet); nil: over any other.
+    public var from: TrackerState?
+    /// Only if no fix of the share was received after this time: a will or a silence that a fix stored meanwhile
+    /// (by another instance) has already made untrue is not recorded.
+    public var noFixReceivedAfter: UnixMillis?
+
+    public init(from: TrackerState? = nil, noFixReceivedAfter: UnixMillis? = nil) {
+        self.from = from
+        self.noFixReceivedAfter = noFixReceivedAfter
+    }
+}
+
 /// What another instance changed in a shared store, as the store reports it after the change is committed.
 public enum StoreChange: Sendable {
     /// A share was created, extended, ended or purged: read it again.
@@ -83,6 +97,19 @@ public protocol ShareStore: Sendable {
     func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare?
     /// Up to `limit` shares, newest first, starting after `position` (nil: from the newest).
     func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare]
+
+    // MARK: Trackers and commands
+    /// Records the share's tracker state, if the share is active, the state differs from the recorded one and
+    /// `condition` holds. True only for the call that recorded it: with several instances, the one that announces it.
+    func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool
+    /// A link holder asks the phone for a fresh position: recorded, if the share is active and no request was
+    /// recorded in the last `minimumIntervalMillis`, which holds across instances. False when refused.
+    func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool
+    /// The phone answered the last request, at `at`. True only for the first answer to a request.
+    func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool
+    /// For phones that report over HTTP: true once per request (made in the last `validForMillis`), for the call
+    /// that is to hand the command out; any instance may.
+    func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool
 
     // MARK: Fixes
     /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored).

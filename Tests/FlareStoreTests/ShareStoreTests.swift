@@ -228,12 +228,68 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         let row = try store.insertShare(makeShare())
         let fixes = [
             Fix(latitude: 48.137154, longitude: 11.576124, timestamp: 100, accuracy: 4.5, altitude: -12.25, velocity: 0.1,
-                course: 359.9, battery: 7, trackerID: #"A"\"#),
+                course: 359.9, battery: 7, batteryStatus: 1, connection: "m", trackerID: #"A"\"#),
             Fix(latitude: 1e-7, longitude: -0.0, timestamp: 101, trackerID: "é,{}"),
             Fix(latitude: -89.999999999999, longitude: 179.99999999999997, timestamp: 102, trackerID: nil),
         ]
         #expect(try store.insertFixes(fixes.map { PendingFix(shareRow: row, fix: $0, receivedAt: 5) }) == [true, true, true])
         #expect(try store.recentFixes(row: row, limit: 10) == fixes)
+    }
+
+    /// Tracker states are recorded once per change, whichever instance sees it first, and never over what a stored
+    /// fix already contradicts.
+    @Test(arguments: Engine.allCases) func trackerStatesAreRecordedOncePerChange(engine: Engine) throws {
+        let first = try open(engine), second = try open(engine)
+        let share = makeShare()
+        let row = try first.insertShare(share)
+        let live = TrackerRecord(state: .live, since: 1_000_100, transport: .mqtt)
+        #expect(try first.recordTracker(row: row, live, condition: .init()))
+        #expect(try !second.recordTracker(row: row, live, condition: .init()))   // the same change, seen twice
+        #expect(try first.share(id: share.id)?.share.tracker == live)
+
+        // A will received at 1_000_200, but a fix arrived after it: not recorded.
+        _ = try first.insertFixes([PendingFix(shareRow: row, fix: Fix(latitude: 1, longitude: 2, timestamp: 1_000), receivedAt: 1_000_300)])
+        let offline = TrackerRecord(state: .offline, since: 1_000_200, reason: TrackerRecord.connectionLost)
+        #expect(try !second.recordTracker(row: row, offline, condition: .init(noFixReceivedAfter: 1_000_200)))
+        let laterOffline = TrackerRecord(state: .offline, since: 1_000_400, reason: TrackerRecord.connectionLost)
+        #expect(try second.recordTracker(row: row, laterOffline, condition: .init(noFixReceivedAfter: 1_000_400)))
+        #expect(try first.share(id: share.id)?.share.tracker == TrackerRecord(state: .offline, since: 1_000_400, reason: TrackerRecord.connectionLost, transport: .mqtt))
+
+        // Stale only over live: silence does not turn a lost connection into a mere silence.
+        let stale = TrackerRecord(state: .stale, since: 1_200_000)
+        #expect(try !first.recordTracker(row: row, stale, condition: .init(from: .live)))
+        #expect(try first.recordTracker(row: row, TrackerRecord(state: .live, since: 1_100_000), condition: .init()))
+        #expect(try first.recordTracker(row: row, stale, condition: .init(from: .live)))
+        // The transport is kept when a change does not name it.
+        #expect(try first.share(id: share.id)?.share.tracker == TrackerRecord(state: .stale, since: 1_200_000, transport: .mqtt))
+
+        // An ended share's tracker is left as it was.
+        #expect(try first.markEnded(row: row, at: 1_300_000, reason: .stopped))
+        #expect(try !first.recordTracker(row: row, live, condition: .init()))
+    }
+
+    /// "Locate now": one request per interval across instances; each request answered and handed out once.
+    @Test(arguments: Engine.allCases) func locateRequestsAreLimitedAndHandedOutOnce(engine: Engine) throws {
+        let first = try open(engine), second = try open(engine)
+        let share = makeShare()
+        let row = try first.insertShare(share)
+        #expect(try !first.takeLocateCommand(row: row, now: 1_000_000, validForMillis: 600_000))
+        #expect(try !first.recordLocateAnswer(row: row, at: 1_000_000))      // nothing was asked
+        #expect(try first.requestLocate(row: row, at: 1_000_000, minimumIntervalMillis: 30_000))
+        #expect(try !second.requestLocate(row: row, at: 1_029_999, minimumIntervalMillis: 30_000))
+        #expect(try second.takeLocateCommand(row: row, now: 1_000_500, validForMillis: 600_000))
+        #expect(try !first.takeLocateCommand(row: row, now: 1_000_600, validForMillis: 600_000))
+        #expect(try second.recordLocateAnswer(row: row, at: 1_001_000))
+        #expect(try !first.recordLocateAnswer(row: row, at: 1_001_500))
+        let stored = try #require(try first.share(id: share.id)?.share)
+        #expect(stored.locateRequestedAt == 1_000_000)
+        #expect(stored.locateAnsweredAt == 1_001_000)
+
+        #expect(try second.requestLocate(row: row, at: 1_030_000, minimumIntervalMillis: 30_000))
+        // A request nobody collected in time is not handed out late.
+        #expect(try !first.takeLocateCommand(row: row, now: 1_700_000, validForMillis: 600_000))
+        #expect(try first.markEnded(row: row, at: 1_800_000, reason: .stopped))
+        #expect(try !first.requestLocate(row: row, at: 1_900_000, minimumIntervalMillis: 30_000))
     }
 
     @Test(arguments: Engine.allCases) func aBatchStoresEachFixOnceEvenAcrossBatches(engine: Engine) throws {
