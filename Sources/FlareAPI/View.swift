@@ -19,14 +19,18 @@ public struct ReportedLocation: Codable, Sendable, Equatable {
     public let course: Double?
     /// Battery level in percent.
     public let battery: Int?
+    /// OwnTracks `bs`: 0 unknown, 1 unplugged, 2 charging, 3 full.
+    public let batteryStatus: Int?
+    /// OwnTracks `conn`: `w` Wi-Fi, `m` mobile data, `o` offline.
+    public let connection: String?
 
     enum CodingKeys: String, CodingKey {
         case latitude = "lat", longitude = "lon", timestamp = "tst", accuracy = "acc", altitude = "alt", velocity = "vel"
-        case course = "cog", battery = "batt"
+        case course = "cog", battery = "batt", batteryStatus = "bs", connection = "conn"
     }
 
     public init(latitude: Double, longitude: Double, timestamp: Date, accuracy: Double? = nil, altitude: Double? = nil,
-                velocity: Double? = nil, course: Double? = nil, battery: Int? = nil) {
+                velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, batteryStatus: Int? = nil, connection: String? = nil) {
         self.latitude = latitude
         self.longitude = longitude
         self.timestamp = timestamp
@@ -35,6 +39,45 @@ public struct ReportedLocation: Codable, Sendable, Equatable {
         self.velocity = velocity
         self.course = course
         self.battery = battery
+        self.batteryStatus = batteryStatus
+        self.connection = connection
+    }
+}
+
+/// Whether the share's phone is reporting: the `tracker` of a view document and of a share, and the data of each
+/// live `tracker` event.
+public struct TrackerReport: Codable, Sendable, Equatable {
+    public enum State: String, Codable, Sendable {
+        /// Fixes are arriving.
+        case live
+        /// No fix for longer than the server's stale limit (`FLARE_STALE_AFTER_S`).
+        case stale
+        /// The phone's connection was lost (its MQTT last will); until its next fix.
+        case offline
+    }
+
+    public let state: State
+    /// When this state began.
+    @RFC3339Time public var since: Date
+    /// For `offline`: `connection_lost`.
+    public let reason: String?
+    /// `mqtt` or `http`, when known: a phone that reports over HTTP sends no last will, so only `stale` can tell that
+    /// its reports stopped.
+    public let transport: String?
+    /// From the last fix, when the phone sends it: percent, and whether it is low (≤ 15 % and not charging).
+    public let battery: Int?
+    public let batteryLow: Bool?
+    /// `unknown`, `unplugged`, `charging` or `full`.
+    public let batteryStatus: String?
+    /// `wifi`, `mobile` or `offline`, as the phone last said.
+    public let connection: String?
+    /// The last "locate now" request, and when the phone answered it.
+    @OptionalRFC3339Time public var locateRequestedAt: Date?
+    @OptionalRFC3339Time public var locateAnsweredAt: Date?
+
+    enum CodingKeys: String, CodingKey {
+        case state, since, reason, transport, battery, batteryLow = "battery_low", batteryStatus = "battery_status", connection
+        case locateRequestedAt = "locate_requested_at", locateAnsweredAt = "locate_answered_at"
     }
 }
 
@@ -66,18 +109,30 @@ public struct ViewDocument: Codable, Sendable, Equatable {
     @AlwaysPresent public var last: ReportedLocation?
     /// Oldest first.
     public let trail: [TrailPoint]
+    /// Whether the phone is reporting; only while the share is active.
+    public let tracker: TrackerReport?
     /// The server's clock, so the page can say "2 minutes ago" right on a phone whose clock is off.
     @RFC3339Time public var serverTime: Date
 
     enum CodingKeys: String, CodingKey {
-        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, serverTime = "server_time"
+        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, serverTime = "server_time"
     }
 }
 
 /// The events of `GET /api/v1/view/{view_token}/events` (Server-Sent Events): `status` (`LiveStatus`, first and
-/// after each extension), `fix` (a `ReportedLocation`, each new last position) and `ended` (`LiveEnded`, last).
+/// after each extension), `tracker` (a `TrackerReport`, after `status` and on each change), `fix` (a
+/// `ReportedLocation`, each new last position) and `ended` (`LiveEnded`, last).
 public enum LiveEventName: String, Sendable, CaseIterable {
-    case status, fix, ended
+    case status, tracker, fix, ended
+}
+
+/// `POST /api/v1/view/{view_token}/locate` → 202: the phone was asked for a fresh position.
+public struct LocateReceipt: Codable, Sendable, Equatable {
+    @RFC3339Time public var requestedAt: Date
+
+    enum CodingKeys: String, CodingKey { case requestedAt = "requested_at" }
+
+    public init(requestedAt: Date) { self.requestedAt = requestedAt }
 }
 
 /// The `status` event: the share is active until `expires_at`.

@@ -15,6 +15,12 @@ public final class FixIngestor: Sendable {
     struct Item: Sendable {
         let shareID: ShareID
         let pending: PendingFix
+        /// When the tracker was heard sending it: on receipt, or for a retained message (a replay of something sent
+        /// earlier) no later than its own time.
+        let heardAt: UnixMillis
+        let transport: TrackerTransport
+        /// An answer to "locate now" that is live, not a retained replay.
+        let isAnswer: Bool
     }
 
     private let store: any ShareStore
@@ -57,6 +63,7 @@ public final class FixIngestor: Sendable {
         metrics.register(FlareMetrics.fixesAccepted)
         metrics.register(FlareMetrics.fixesDuplicate)
         metrics.register(FlareMetrics.fixesRejected)
+        metrics.register(FlareMetrics.lastWills)
         metrics.register(FlareMetrics.storeErrors)
         let queue = self.queue
         metrics.registerGauge(FlareMetrics.ingestQueueDepth) { Double(queue.depth) }
@@ -83,17 +90,26 @@ public final class FixIngestor: Sendable {
         guard let context = shares.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
         guard context.isActive else { return reject(.shareEnded, share: shareID) }
         let receivedAt = clock.now()
-        switch parser.parse(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {
+        switch parser.parseMessage(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {
         case .failure(let reason):
             return reject(reason, share: shareID)
-        case .success(let fix):
+        case .success(.lastWill):
+            // Sent by the broker when the tracker's connection was lost; a retained one is an old story.
+            if !retained {
+                metrics.increment(FlareMetrics.lastWills)
+                shares.lastWillArrived(shareID, at: receivedAt)
+            }
+            return nil
+        case .success(.fix(let fix)):
             // A retained location delivered again on (re)subscribe is the fix already known; without a `tst`
             // it would otherwise be stored again under a new receive time.
             if retained, let last = context.last, last.latitude == fix.latitude, last.longitude == fix.longitude {
                 metrics.increment(FlareMetrics.fixesDuplicate)
                 return nil
             }
-            queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt)))
+            let heardAt = retained ? min(receivedAt, fix.timestamp * 1000) : receivedAt
+            queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
+                           heardAt: heardAt, transport: .mqtt, isAnswer: fix.isCommandResponse && !retained))
             return nil
         }
     }
@@ -207,10 +223,16 @@ public final class FixIngestor: Sendable {
                         logger.info("store writable again; \(batch.count) queued fixes written")
                     }
                     retryDelayMillis = 50
-                    var stored: [(share: ShareID, fix: Fix)] = []
+                    var stored: [ShareRegistry.HeardFix] = []
+                    var answers: [(share: ShareID, at: UnixMillis)] = []
                     stored.reserveCapacity(batch.count)
-                    for (item, isNew) in zip(batch, inserted) where isNew { stored.append((item.shareID, item.pending.fix)) }
-                    registry.record(stored)
+                    for (item, isNew) in zip(batch, inserted) {
+                        if isNew {
+                            stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: item.transport))
+                        }
+                        if item.isAnswer { answers.append((item.shareID, item.heardAt)) }
+                    }
+                    shares.stored(stored, answers: answers)
                     let accepted = stored.count
                     metrics.increment(FlareMetrics.fixesAccepted, by: Double(accepted))
                     if accepted < batch.count { metrics.increment(FlareMetrics.fixesDuplicate, by: Double(batch.count - accepted)) }
@@ -253,6 +275,9 @@ public enum FlareMetrics {
     public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
     public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")
     public static let sharesEnded = Metrics.Family("flare_shares_ended_total", .counter, "Shares ended, by reason.")
+    public static let trackerChanges = Metrics.Family("flare_tracker_changes_total", .counter, "Tracker states recorded (live, stale, offline), by state.")
+    public static let lastWills = Metrics.Family("flare_tracker_last_wills_total", .counter, "Trackers' last wills received (a lost connection).")
+    public static let locateRequests = Metrics.Family("flare_locate_requests_total", .counter, "\"Locate now\" requests sent to trackers.")
     public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
     public static let sseClients = Metrics.Family("flare_sse_clients", .gauge, "Live viewers connected by Server-Sent Events.")
     public static let httpRequests = Metrics.Family("flare_http_requests_total", .counter, "HTTP requests answered, by status.")

@@ -7,6 +7,8 @@ public enum LiveEvent: Sendable, Equatable {
     case fix(Fix)
     case extended(expiresAt: UnixMillis)
     case ended(reason: EndReason, at: UnixMillis)
+    /// The tracker state, the battery it reports or a "locate now" request changed.
+    case tracker(TrackerSummary)
 }
 
 /// Receives a share's live events, on the thread that caused them; must not block.
@@ -26,6 +28,10 @@ public struct ShareSnapshot: Sendable {
     public let last: Fix?
     public let trail: [TrailPoint]
     public let viewers: Int
+    /// When the share last heard from its tracker (a fix, an answer), or its creation.
+    public let lastHeardAt: UnixMillis
+    /// How that was heard, when known.
+    public let transport: TrackerTransport?
     /// Changes whenever anything above changes; the key for `cachedView`.
     let version: UInt64
     /// The view document rendered for this version, if it was (see `ShareService.view(of:)`).
@@ -42,6 +48,8 @@ final class ShareRegistry: Sendable {
         var share: Share
         var last: Fix?
         var trail: [TrailPoint] = []
+        var lastHeardAt: UnixMillis
+        var transport: TrackerTransport?
         var subscribers: [Int: Subscriber] = [:]
         var version: UInt64 = 0
         /// The link holders' rendering of this version: rendering the trail's numbers dominated the view
@@ -66,14 +74,19 @@ final class ShareRegistry: Sendable {
 
     private let state = Mutex(State())
     public let trailLength: Int
+    let trackerRules: TrackerRules
 
-    init(trailLength: Int) {
+    init(trailLength: Int, trackerRules: TrackerRules) {
         self.trailLength = max(1, trailLength)
+        self.trackerRules = trackerRules
     }
 
     public func insert(_ stored: StoredShare, recentFixes: [Fix] = []) {
-        var entry = Entry(row: stored.row, share: stored.share)
+        var entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
         for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
+        // What the store knows: the newest fix (its time stands in for when it came), the recorded state.
+        if let last = entry.last { entry.lastHeardAt = max(entry.lastHeardAt, last.timestamp * 1000) }
+        Self.takeHeardTimes(from: stored.share, into: &entry)
         state.withLock { state in
             if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
             state.entries[stored.share.id] = entry
@@ -108,7 +121,7 @@ final class ShareRegistry: Sendable {
 
     private static func snapshot(_ entry: Entry) -> ShareSnapshot {
         ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count,
-                      version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
+                      lastHeardAt: entry.lastHeardAt, transport: entry.transport, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
     }
 
     /// Keeps the gateway's rendering of a snapshot, unless the share changed since that snapshot was taken.
@@ -133,36 +146,134 @@ final class ShareRegistry: Sendable {
         }
     }
 
-    /// Records a stored fix. It becomes the last position unless an newer one is already known (a tracker may
-    /// deliver fixes it buffered while offline); viewers hear only about a new last position.
-    public func record(_ fix: Fix, for id: ShareID) {
-        record([(id, fix)])
+    /// A stored fix and when and how its tracker was heard sending it.
+    struct HeardFix: Sendable {
+        let share: ShareID
+        let fix: Fix
+        let heardAt: UnixMillis
+        let transport: TrackerTransport?
     }
 
     /// Records fixes another instance stored, named by share row; fixes of shares not in memory are skipped (they
     /// are read from the store when the share is first asked for).
-    func record(rows fixes: [(shareRow: Int64, fix: Fix)]) {
-        let named: [(share: ShareID, fix: Fix)] = state.withLock { state in
-            fixes.compactMap { entry in state.byRow[entry.shareRow].map { ($0, entry.fix) } }
+    func record(rows fixes: [(shareRow: Int64, fix: Fix)], heardAt: UnixMillis) -> [ShareID] {
+        let named: [HeardFix] = state.withLock { state in
+            fixes.compactMap { entry in state.byRow[entry.shareRow].map { HeardFix(share: $0, fix: entry.fix, heardAt: heardAt, transport: nil) } }
         }
-        record(named)
+        return record(named)
     }
 
-    /// Records a batch of stored fixes, in order, under one lock; viewers are told after it is released.
-    public func record(_ fixes: [(share: ShareID, fix: Fix)]) {
+    /// Records a batch of stored fixes, in order, under one lock; viewers are told after it is released. A fix
+    /// becomes the last position unless a newer one is already known (a tracker may deliver fixes it buffered while
+    /// offline); viewers hear only about a new last position. Returns the shares whose tracker state these fixes
+    /// change (an ended silence, a connection back), for the caller to record.
+    @discardableResult
+    func record(_ fixes: [HeardFix]) -> [ShareID] {
         var notifications: [(Subscriber, Fix)] = []
+        var changed: [ShareID] = []
         state.withLock { state in
-            for (id, fix) in fixes {
+            for heard in fixes {
                 // Changed in place: copying the entry out would copy its trail and subscribers for every fix.
-                guard let index = state.entries.index(forKey: id) else { continue }
-                let isNewest = Self.record(fix, into: &state.entries.values[index], trailLength: trailLength)
+                guard let index = state.entries.index(forKey: heard.share) else { continue }
+                let isNewest = Self.record(heard.fix, into: &state.entries.values[index], trailLength: trailLength)
+                Self.heard(at: heard.heardAt, transport: heard.transport, into: &state.entries.values[index])
                 let entry = state.entries.values[index]
                 if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
-                    for subscriber in entry.subscribers.values { notifications.append((subscriber, fix)) }
+                    for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
                 }
+                if entry.share.isActive, changed.last != heard.share, trackerOutOfDate(entry, now: heard.heardAt) { changed.append(heard.share) }
             }
         }
         for (subscriber, fix) in notifications { subscriber(.fix(fix)) }
+        return changed
+    }
+
+    /// The tracker was heard from without a new fix (an answer to "locate now" with a position already stored).
+    func heard(_ id: ShareID, at: UnixMillis, transport: TrackerTransport?) -> Bool {
+        state.withLock { state in
+            guard let index = state.entries.index(forKey: id) else { return false }
+            Self.heard(at: at, transport: transport, into: &state.entries.values[index])
+            return trackerOutOfDate(state.entries.values[index], now: at)
+        }
+    }
+
+    private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: inout Entry) {
+        if at >= entry.lastHeardAt {
+            entry.lastHeardAt = at
+            if let transport { entry.transport = transport }
+        }
+    }
+
+    /// What a share's row says of when its tracker was last heard from: a recorded `live` began with a fix, an
+    /// answer is a message from the phone.
+    private static func takeHeardTimes(from share: Share, into entry: inout Entry) {
+        if let tracker = share.tracker, tracker.state == .live { entry.lastHeardAt = max(entry.lastHeardAt, tracker.since) }
+        if let answered = share.locateAnsweredAt { entry.lastHeardAt = max(entry.lastHeardAt, answered) }
+    }
+
+    /// The state the rules give now, and whether it differs from the recorded one (none recorded counts as live
+    /// since the share's creation).
+    private func trackerOutOfDate(_ entry: Entry, now: UnixMillis) -> Bool {
+        let recorded = Self.recorded(entry)
+        return trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now) != recorded
+    }
+
+    private static func recorded(_ entry: Entry) -> TrackerRecord {
+        entry.share.tracker ?? TrackerRecord(state: .live, since: entry.share.createdAt)
+    }
+
+    /// A share's recorded tracker state and the one the rules give now.
+    struct TrackerStates {
+        let row: Int64
+        let recorded: TrackerRecord
+        let current: TrackerRecord
+        let lastHeardAt: UnixMillis
+        let isActive: Bool
+    }
+
+    func currentTracker(_ id: ShareID, now: UnixMillis) -> TrackerStates? {
+        state.withLock { state in
+            guard let entry = state.entries[id] else { return nil }
+            let recorded = Self.recorded(entry)
+            return TrackerStates(row: entry.row, recorded: recorded,
+                                 current: trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now),
+                                 lastHeardAt: entry.lastHeardAt, isActive: entry.share.isActive)
+        }
+    }
+
+    /// Active shares whose tracker state has changed by the rules (a silence grew past the stale limit) but is not
+    /// recorded yet.
+    func trackersOutOfDate(now: UnixMillis) -> [ShareID] {
+        state.withLock { state in
+            state.entries.compactMap { id, entry in entry.share.isActive && trackerOutOfDate(entry, now: now) ? id : nil }
+        }
+    }
+
+    /// Takes a share's tracker and "locate now" fields as the store has them, and tells its viewers if they changed.
+    func updateTracker(from share: Share) {
+        updateTracker(share.id) { current in
+            current.tracker = share.tracker
+            current.locateRequestedAt = share.locateRequestedAt
+            current.locateAnsweredAt = share.locateAnsweredAt
+        }
+    }
+
+    /// Changes a share's tracker or "locate now" fields in place, and tells its viewers if they changed.
+    func updateTracker(_ id: ShareID, _ change: (inout Share) -> Void) {
+        let (subscribers, summary): ([Subscriber], TrackerSummary?) = state.withLock { state in
+            guard let index = state.entries.index(forKey: id) else { return ([], nil) }
+            let before = state.entries.values[index].share
+            change(&state.entries.values[index].share)
+            let after = state.entries.values[index].share
+            guard before.tracker != after.tracker || before.locateRequestedAt != after.locateRequestedAt
+                    || before.locateAnsweredAt != after.locateAnsweredAt else { return ([], nil) }
+            Self.takeHeardTimes(from: after, into: &state.entries.values[index])
+            state.entries.values[index].changed()
+            let entry = state.entries.values[index]
+            guard entry.share.isActive else { return ([], nil) }
+            return (Array(entry.subscribers.values), TrackerSummary(share: entry.share, last: entry.last))
+        }
+        if let summary { for subscriber in subscribers { subscriber(.tracker(summary)) } }
     }
 
     /// Returns whether the fix is the share's newest.

@@ -58,6 +58,14 @@ public final class ShareService: Sendable {
         case purge(ShareID)
         /// With a shared store: end the expired shares no instance has ended (see `sweepExpired`).
         case sweep
+        /// Record a share's tracker state as the rules give it now (a fix ended a silence or a lost connection).
+        case tracker(ShareID)
+        /// A tracker's last will arrived at this time: record it offline.
+        case trackerLost(ShareID, UnixMillis)
+        /// The tracker answered "locate now" at this time.
+        case locateAnswered(ShareID, UnixMillis)
+        /// Record the silences that grew past the stale limit (see `sweepTrackers`).
+        case trackerSweep
     }
 
     public struct Created: Sendable {
@@ -72,6 +80,7 @@ public final class ShareService: Sendable {
     private let publisher: any BrokerPublisher
     private let tokenKey: [UInt8]
     public let policy: SharePolicy
+    public let trackerRules: TrackerRules
     private let clock: any WallClock
     private let metrics: Metrics
     private let logger: Logger
@@ -87,18 +96,21 @@ public final class ShareService: Sendable {
 
     /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
-                policy: SharePolicy, clock: any WallClock, metrics: Metrics, logger: Logger) {
-        let registry = ShareRegistry(trailLength: trailLength)
+                policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
         self.registry = registry
         self.publisher = publisher
         self.tokenKey = tokenKey
         self.policy = policy
+        self.trackerRules = trackerRules
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.sharesEnded)
+        metrics.register(FlareMetrics.trackerChanges)
+        metrics.register(FlareMetrics.locateRequests)
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
@@ -113,6 +125,10 @@ public final class ShareService: Sendable {
         case .expire(let id): end(id, reason: .expired)
         case .purge(let id): purge(id)
         case .sweep: sweepExpired()
+        case .tracker(let id): updateTracker(id, now: clock.now())
+        case .trackerLost(let id, let at): trackerLost(id, at: at)
+        case .locateAnswered(let id, let at): locateAnswered(id, at: at)
+        case .trackerSweep: sweepTrackers()
         }
     }
 
@@ -154,6 +170,7 @@ public final class ShareService: Sendable {
             }
         }
         logger.info("loaded \(registry.shareCount) shares (\(registry.activeShareCount) active); ended \(ended) that expired while down, purged \(purged)")
+        schedule(.trackerSweep, at: now + Self.trackerSweepMillis)
     }
 
     // MARK: Transitions
@@ -287,7 +304,8 @@ public final class ShareService: Sendable {
             guard let stored = try? store.share(id: id) else { return }
             adopt(stored)
         case .fixes(let fixes):
-            registry.record(rows: fixes)
+            let now = clock.now()
+            for id in registry.record(rows: fixes, heardAt: now) { schedule(.tracker(id), at: now) }
         case .resync:
             resync()
         }
@@ -333,6 +351,7 @@ public final class ShareService: Sendable {
             registry.updateExpiry(share.id, expiresAt: share.expiresAt)
             scheduleNext(for: share)
         }
+        registry.updateTracker(from: share)
         return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
     }
 
@@ -361,6 +380,144 @@ public final class ShareService: Sendable {
         return adopt(stored)
     }
     private static let missMemoryMillis: Int64 = 5_000
+
+    // MARK: Trackers
+
+    /// How often the silences that grew past the stale limit are looked for: a tracker is reported stale at most
+    /// this long after the limit.
+    static let trackerSweepMillis: Int64 = 5_000
+
+    /// Stored fixes (new ones, with when and how their trackers were heard) and the answers to "locate now" among
+    /// the messages of the batch (new or not: an iOS phone answers with its cached position, already stored), from the
+    /// ingest's writer after the commit. Viewers hear of the fixes at once; the tracker changes they make are
+    /// recorded on the scheduler's thread, off the writer's.
+    func stored(_ fixes: [ShareRegistry.HeardFix], answers: [(share: ShareID, at: UnixMillis)]) {
+        let now = clock.now()
+        for id in registry.record(fixes) { schedule(.tracker(id), at: now) }
+        for answer in answers { schedule(.locateAnswered(answer.share, answer.at), at: now) }
+    }
+
+    /// The broker delivered the tracker's last will (from the MQTT thread): recorded on the scheduler's thread.
+    func lastWillArrived(_ id: ShareID, at: UnixMillis) {
+        schedule(.trackerLost(id, at), at: at)
+    }
+
+    /// Records the tracker state the rules give now, if it differs from the recorded one. With several instances
+    /// each may see the same change; the store says which one records and announces it, the others take its row.
+    func updateTracker(_ id: ShareID, now: UnixMillis) {
+        guard let tracker = registry.currentTracker(id, now: now), tracker.isActive, tracker.current != tracker.recorded else { return }
+        let condition = tracker.current.state == .stale
+            ? TrackerCondition(from: .live, noFixReceivedAfter: tracker.lastHeardAt)
+            : TrackerCondition()
+        recordTracker(id, row: tracker.row, tracker.current, condition: condition)
+    }
+
+    private func trackerLost(_ id: ShareID, at: UnixMillis) {
+        guard let tracker = registry.currentTracker(id, now: at), tracker.isActive else { return }
+        // A fix heard after the will (the phone reconnected at once) already says more.
+        guard tracker.lastHeardAt <= at else { return }
+        let offline = TrackerRecord(state: .offline, since: at, reason: TrackerRecord.connectionLost, transport: .mqtt)
+        recordTracker(id, row: tracker.row, offline, condition: TrackerCondition(noFixReceivedAfter: at))
+    }
+
+    private func recordTracker(_ id: ShareID, row: Int64, _ record: TrackerRecord, condition: TrackerCondition) {
+        let recorded: Bool
+        do {
+            recorded = try store.recordTracker(row: row, record, condition: condition)
+        } catch {
+            // Tried again by the next fix or sweep.
+            logger.warning("share \(id): cannot record its tracker state (\(error))")
+            return
+        }
+        guard recorded else {
+            // Another instance recorded this change (or a fix it stored says otherwise): memory follows the store.
+            if let stored = try? store.share(id: id) { adopt(stored) }
+            return
+        }
+        registry.updateTracker(id) { $0.tracker = record }
+        guard let share = registry.snapshot(id)?.share else { return }
+        publishStatus(of: share)
+        metrics.increment(FlareMetrics.trackerChanges, labels: [("state", record.state.rawValue)])
+        logger.info("share \(id): tracker \(record.state.rawValue)\(record.reason.map { " (\($0))" } ?? "")")
+    }
+
+    private func sweepTrackers() {
+        defer { schedule(.trackerSweep, at: clock.now() + Self.trackerSweepMillis) }
+        let now = clock.now()
+        for id in registry.trackersOutOfDate(now: now) { updateTracker(id, now: now) }
+    }
+
+    // MARK: Locate now
+
+    public enum LocateRefusal: Error, Equatable {
+        case ended
+        /// The tracker is live: its next fix is on its way anyway.
+        case trackerLive
+        /// Asked less than `locateIntervalMillis` ago (by anyone, on any instance).
+        case tooSoon(retryAfterSeconds: Int)
+        case storage(String)
+    }
+
+    /// At most one "locate now" per share in this time, across instances.
+    public static let locateIntervalMillis: Int64 = 30_000
+    /// How long a request waits for a phone that reports over HTTP to collect it.
+    public static let locateCommandValidityMillis: Int64 = 600_000
+
+    /// Asks the share's tracker for a fresh position: recorded in the store (which enforces the interval across
+    /// instances), then the OwnTracks command `{"_type":"cmd","action":"reportLocation"}` is published to the
+    /// command topic (QoS 1, not retained); a phone that reports over HTTP collects it with its next report.
+    /// Returns when it was asked.
+    public func requestLocate(_ snapshot: ShareSnapshot) throws(LocateRefusal) -> UnixMillis {
+        let id = snapshot.share.id
+        guard snapshot.share.isActive else { throw .ended }
+        let now = clock.now()
+        if let tracker = registry.currentTracker(id, now: now), tracker.current.state == .live { throw .trackerLive }
+        let accepted: Bool
+        do {
+            accepted = try store.requestLocate(row: snapshot.row, at: now, minimumIntervalMillis: Self.locateIntervalMillis)
+        } catch { throw .storage(error.description) }
+        guard accepted else {
+            let stored = (try? store.share(id: id)) ?? nil
+            if let stored { adopt(stored) }
+            guard let share = stored?.share, share.isActive else { throw .ended }
+            let waitMillis = (share.locateRequestedAt ?? now) + Self.locateIntervalMillis - now
+            throw .tooSoon(retryAfterSeconds: Int(max(1, (waitMillis + 999) / 1000)))
+        }
+        registry.updateTracker(id) { $0.locateRequestedAt = now }
+        if !publisher.publish(topic: Topics.command(id), payload: Self.reportLocationCommand, qos: 1, retain: false,
+                              expirySeconds: UInt32(Self.locateCommandValidityMillis / 1000)) {
+            logger.warning("share \(id): broker unavailable; the location request waits for an HTTP report")
+        }
+        metrics.increment(FlareMetrics.locateRequests)
+        logger.info("share \(id): asked the tracker for a fresh position")
+        return now
+    }
+
+    /// The OwnTracks "report location" command (both apps obey it with `cmd` on; iOS also needs `allowRemoteLocation`).
+    public static let reportLocationCommand = Array(#"{"_type":"cmd","action":"reportLocation"}"#.utf8)
+
+    /// For a tracker that reports over HTTP: whether a "locate now" request waits for it (handed out once).
+    public func takeLocateCommand(_ id: ShareID) -> Bool {
+        guard let snapshot = registry.snapshot(id), snapshot.share.isActive,
+              let requestedAt = snapshot.share.locateRequestedAt, requestedAt > clock.now() - Self.locateCommandValidityMillis
+        else { return false }
+        return (try? store.takeLocateCommand(row: snapshot.row, now: clock.now(), validForMillis: Self.locateCommandValidityMillis)) ?? false
+    }
+
+    /// An answer is a message from the phone, whatever position it carries: the tracker was heard from, and the
+    /// request it answers is marked answered (once, by whichever instance got the answer).
+    private func locateAnswered(_ id: ShareID, at: UnixMillis) {
+        if registry.heard(id, at: at, transport: nil) { updateTracker(id, now: clock.now()) }
+        guard let snapshot = registry.snapshot(id), snapshot.share.isActive,
+              let requestedAt = snapshot.share.locateRequestedAt, at >= requestedAt,
+              (snapshot.share.locateAnsweredAt ?? 0) < requestedAt else { return }
+        guard (try? store.recordLocateAnswer(row: snapshot.row, at: at)) == true else {
+            if let stored = try? store.share(id: id) { adopt(stored) }
+            return
+        }
+        registry.updateTracker(id) { $0.locateAnsweredAt = at }
+        logger.info("share \(id): the tracker answered the location request")
+    }
 
     // MARK: Reading
 
@@ -478,6 +635,10 @@ public final class ShareService: Sendable {
         } else {
             writer.field("state", "active")
             writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
+            writer.key("tracker")
+            writer.beginObject()
+            TrackerSummary(share: share, last: nil).writeStateFields(into: &writer)
+            writer.endObject()
             // The retained status must not outlive the share on a broker that Flare stops talking to.
             expiry = UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
         }

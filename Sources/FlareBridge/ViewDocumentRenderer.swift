@@ -30,6 +30,10 @@ enum ViewDocumentRenderer {
             writer.endObject()
         }
         writer.endArray()
+        if share.isActive {
+            writer.key("tracker")
+            TrackerSummary(share: share, last: last).writeJSON(into: &writer)
+        }
         return writer.bytes
     }
 

@@ -31,7 +31,7 @@ public enum FlaredSettings {
         .init("FLARE_VIEWER_DIR", .text, "", "serve the viewer page from this directory instead of the built-in files"),
         .init("FLARE_TILE_URL", .url(schemes: ["http", "https"]), "https://tile.openstreetmap.org/{z}/{x}/{y}.png", "map tile URL template (XYZ)"),
         .init("FLARE_TILE_ATTRIBUTION", .text, "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors", "map attribution (HTML)"),
-        .init("FLARE_STALE_AFTER_S", .integer(1...86_400), "120", "the viewer warns when the last position is older than this"),
+        .init("FLARE_STALE_AFTER_S", .integer(1...86_400), "120", "a share's tracker is stale (the page says so, and \"locate now\" is offered) after this long without a fix"),
         .init("FLARE_HTTP_THREADS", .integer(1...64), "4", "HTTP worker threads"),
         .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
@@ -58,6 +58,13 @@ extension LocationPayloadParser {
     /// The parser `flared` uses: FLARE_MAX_PAYLOAD_BYTES.
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
         self.init(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES")))
+    }
+}
+
+extension TrackerRules {
+    /// FLARE_STALE_AFTER_S.
+    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
+        self.init(staleAfterMillis: try config.integer("FLARE_STALE_AFTER_S") * 1000)
     }
 }
 

@@ -77,14 +77,17 @@ public struct OwnTracksConfiguration: Sendable {
         writer.field("moveModeLocatorInterval", locatorInterval)
         writer.field("locatorDisplacement", locatorDisplacement)
         writer.field("locatorPriority", Self.androidLocatorPriority)
-        // The device token may publish into its own share and read its status, nothing else. iOS subscribes to
-        // nothing with `sub` false; Android 2.5 ignores `sub` and subscribes to `subTopic` (default `owntracks/+/+`,
-        // which the broker would refuse), so it is pointed at the one topic the token may read.
-        writer.field("sub", false)
-        writer.field("subTopic", Topics.status(shareID))
-        // No remote commands (`cmd` false drops them in both apps).
-        writer.field("cmd", false)
-        writer.field("allowRemoteLocation", false)
+        // The device token reads its share's status and its command topic (`<pubTopicBase>/cmd`), which both apps
+        // subscribe to when they are given as `subTopic`, a space-separated list (Android: `split(" ")` in
+        // MQTTConnectionConfiguration.kt, v2.4.12 on; iOS: `theSubscriptionsInMOC`, split on whitespace). Android
+        // with a `subTopic` of its own obeys commands on any subscribed topic; iOS only on its own `…/cmd`.
+        // iOS subscribes only with `sub` on; Android ignores `sub` from 2.5.
+        writer.field("sub", true)
+        writer.field("subTopic", Topics.status(shareID) + " " + Topics.command(shareID))
+        // Commands on, for "locate now" (`reportLocation`): `cmd` on in both apps, and iOS also wants
+        // `allowRemoteLocation` (OwnTracksAppDelegate.m). Only flared may write the command topic.
+        writer.field("cmd", true)
+        writer.field("allowRemoteLocation", true)
         writer.field("remoteConfiguration", false)
         writer.field("extendedData", true)                     // battery state and connectivity for the family
         writer.endObject()

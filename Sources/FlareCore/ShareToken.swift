@@ -19,15 +19,39 @@ public struct ShareToken: Sendable, Equatable {
     }
 
     public struct ACLRule: Sendable, Equatable {
+        public let allow: Bool
         public let action: String  // "publish" | "subscribe"
         public let topic: String
+
+        public init(allow: Bool = true, action: String, topic: String) {
+            self.allow = allow
+            self.action = action
+            self.topic = topic
+        }
     }
 
+    /// The rules, first match wins (the broker plugin holds at most 8 per token; EMQX reads the same list).
+    ///
+    /// The device token's list, defined once for every feature that needs one:
+    /// 1. deny publish `…/location/cmd`: commands ("locate now") come from flared only;
+    /// 2. publish `…/location/#`: its fixes, and the apps' events, status and waypoints below them;
+    /// 3. subscribe `…/location/cmd`: the OwnTracks command topic (`<pubTopicBase>/cmd`);
+    /// 4. subscribe `…/status`: the share's state and tracker state (retained);
+    /// 5. subscribe `…/answers`: the family's answers (QoS 1);
+    /// 6. subscribe `…/audience`: how many opened the link and watch it (retained);
+    /// 7. subscribe `…/stored`: what Flare has stored of the tracker's fixes (its end-to-end confirmation).
+    /// A token issued before a rule was added keeps the rules it was signed with until it expires (at most the
+    /// longest share): such a device can still write its command topic and cannot read the newer topics.
     public var acl: [ACLRule] {
         switch role {
         case .device:
-            return [ACLRule(action: "publish", topic: Topics.location(shareID) + "/#"),
-                    ACLRule(action: "subscribe", topic: Topics.status(shareID))]
+            return [ACLRule(allow: false, action: "publish", topic: Topics.command(shareID)),
+                    ACLRule(action: "publish", topic: Topics.location(shareID) + "/#"),
+                    ACLRule(action: "subscribe", topic: Topics.command(shareID)),
+                    ACLRule(action: "subscribe", topic: Topics.status(shareID)),
+                    ACLRule(action: "subscribe", topic: Topics.answers(shareID)),
+                    ACLRule(action: "subscribe", topic: Topics.audience(shareID)),
+                    ACLRule(action: "subscribe", topic: Topics.stored(shareID))]
         case .watch:
             return [ACLRule(action: "subscribe", topic: Topics.shareRoot(shareID) + "/#")]
         }
@@ -44,7 +68,7 @@ public struct ShareToken: Sendable, Equatable {
         claims.beginArray()
         for rule in acl {
             claims.beginObject()
-            claims.field("permission", "allow")
+            claims.field("permission", rule.allow ? "allow" : "deny")
             claims.field("action", rule.action)
             claims.field("topic", rule.topic)
             claims.endObject()

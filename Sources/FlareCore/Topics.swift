@@ -12,6 +12,15 @@ public enum Topics {
     public static func shareRoot(_ id: ShareID) -> String { prefix + id.rawValue }
     public static func location(_ id: ShareID) -> String { prefix + id.rawValue + "/location" }
     public static func status(_ id: ShareID) -> String { prefix + id.rawValue + "/status" }
+    /// OwnTracks commands for the share's tracker (`<pubTopicBase>/cmd`: the iOS app obeys commands only there). Only
+    /// flared writes it; the device token reads it.
+    public static func command(_ id: ShareID) -> String { location(id) + "/cmd" }
+    /// The family's answers to the person who shared (QoS 1, not retained).
+    public static func answers(_ id: ShareID) -> String { prefix + id.rawValue + "/answers" }
+    /// How many opened the link and how many watch it now (retained).
+    public static func audience(_ id: ShareID) -> String { prefix + id.rawValue + "/audience" }
+    /// What Flare has stored of the tracker's fixes, for trackers that keep each fix until it is stored.
+    public static func stored(_ id: ShareID) -> String { prefix + id.rawValue + "/stored" }
 
     /// The share of a `flare/v1/shares/{id}/location` topic; nil for anything else.
     public static func shareID(fromLocationTopic topic: String) -> ShareID? {

@@ -1,3 +1,5 @@
+import FlareAPI
+
 /// Whether the phone (or tracker) of a share is reporting.
 public enum TrackerState: String, Sendable, CaseIterable {
     /// Fixes are arriving.
@@ -62,20 +64,22 @@ public struct TrackerRules: Sendable {
         self.staleAfterMillis = staleAfterMillis
     }
 
-    /// The state now, given the last recorded one and when the share last heard from its tracker (a fix, or the
-    /// share's creation when none came yet).
+    /// The state now, given the recorded one (none recorded: live since the share's creation) and when the share last
+    /// heard from its tracker (a fix, or the share's creation when none came yet).
     ///
     /// - `offline` holds from the will until a fix heard after it;
     /// - otherwise `stale` once nothing was heard for `staleAfterMillis`, since that moment;
-    /// - otherwise `live`: since the recorded start if it was live already, else since the fix that ended the
-    ///   silence.
-    public func current(recorded: TrackerRecord?, lastHeardAt: UnixMillis, transport: TrackerTransport?, now: UnixMillis) -> TrackerRecord {
-        if let recorded, recorded.state == .offline, recorded.since >= lastHeardAt { return recorded }
+    /// - otherwise `live`: since the recorded start if it was live already, else since the last fix, which ended
+    ///   the silence (another instance's record of that fix, a moment earlier, is taken when it arrives).
+    public func current(recorded: TrackerRecord, lastHeardAt: UnixMillis, transport: TrackerTransport?, now: UnixMillis) -> TrackerRecord {
+        if recorded.state == .offline, recorded.since >= lastHeardAt { return recorded }
         if now - lastHeardAt > staleAfterMillis {
-            return TrackerRecord(state: .stale, since: lastHeardAt + staleAfterMillis, transport: recorded?.transport ?? transport)
+            if recorded.state == .stale { return recorded }
+            return TrackerRecord(state: .stale, since: lastHeardAt + staleAfterMillis, transport: transport ?? recorded.transport)
         }
-        if let recorded, recorded.state == .live, transport == nil || recorded.transport == transport { return recorded }
-        return TrackerRecord(state: .live, since: recorded?.state == .live ? recorded!.since : lastHeardAt, transport: transport ?? recorded?.transport)
+        // Live stays live, whichever way its fixes come: a change of transport alone is not worth a write per share.
+        if recorded.state == .live { return recorded }
+        return TrackerRecord(state: .live, since: lastHeardAt, transport: transport ?? recorded.transport)
     }
 
     /// Whether a battery reading is worth saying: low and not being charged.
@@ -83,4 +87,59 @@ public struct TrackerRules: Sendable {
         guard let level, level <= batteryLowPercent else { return false }
         return status != BatteryStatus.charging.rawValue && status != BatteryStatus.full.rawValue
     }
+}
+
+/// What a share's page, live stream and owner are told about its tracker: the recorded state, what the last fix says
+/// of the phone's battery and connectivity, and the last "locate now" request. The JSON is the `tracker` object of
+/// the view document and the `tracker` live event (`FlareAPI.TrackerReport`).
+public struct TrackerSummary: Sendable, Equatable {
+    public var record: TrackerRecord
+    public var battery: Int?
+    public var batteryStatus: Int?
+    public var connection: String?
+    public var locateRequestedAt: UnixMillis?
+    public var locateAnsweredAt: UnixMillis?
+
+    /// A share with no recorded state yet counts as live since its creation: nothing is wrong before the first silence.
+    public init(share: Share, last: Fix?) {
+        record = share.tracker ?? TrackerRecord(state: .live, since: share.createdAt)
+        battery = last?.battery
+        batteryStatus = last?.batteryStatus
+        connection = last?.connection
+        locateRequestedAt = share.locateRequestedAt
+        locateAnsweredAt = share.locateAnsweredAt
+    }
+
+    public var isBatteryLow: Bool { TrackerRules.isBatteryLow(level: battery, status: batteryStatus) }
+
+    public func writeJSON(into writer: inout JSONWriter) {
+        writer.beginObject()
+        writeStateFields(into: &writer)
+        if let battery {
+            writer.field("battery", battery)
+            writer.field("battery_low", isBatteryLow)
+        }
+        if let batteryStatus, let status = BatteryStatus(rawValue: batteryStatus) { writer.field("battery_status", status.name) }
+        if let connection, let name = Self.connectionNames[connection] { writer.field("connection", name) }
+        if let locateRequestedAt { writer.field("locate_requested_at", RFC3339.format(millis: locateRequestedAt)) }
+        if let locateAnsweredAt { writer.field("locate_answered_at", RFC3339.format(millis: locateAnsweredAt)) }
+        writer.endObject()
+    }
+
+    /// `state`, `since`, `reason` and `transport`: all the retained status topic says (it is republished on a change
+    /// of state, not on every battery reading).
+    public func writeStateFields(into writer: inout JSONWriter) {
+        writer.field("state", record.state.rawValue)
+        writer.field("since", RFC3339.format(millis: record.since))
+        if let reason = record.reason { writer.field("reason", reason) }
+        if let transport = record.transport { writer.field("transport", transport.rawValue) }
+    }
+
+    public var json: [UInt8] {
+        var writer = JSONWriter(capacity: 256)
+        writeJSON(into: &writer)
+        return writer.bytes
+    }
+
+    static let connectionNames = ["w": "wifi", "m": "mobile", "o": "offline"]
 }

@@ -62,6 +62,7 @@ extension Gateway {
         let stream = EventStream()
         stream.send(Array("retry: 3000\n\n".utf8))
         stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: snapshot.share.expiresAt)))))
+        stream.send(Self.event(.tracker, TrackerSummary(share: snapshot.share, last: snapshot.last).json))
         // The page fetched the view JSON before connecting: the last fix closes any gap in between.
         if let last = snapshot.last { stream.send(Self.event(.fix, last.viewJSON)) }
         let subscription = shares.subscribe(id) { [weak stream] event in
@@ -73,6 +74,8 @@ extension Gateway {
                 stream.send(Self.event(.fix, fix.viewJSON))
             case .extended(let expiresAt):
                 stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: expiresAt)))))
+            case .tracker(let summary):
+                stream.send(Self.event(.tracker, summary.json))
             case .ended(let reason, let endedAt):
                 stream.send(Self.event(.ended, Self.encoded(LiveEnded(reason: reason.rawValue, endedAt: Date(unixMillis: endedAt)))))
                 stream.finish()
@@ -93,6 +96,36 @@ extension Gateway {
             ("Cache-Control", "no-store"),
             ("X-Accel-Buffering", "no"),
         ], body: .stream(stream))
+    }
+
+    /// "Locate now": asks the phone of an active share whose tracker is stale or offline for a fresh position.
+    /// 202 `LocateReceipt`; 409 `tracker_live` while fixes arrive; 429 with `Retry-After` within 30 s of the last
+    /// request (anyone's, on any instance); 410 once ended. Rate-limited per address and token like every link call.
+    func locate(_ request: HTTPRequest, token: String) -> HTTPResponse {
+        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
+        case .refused(let response):
+            return response
+        case .found(.historyDeleted):
+            return APIError.shareEnded.response
+        case .found(.live(let snapshot)):
+            do {
+                let requestedAt = try shares.requestLocate(snapshot)
+                return .api(202, LocateReceipt(requestedAt: Date(unixMillis: requestedAt)))
+            } catch {
+                switch error {
+                case .ended: return APIError.shareEnded.response
+                case .trackerLive:
+                    return APIError(status: 409, code: "tracker_live", message: "the phone is reporting; its next position is on its way").response
+                case .tooSoon(let seconds):
+                    return APIError(status: 429, code: "locate_too_soon", message: "the phone was asked less than 30 s ago",
+                                    headers: [("Retry-After", String(seconds))]).response
+                case .storage(let message):
+                    logger.error("locate: \(message)")
+                    return APIError(status: 503, code: "store_unavailable", message: "cannot record the request; retry",
+                                    headers: [("Retry-After", "2")]).response
+                }
+            }
+        }
     }
 
     static func event(_ name: LiveEventName, _ data: [UInt8]) -> [UInt8] {

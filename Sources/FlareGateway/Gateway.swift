@@ -118,6 +118,7 @@ public final class Gateway: Sendable {
         case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
+        case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
         default: return APIError.notFound("no such endpoint").response
         }

@@ -60,7 +60,7 @@ final class Daemon: Sendable {
         let policy = try SharePolicy(config)
         let parser = try LocationPayloadParser(config)
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
-                                  tokenKey: tokenKey, policy: policy, clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
+                                  tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same

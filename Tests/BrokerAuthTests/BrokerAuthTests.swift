@@ -18,6 +18,19 @@ import Testing
         #expect(try device.publish(Topics.status(a), #"{"state":"ended"}"#) == notAuthorized)  // only the bridge says that
         #expect(try device.publish("elsewhere", "x") == notAuthorized)
         #expect(try device.subscribe(Topics.status(a)))
+        // Commands ("locate now") come only from flared: the device reads its command topic and cannot write it.
+        #expect(try device.publish(Topics.command(a), #"{"_type":"cmd","action":"reportLocation"}"#) == notAuthorized)
+        #expect(try device.publish(Topics.location(a) + "/event", #"{"_type":"transition"}"#) == nil)
+        for topic in [Topics.command(a), Topics.answers(a), Topics.audience(a), Topics.stored(a)] {
+            #expect(try device.subscribe(topic), "\(topic)")
+        }
+        let watcher = try fixture.client(a.rawValue, fixture.token(a, .watch))
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.publish(Topics.command(a), #"{"_type":"cmd","action":"reportLocation"}"#) == notAuthorized)
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.publish(Topics.command(a), #"{"_type":"cmd","action":"reportLocation"}"#) == nil)
+        #expect(eventually { device.messages.contains { $0.topic == Topics.command(a) } })
 
         let snooper = try fixture.client(a.rawValue, fixture.token(a, .device))
         #expect(snooper.waitForOutcome() == .connected)

@@ -124,15 +124,15 @@ import Testing
         // The iOS app's transition and status messages go below the base topic.
         try publish(base + "/event", #"{"_type":"transition","wtst":\#(now - 9000),"lat":48.1372,"lon":11.5762,"tst":\#(now - 15),"acc":10,"tid":"AN","event":"leave","desc":"Home","t":"c","rid":"a1b2c3"}"#, retain: false)
         try publish(base + "/status", #"{"_type":"status","iOS":{"version":"18.1","locale":"de_DE","deviceSystemName":"iOS","deviceModel":"iPhone","locationManagerAuthorizationStatus":"authorizedAlways","backgroundRefreshStatus":"available"}}"#, retain: false)
-        // The Android app's location with its message id, and its last will, which the broker publishes on the base
-        // topic when the phone drops off (not retained: the configuration says willRetain false).
+        // The Android app's location with its message id, and a last will as the broker publishes it on the base
+        // topic when the phone drops off (never retained); `LastWillTests` has the broker send a real one.
         try publish(base, #"{"_type":"location","_id":"8e2c41f0","acc":12,"alt":521,"batt":63,"bs":2,"conn":"m","created_at":\#(now - 9),"lat":48.1375,"lon":11.5770,"m":2,"t":"u","tid":"AN","tst":\#(now - 10),"vac":4,"vel":3,"inregions":[]}"#, retain: retain)
         try publish(base, #"{"_type":"lwt","tst":\#(now - 3600)}"#, retain: false)
         try publish(base + "/status", #"{"_type":"status","android":{"wifi":1,"ps":0,"bo":1,"loc":0,"hib":0}}"#, retain: false)
 
         #expect(eventually(timeout: .seconds(15)) {
             let metrics = (try? flared.request("GET", "/metrics").text) ?? ""
-            return metrics.contains(#"flare_fixes_rejected_total{reason="ignored_type"} 1"#) && metrics.contains("flare_fixes_accepted_total 2")
+            return metrics.contains("flare_tracker_last_wills_total 1") && metrics.contains("flare_fixes_accepted_total 2")
         }, "\((try? flared.request("GET", "/metrics").text) ?? "")")
         let token = String(share["share_url"]!.split(separator: "/").last!)
         let view = try flared.request("GET", "/api/v1/view/\(token)")

@@ -123,7 +123,7 @@ import Testing
         let flared = try FlaredProcess(broker: broker)
         let share = try createShare(flared)
         let id = share["share_id"]!, topic = share["mqtt_topic"]!
-        for payload in ["{", "[]", #"{"lat":95,"lon":0}"#, #"{"lon":3}"#, #"{"_type":"lwt","tst":1}"#, #"{"lat":1,"lon":1,"tst":99999999999}"#] {
+        for payload in ["{", "[]", #"{"lat":95,"lon":0}"#, #"{"lon":3}"#, #"{"_type":"transition","tst":1}"#, #"{"lat":1,"lon":1,"tst":99999999999}"#] {
             _ = try MosquittoClients.publish(port: broker.port, topic: topic, payload: payload, retain: false)
         }
         _ = try MosquittoClients.publish(port: broker.port, topic: "flare/v1/shares/AAAAAAAAAAAAAAAAAAAAAA/location", payload: #"{"lat":1,"lon":1}"#, retain: false)

@@ -28,7 +28,7 @@ import Testing
         let topic = Topics.location(id)
         #expect(fixture.ingestor.handle(topic: topic, payload: Array("{".utf8), retained: false) == .malformed)
         #expect(fixture.ingestor.handle(topic: topic, payload: Array(#"{"lat":100,"lon":0}"#.utf8), retained: false) == .invalidCoordinates)
-        #expect(fixture.ingestor.handle(topic: topic, payload: Array(#"{"_type":"lwt","tst":1}"#.utf8), retained: false) == .ignoredType)
+        #expect(fixture.ingestor.handle(topic: topic, payload: Array(#"{"_type":"transition","tst":1}"#.utf8), retained: false) == .ignoredType)
         #expect(fixture.ingestor.handle(topic: Topics.location(.generate()), payload: fixture.location(1, 1), retained: false) == .unknownShare)
         #expect(fixture.ingestor.handle(topic: "flare/v1/shares/x/location", payload: fixture.location(1, 1), retained: false) == .badTopic)
         #expect(fixture.ingestor.handle(topic: topic, payload: [], retained: true) == nil)  // a cleared retained location
@@ -94,7 +94,7 @@ import Testing
     }
 
     @Test func trailIsBoundedAndOlderFixesDoNotReplaceTheLast() {
-        let registry = ShareRegistry(trailLength: 3)
+        let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let share = stored()
         registry.insert(share)
         for t in [10, 20, 30, 40] { registry.record(Fix(latitude: Double(t), longitude: 0, timestamp: Int64(t)), for: share.share.id) }
@@ -105,7 +105,7 @@ import Testing
     }
 
     @Test func aBatchIsRecordedInOrderAndViewersHearOnlyOfNewLastPositions() {
-        let registry = ShareRegistry(trailLength: 4)
+        let registry = ShareRegistry(trailLength: 4, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let a = stored(), b = stored(), gone = ShareID.generate()
         registry.insert(a)
         registry.insert(b)
@@ -123,7 +123,7 @@ import Testing
     }
 
     @Test func aCachedRenderingNeverOutlivesTheStateItShows() {
-        let registry = ShareRegistry(trailLength: 32)
+        let registry = ShareRegistry(trailLength: 32, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let share = stored()
         let id = share.share.id
         registry.insert(share)
@@ -149,7 +149,7 @@ import Testing
     }
 
     @Test func countsActiveSharesAndViewers() {
-        let registry = ShareRegistry(trailLength: 32)
+        let registry = ShareRegistry(trailLength: 32, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let a = stored(), b = stored(active: false)
         registry.insert(a)
         registry.insert(b)

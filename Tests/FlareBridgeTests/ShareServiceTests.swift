@@ -163,3 +163,82 @@ import Testing
         #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
     }
 }
+
+/// Tracker states and "locate now" through the service, the ingest and a real SQLite store.
+@Suite struct TrackerServiceTests {
+    func statusPayloads(_ fixture: BridgeFixture, _ id: ShareID) -> [JSONValue] {
+        fixture.publisher.messages.filter { $0.topic == Topics.status(id) && !$0.payload.isEmpty }.compactMap { try? JSONValue.parse($0.payload) }
+    }
+
+    func send(_ fixture: BridgeFixture, _ id: ShareID, _ payload: String, retained: Bool = false) {
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: retained) == nil)
+        #expect(fixture.ingestor.waitUntilStored())
+    }
+
+    @Test func aLastWillRecordsTheTrackerOfflineAndTheNextFixLiveAgain() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(Int64(Date().timeIntervalSince1970))}"#)
+        send(fixture, id, #"{"_type":"lwt"}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .offline })
+        let offline = try #require(fixture.registry.snapshot(id)?.share.tracker)
+        #expect(offline.reason == TrackerRecord.connectionLost)
+        #expect(try fixture.store.share(id: id)?.share.tracker == offline)
+        #expect(statusPayloads(fixture, id).last?["tracker"]?["state"]?.stringValue == "offline")
+        #expect(statusPayloads(fixture, id).last?["tracker"]?["reason"]?.stringValue == "connection_lost")
+        #expect(fixture.metrics.value(FlareMetrics.lastWills) == 1)
+
+        // A retained will (a replay) changes nothing; a fix ends offline at once.
+        send(fixture, id, #"{"_type":"location","lat":1.5,"lon":2,"tst":\#(Int64(Date().timeIntervalSince1970))}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .live })
+        #expect(statusPayloads(fixture, id).last?["tracker"]?["state"]?.stringValue == "live")
+        send(fixture, id, #"{"_type":"lwt"}"#, retained: true)
+        #expect(fixture.metrics.value(FlareMetrics.lastWills) == 1)
+    }
+
+    @Test func aSilencePastTheLimitIsRecordedStaleOnce() throws {
+        let fixture = try BridgeFixture(staleAfterSeconds: 60)
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let now = Int64(Date().timeIntervalSince1970) * 1000
+        send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now / 1000)}"#)
+        fixture.service.updateTracker(id, now: now + 30_000)
+        #expect(fixture.registry.snapshot(id)?.share.tracker == nil)       // live, as a new share is: nothing written
+        let heardAt = try #require(fixture.registry.snapshot(id)?.lastHeardAt)
+        fixture.service.updateTracker(id, now: heardAt + 60_001)
+        let stale = try #require(fixture.registry.snapshot(id)?.share.tracker)
+        #expect(stale.state == .stale && stale.since == heardAt + 60_000 && stale.transport == .mqtt)
+        let announced = statusPayloads(fixture, id).count
+        fixture.service.updateTracker(id, now: heardAt + 90_000)
+        #expect(statusPayloads(fixture, id).count == announced)            // recorded and announced once
+    }
+
+    @Test func locateNowIsRefusedWhileLiveLimitedAcrossCallsAndItsAnswerIsShownEvenForAKnownPosition() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let tst = Int64(Date().timeIntervalSince1970)
+        let cached = #"{"_type":"location","lat":1,"lon":2,"tst":\#(tst)}"#
+        send(fixture, id, cached)
+        var snapshot = try #require(fixture.registry.snapshot(id))
+        #expect(throws: ShareService.LocateRefusal.trackerLive) { try fixture.service.requestLocate(snapshot) }
+
+        send(fixture, id, #"{"_type":"lwt"}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .offline })
+        snapshot = try #require(fixture.registry.snapshot(id))
+        let askedAt = try fixture.service.requestLocate(snapshot)
+        let command = try #require(fixture.publisher.messages.last)
+        #expect(command.topic == Topics.command(id) && !command.retain)
+        #expect(command.payload == Array(#"{"_type":"cmd","action":"reportLocation"}"#.utf8))
+        #expect(fixture.registry.snapshot(id)?.share.locateRequestedAt == askedAt)
+        #expect { try fixture.service.requestLocate(snapshot) } throws: { error in
+            guard case ShareService.LocateRefusal.tooSoon(let seconds) = error else { return false }
+            return (1...30).contains(seconds)
+        }
+
+        // iOS answers with its cached position, already stored: the answer is recorded all the same.
+        send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(tst),"t":"r"}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.locateAnsweredAt != nil })
+        #expect(try fixture.store.share(id: id)?.share.locateAnsweredAt != nil)
+        #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .live })
+    }
+}

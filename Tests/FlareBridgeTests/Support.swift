@@ -39,7 +39,7 @@ struct BridgeFixture {
     let metrics: Metrics
     let key: [UInt8]
 
-    init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, key: [UInt8] = Crypto.randomBytes(32),
+    init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
          publisher: RecordingPublisher = RecordingPublisher()) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
@@ -49,7 +49,7 @@ struct BridgeFixture {
         let logger = Logger(label: "test", level: .error)
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
-                               clock: SystemWallClock(), metrics: metrics, logger: logger)
+                               trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: SystemWallClock(), metrics: metrics, logger: logger)
         registry = service.registry
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: SystemWallClock(),
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))
@@ -58,5 +58,16 @@ struct BridgeFixture {
 
     func location(_ lat: Double, _ lon: Double, tst: Int64? = nil) -> [UInt8] {
         Array(#"{"_type":"location","lat":\#(lat),"lon":\#(lon),"tst":\#(tst ?? Int64(Date().timeIntervalSince1970))}"#.utf8)
+    }
+}
+
+extension ShareRegistry {
+    /// A fix recorded as if heard at its own time, over MQTT.
+    func record(_ fix: Fix, for id: ShareID) {
+        record([HeardFix(share: id, fix: fix, heardAt: fix.timestamp * 1000, transport: .mqtt)])
+    }
+
+    func record(_ fixes: [(ShareID, Fix)]) {
+        record(fixes.map { HeardFix(share: $0.0, fix: $0.1, heardAt: $0.1.timestamp * 1000, transport: .mqtt) })
     }
 }

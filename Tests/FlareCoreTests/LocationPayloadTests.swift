@@ -22,7 +22,28 @@ import Testing
         #expect(fix.velocity == 4)
         #expect(fix.course == 270)
         #expect(fix.battery == 81)
+        #expect(fix.batteryStatus == 1)
+        #expect(fix.connection == "w")
+        #expect(fix.trigger == "u")
         #expect(fix.trackerID == "an")
+    }
+
+    /// Both apps' last wills, and the Wi-Fi keys in both spellings (iOS moved to `ssid`/`bssid` in 2025), which are
+    /// read and never kept.
+    @Test func readsBothLastWillFormsAndTheFieldsThePhonesReportAboutThemselves() throws {
+        let androidWill = parser.parseMessage(Array(#"{"_type":"lwt"}"#.utf8), receivedAt: now, shareCreatedAt: created)
+        #expect(androidWill == .success(.lastWill))
+        let iOSWill = parser.parseMessage(Array(#"{"_type":"lwt","tst":1795962000}"#.utf8), receivedAt: now, shareCreatedAt: created)
+        #expect(iOSWill == .success(.lastWill))
+        #expect(parse(#"{"_type":"lwt"}"#) == .failure(.ignoredType))   // not a position for the HTTP ingest
+
+        let iOSReply = try parse(#"{"_type":"location","lat":1,"lon":2,"tst":1795962990,"t":"r","batt":8,"bs":1,"conn":"m","ssid":"home","bssid":"aa:bb"}"#).get()
+        #expect(iOSReply.isCommandResponse && iOSReply.battery == 8 && iOSReply.batteryStatus == 1 && iOSReply.connection == "m")
+        let android = try parse(#"{"_type":"location","lat":1,"lon":2,"tst":1795962990,"t":"r","batt":90,"bs":2,"conn":"w","SSID":"home","BSSID":"aa:bb"}"#).get()
+        #expect(android.isCommandResponse && android.batteryStatus == 2 && android.connection == "w")
+        // Out of range or unknown: dropped, the position kept.
+        let odd = try parse(#"{"lat":1,"lon":2,"bs":7,"conn":"x","t":"long"}"#).get()
+        #expect(odd.batteryStatus == nil && odd.connection == nil && odd.trigger == nil)
     }
 
     @Test func acceptsABareObjectAndUsesReceiveTime() throws {

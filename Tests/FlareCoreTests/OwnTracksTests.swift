@@ -64,8 +64,12 @@ import Testing
         #expect(object["pubRetain"] as? Bool == true)
         #expect(object["pubQos"] as? Int == 1)
         #expect(object["willRetain"] == nil)  // neither app reads it
-        #expect(object["sub"] as? Bool == false)
-        #expect(object["subTopic"] as? String == "flare/v1/shares/\(id.rawValue)/status")
+        // The share's status and its command topic, space-separated (both apps split `subTopic` on spaces), and
+        // commands on for "locate now".
+        #expect(object["sub"] as? Bool == true)
+        #expect(object["subTopic"] as? String == "flare/v1/shares/\(id.rawValue)/status flare/v1/shares/\(id.rawValue)/location/cmd")
+        #expect(object["cmd"] as? Bool == true && object["allowRemoteLocation"] as? Bool == true)
+        #expect(object["remoteConfiguration"] as? Bool == false)
         #expect((object["locatorInterval"] as? Int ?? 0) > 0 && (object["locatorDisplacement"] as? Int ?? 0) > 0)
         #expect(object["moveModeLocatorInterval"] as? Int == object["locatorInterval"] as? Int)
     }

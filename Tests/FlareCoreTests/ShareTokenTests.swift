@@ -19,6 +19,9 @@ import Testing
         guard case .array(let acl) = claims["acl"] else { Issue.record("no acl claim"); return }
         #expect(acl.contains(.object(["permission": .string("allow"), "action": .string("publish"), "topic": .string(Topics.location(share) + "/#")])))
         #expect(claims["sub"] == .string(share.rawValue))
+        // The deny comes before the allow it narrows: the plugin and EMQX take the first matching rule.
+        #expect(acl.first == .object(["permission": .string("deny"), "action": .string("publish"), "topic": .string(Topics.command(share))]))
+        #expect(acl.count <= 8)   // what the broker plugin holds per token
     }
 
     @Test func watchTokensMaySubscribeOnly() {

@@ -2,6 +2,7 @@ import FlareAPI
 import FlareCore
 import FlareHTTP
 import Foundation
+import FlareTestSupport
 import Testing
 
 /// The link holder's endpoints: GET /api/v1/view/{token}, …/events and the page at /s/{token}.
@@ -123,6 +124,10 @@ import Testing
         #expect(status.name == "status")
         let live = try APIJSON.decode(LiveStatus.self, from: Array(try #require(status.data).utf8))
         #expect(live == LiveStatus(expiresAt: created.expiresAt))
+        let tracker = try #require(events.next())
+        #expect(tracker.name == "tracker")
+        let report = try APIJSON.decode(TrackerReport.self, from: Array(try #require(tracker.data).utf8))
+        #expect(report.state == .live && report.battery == 80 && report.batteryLow == false)
         // The last fix closes the gap since the page fetched the view JSON.
         let catchUp = try #require(events.next())
         #expect(catchUp.name == "fix")
@@ -198,5 +203,54 @@ import Testing
             #expect(reply.contentType == "text/html; charset=utf-8")
             #expect(reply.text.contains("<html"))
         }
+    }
+}
+
+/// `POST /api/v1/view/{token}/locate` and the tracker object of the view document.
+@Suite struct LocateRouteTests {
+    func view(_ fixture: GatewayFixture, _ created: CreatedShare) throws -> ViewDocument {
+        try fixture.send("GET", "/api/v1/view/\(created.viewToken)", from: "192.0.2.50").decode(ViewDocument.self)
+    }
+
+    func loseConnection(_ fixture: GatewayFixture, _ created: CreatedShare) throws {
+        let id = try #require(ShareID(created.shareID))
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(#"{"_type":"lwt"}"#.utf8), retained: false) == nil)
+        #expect(eventually { (try? view(fixture, created))?.tracker?.state == .offline })
+    }
+
+    @Test func locateAsksAnOfflinePhoneOnceIn30SecondsAndIsRefusedWhileLive() throws {
+        let fixture = try GatewayFixture()
+        let created = try fixture.createShare()
+        try fixture.recordFix(created, latitude: 1, longitude: 2, tst: GatewayFixture.now - 5)
+        let whileLive = fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate")
+        #expect(whileLive.status == 409 && whileLive.errorCode == "tracker_live")
+
+        try loseConnection(fixture, created)
+        let offline = try #require(try view(fixture, created).tracker)
+        #expect(offline.reason == "connection_lost" && offline.transport == "mqtt" && offline.battery == 80)
+        let asked = fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate")
+        #expect(asked.status == 202, "\(asked.text)")
+        let receipt = try asked.decode(LocateReceipt.self)
+        let command = try #require(fixture.brokerPublisher.messages.last)
+        #expect(command.topic == Topics.command(ShareID(created.shareID)!) && !command.retain)
+        #expect(command.payload == Array(#"{"_type":"cmd","action":"reportLocation"}"#.utf8))
+        #expect(try view(fixture, created).tracker?.locateRequestedAt == receipt.requestedAt)
+
+        let again = fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate")
+        #expect(again.status == 429 && again.errorCode == "locate_too_soon")
+        #expect(Int(again.header("Retry-After") ?? "") ?? 0 >= 1)
+    }
+
+    @Test func locateRefusesUnknownTokensEndedSharesAndFloods() throws {
+        let fixture = try GatewayFixture(settings: ["FLARE_LINK_RATE_PER_ADDRESS": "0.001/5"])
+        let created = try fixture.createShare()
+        #expect(fixture.send("POST", "/api/v1/view/not-a-token/locate").status == 404)
+        #expect(fixture.send("POST", "/api/v1/view/\(Secret.generate().text)/locate", from: "192.0.2.9").status == 404)
+        #expect(fixture.send("GET", "/api/v1/view/\(created.viewToken)/locate").status == 405)
+        // The link's per-address limit holds for this endpoint too.
+        let statuses = (0..<6).map { _ in fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate", from: "192.0.2.10").status }
+        #expect(statuses == [409, 409, 409, 409, 409, 429])
+        try fixture.stop(created)
+        #expect(fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate", from: "192.0.2.11").status == 410)
     }
 }

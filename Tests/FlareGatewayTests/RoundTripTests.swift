@@ -40,6 +40,9 @@ import Testing
         let status = try #require(events.next())
         #expect(status.name == "status")
         try roundTrip(LiveStatus.self, Array(try #require(status.data).utf8))
+        let tracker = try #require(events.next())
+        #expect(tracker.name == "tracker")
+        try roundTrip(TrackerReport.self, Array(try #require(tracker.data).utf8))
 
         let tst = GatewayFixture.now - 5
         let receipt = try roundTrip(IngestReceipt.self, fixture.send("POST", "/api/v1/shares/\(id)/locations", bearer: created.deviceToken,

@@ -86,7 +86,7 @@ final class GatewayFixture {
         var random = SystemRandomNumberGenerator()
         for index in key.indices { key[index] = random.next() }
         service = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
-                               tokenKey: key, policy: try SharePolicy(config), clock: clock, metrics: metrics, logger: logger)
+                               tokenKey: key, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger)
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
