@@ -5,8 +5,10 @@ environment, and README.md beside this file for how to run.
 """
 import fnmatch
 import json
+import os
 import re
 import secrets
+import subprocess
 import urllib.parse
 
 import pytest
@@ -150,7 +152,10 @@ def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
     d.get(share.url())
     wait_coords(d, old)
     wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'stale', 'stale warning')
-    assert 'out of date' in text(d, '#detail')
+    assert re.match(r'^No new position for \d+ min\.$', text(d, '#detail'))
+    # Stale: the page offers to ask the phone; nothing says it is offline.
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'locate').is_displayed(), 'the locate button')
+    assert not d.find_element(By.ID, 'tracker').is_displayed()
     assert re.match(r'^Updated \d+ min ago$', text(d, '#updated'))
     shot(d, 'viewer-stale.png')
     b = flare.publish(share, flare.fix())
@@ -308,3 +313,62 @@ def test_no_layout_jump_while_loading(flare, viewer):
     top0, top1 = d.execute_script(
         "return [window.__top0, document.querySelector('.actions').getBoundingClientRect().top]")
     assert abs(top0 - top1) < 1, f'actions moved from {top0} to {top1}'
+
+
+def _device_client(share, *args):
+    """A real MQTT client with the share's device token (Debian's mosquitto_sub), as a phone connects."""
+    return subprocess.Popen(['mosquitto_sub', '-h', os.environ.get('FLARE_MQTT_HOST', '127.0.0.1'),
+                             '-p', os.environ.get('FLARE_MQTT_PORT', '1883'), '-V', 'mqttv311', '-u', share.id,
+                             '-P', share.device_token] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def test_a_lost_connection_is_said_plainly_and_locate_now_asks_the_phone(flare, viewer):
+    share = flare.create()
+    cached = flare.publish(share, flare.fix(batt=8, bs=1))
+    # The phone: subscribed to its status (retained, so the first line says it is connected) with the last will the
+    # OwnTracks Android app sets; SIGKILL cuts its connection without a DISCONNECT.
+    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
+                           '--will-topic', share.topic, '--will-payload', '{"_type":"lwt"}', '--will-qos', '0')
+    assert phone.stdout.readline()
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, cached)
+    assert not d.find_element(By.ID, 'locate').is_displayed()       # live: nothing to ask
+    assert d.find_element(By.ID, 'battery-note').text == 'Battery 8%'
+    phone.kill()
+    phone.wait(timeout=10)
+    wait_for(d, lambda drv: body_attr(drv, 'tracker') == 'offline', 'the tracker to go offline')
+    assert re.match(r'^Phone went offline at .+ \(connection lost\)\. Last known position below\.$', text(d, '#tracker'))
+    assert text(d, '#coords') == coord_text(cached)
+    shot(d, 'viewer-offline.png')
+
+    commands = _device_client(share, '-C', '1', '-W', '20', '-t', f'{share.topic}/cmd')
+    d.find_element(By.ID, 'locate').click()
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('Asked the phone at'), 'asked the phone')
+    assert json.loads(commands.stdout.readline()) == {'_type': 'cmd', 'action': 'reportLocation'}
+    commands.wait(timeout=10)
+    # iOS answers with its cached position (already stored): the answer still shows, with how old the position is.
+    flare.publish(share, dict(cached, t='r'))
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('The phone answered at'), 'the answer')
+    assert 'Its position is from' in text(d, '#locate-status')
+    wait_for(d, lambda drv: body_attr(drv, 'tracker') == 'live', 'the tracker to be live again')
+    shot(d, 'viewer-locate-answered.png')
+
+
+def test_offline_and_low_battery_in_chinese(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix(batt=8, bs=1))
+    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
+                           '--will-topic', share.topic, '--will-payload', '{"_type":"lwt","tst":1}', '--will-qos', '1')
+    assert phone.stdout.readline()
+    phone.kill()
+    phone.wait(timeout=10)
+    d = viewer(lang='zh-CN')
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'tracker') == 'offline', 'offline')
+    assert '离线（连接中断）' in text(d, '#tracker')
+    assert text(d, '#battery-note').startswith('电量')
+    assert text(d, '#locate') == '请求最新位置'
+    shot(d, 'viewer-offline-zh-CN.png')

@@ -119,6 +119,8 @@
     conn: 'connecting', // connecting | live | polling | reconnecting | closed
     name: null, expiresAt: null, endedAt: null, reason: null,
     last: null, trail: [],
+    tracker: null,      // the server's tracker report: state live|stale|offline, since, battery, locate_*
+    locateNote: null,   // what the last "locate now" press got back, until the tracker says more
     skew: 0,            // server clock minus device clock, ms
     follow: true, fresh: 'none', lastAnnounce: 0, firstShown: false,
   };
@@ -128,7 +130,7 @@
     if (!f || typeof f !== 'object') return null;
     var lat = num(f.lat), lon = num(f.lon), tst = num(f.tst);
     if (lat == null || lon == null || tst == null || Math.abs(lat) > 90 || Math.abs(lon) > 180) return null;
-    return { lat: lat, lon: lon, tst: tst, acc: num(f.acc), alt: num(f.alt), vel: num(f.vel), cog: num(f.cog), batt: num(f.batt) };
+    return { lat: lat, lon: lon, tst: tst, acc: num(f.acc), alt: num(f.alt), vel: num(f.vel), cog: num(f.cog), batt: num(f.batt), bs: num(f.bs) };
   }
   // Merge one fix into trail/last; idempotent, so gap-filling from the view JSON can overlap SSE.
   // Returns true when it became the newest position.
@@ -161,6 +163,7 @@
     var newest = false;
     (Array.isArray(j.trail) ? j.trail : []).forEach(function (f) { newest = addFix(f) || newest; });
     if (j.last) newest = addFix(j.last) || newest;
+    if (j.tracker) setTracker(j.tracker);
     if (j.state === 'ended') {
       setEnded(j);
     } else {
@@ -168,6 +171,63 @@
       if (S.state === 'loading') S.state = 'active';
     }
     render(newest);
+  }
+
+  function setTracker(d) {
+    if (!d || typeof d.state !== 'string') return;
+    var before = S.tracker;
+    S.tracker = {
+      state: d.state, since: Date.parse(d.since) || null, transport: d.transport || null,
+      battery: num(d.battery), batteryLow: d.battery_low === true, charging: d.battery_status === 'charging',
+      asked: Date.parse(d.locate_requested_at) || null, answered: Date.parse(d.locate_answered_at) || null,
+    };
+    if (d.state === 'offline' && (!before || before.state !== 'offline')) announce(t('announce_offline', { time: timeText(S.tracker.since) }), true);
+    if (S.tracker.asked && (!before || before.asked !== S.tracker.asked)) S.locateNote = null;
+    body.setAttribute('data-tracker', d.state);
+  }
+
+  // "Locate now": asks the phone for a fresh position. The answer shows through the tracker report (every viewer
+  // sees that the phone was asked, and when it answered).
+  function locate() {
+    var btn = $('locate');
+    btn.disabled = true;
+    S.locateNote = { key: 'locate_asking' };
+    tick();
+    fetch(API + '/locate', { method: 'POST', cache: 'no-store', credentials: 'same-origin', headers: { Accept: 'application/json' } })
+      .then(function (res) {
+        if (res.status === 202) return res.json().then(function (j) {
+          if (S.tracker) S.tracker.asked = Date.parse(j.requested_at) || serverNow();
+          S.locateNote = null;
+        });
+        if (res.status === 409) { S.locateNote = { key: 'locate_live' }; return; }
+        if (res.status === 429) {
+          var s = Math.max(1, parseInt(res.headers.get('Retry-After'), 10) || 30);
+          S.locateNote = { key: 'locate_too_soon', until: Date.now() + s * 1000 };
+          return;
+        }
+        if (res.status === 410) { refreshView(); S.locateNote = null; return; }
+        S.locateNote = { key: 'locate_failed' };
+      })
+      .catch(function () { S.locateNote = { key: 'locate_failed' }; })
+      .then(function () { btn.disabled = false; announce(locateText(), false); tick(); });
+  }
+  function locateText() {
+    var n = S.locateNote, tr = S.tracker;
+    if (n) {
+      if (n.until) {
+        var left = Math.ceil((n.until - Date.now()) / 1000);
+        return left > 0 ? t(n.key, { s: left }) : '';
+      }
+      return t(n.key);
+    }
+    if (!tr || !tr.asked) return '';
+    if (tr.answered && tr.answered >= tr.asked) {
+      // Said for ten minutes after the answer; the position's own time says how old it is.
+      if (serverNow() - tr.answered > 600000) return '';
+      return t('locate_answered', { time: timeText(tr.answered), fix: S.last ? timeText(S.last.tst * 1000) : '—' });
+    }
+    if (serverNow() - tr.asked > 600000) return '';
+    return t('locate_waiting', { time: timeText(tr.asked) });
   }
 
   function setEnded(d) {
@@ -266,6 +326,12 @@
       if (d.expires_at) S.expiresAt = Date.parse(d.expires_at) || S.expiresAt;
       setConn('live');
       tick();
+    });
+    src.addEventListener('tracker', function (e) {
+      var d = parseJSON(e.data);
+      if (!d || terminal()) return;
+      setTracker(d);
+      render(false);
     });
     src.addEventListener('fix', function (e) {
       var d = parseJSON(e.data);
@@ -432,7 +498,9 @@
       $('copy').disabled = false;
       setText('accuracy', f.acc != null ? accuracyText(f.acc) : '—');
       fact('speed', f.vel != null ? t('speed_kmh', { n: nf({ maximumFractionDigits: 0 }).format(f.vel) }) : null);
-      fact('battery', f.batt != null ? nf({ style: 'percent' }).format(f.batt / 100) : null);
+      var charging = f.bs === 2 || (f.bs == null && S.tracker && S.tracker.charging);
+      var pct = f.batt != null ? nf({ style: 'percent' }).format(f.batt / 100) : null;
+      fact('battery', pct == null ? null : charging ? t('battery_charging', { n: pct }) : pct);
       var dirs = String(t('compass')).split(',');
       fact('heading', hasHeading(f) ? t('heading', { deg: Math.round(f.cog) % 360, dir: dirs[Math.round(f.cog / 45) % 8] || '' }) : null);
       fact('altitude', f.alt != null ? t('altitude_m', { n: nf({ maximumFractionDigits: 0 }).format(f.alt) }) : null);
@@ -463,10 +531,13 @@
     } else if (f) {
       var age = ageSeconds();
       setText('updated', age < 5 ? t('updated_just_now') : t('updated_ago', { ago: duration(age, age < 120) }));
-      fresh = age > STALE_AFTER_S && S.state === 'active' ? 'stale' : 'fresh';
+      var tr = S.state === 'active' ? S.tracker : null;
+      // Stale by the position's age, or by the server's word that nothing arrived (a phone whose clock is behind
+      // sends fresh positions that look old; one whose reports stopped sends none). Offline is said on its own line.
+      fresh = S.state === 'active' && (age > STALE_AFTER_S || (tr && tr.state === 'stale')) ? 'stale' : 'fresh';
       var detail = t('fix_time', { time: timeText(f.tst * 1000) });
       if (f.acc != null) detail += ' · ' + accuracyText(f.acc);
-      if (fresh === 'stale') detail = t('stale_warning');
+      if (fresh === 'stale') detail = age > STALE_AFTER_S ? t('tracker_stale', { ago: duration(age) }) : t('stale_warning');
       else if (S.conn === 'reconnecting') detail = S.retryUntil > Date.now()
         ? t('rate_limited', { s: Math.ceil((S.retryUntil - Date.now()) / 1000) }) : t('reconnecting_detail');
       setText('detail', detail);
@@ -474,6 +545,7 @@
       setText('updated', t('waiting_first_fix'));
       setText('detail', S.state === 'ended' ? '' : t('waiting_detail'));
     }
+    renderTracker(fresh);
     if (fresh !== S.fresh) {
       if (fresh === 'stale') announce(t('announce_stale', { ago: duration(ageSeconds()) }), true);
       S.fresh = fresh;
@@ -491,6 +563,24 @@
       }
     }
     setText('countdown', cd);
+  }
+
+  // The phone's own state under the freshness line: offline (with when), how it reports, a low battery, and
+  // "locate now" while it is stale or offline. Nothing at all while it is live and its battery is fine.
+  function renderTracker(fresh) {
+    var tr = S.state === 'active' ? S.tracker : null, note = '';
+    if (tr && tr.state === 'offline') note = t('tracker_offline', { time: timeText(tr.since) });
+    else if (fresh === 'stale' && tr && tr.transport === 'http') note = t('tracker_http_note');
+    $('tracker').hidden = !note;
+    setText('tracker', note);
+    var low = tr && tr.batteryLow && tr.battery != null;
+    $('battery-note').hidden = !low;
+    setText('battery-note', low ? t('battery_low', { n: nf({ style: 'percent' }).format(tr.battery / 100) }) : '');
+    var offer = S.state === 'active' && !!API && (fresh === 'stale' || (tr && tr.state !== 'live'));
+    $('locate').hidden = !offer;
+    var said = S.state === 'active' ? locateText() : '';
+    $('locate-status').hidden = !said;
+    setText('locate-status', said);
   }
 
   // ---- announcements, copy ----
@@ -539,6 +629,7 @@
       });
     }
     $('copy').addEventListener('click', copyCoords);
+    $('locate').addEventListener('click', locate);
     $('follow').addEventListener('click', function () { setFollow(!S.follow); });
     var ready = loadLang(lang);
     try { initMap(); } catch (e) { map = null; body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; }
