@@ -33,9 +33,23 @@ public final class MQTTClient: @unchecked Sendable {
         public var receiveMaximum: Int = 20
         /// Seconds between reconnection attempts, growing (quadratically, libmosquitto's "exponential") from min to max.
         public var reconnectDelay: (min: Int, max: Int) = (1, 10)
+        /// What the broker publishes for this client when its connection is lost without a DISCONNECT (never retained).
+        public var lastWill: LastWill?
 
         public init(clientID: String) {
             self.clientID = clientID
+        }
+    }
+
+    public struct LastWill: Sendable {
+        public var topic: String
+        public var payload: [UInt8]
+        public var qos: Int
+
+        public init(topic: String, payload: [UInt8], qos: Int) {
+            self.topic = topic
+            self.payload = payload
+            self.qos = qos
         }
     }
 
@@ -86,6 +100,11 @@ public final class MQTTClient: @unchecked Sendable {
         }
         if options.username != nil || options.password != nil {
             try MQTTError.check(mosquitto_username_pw_set(handle, options.username, options.password), "credentials")
+        }
+        if let will = options.lastWill {
+            try MQTTError.check(will.payload.withUnsafeBytes { bytes in
+                mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, Int32(will.qos), false)
+            }, "last will")
         }
         Self.installCallbacks(on: handle)
     }

@@ -85,14 +85,28 @@ struct Tracker {
         mqttOptions.password = token
         // A tracker wants its backlog out soon after the broker is back.
         mqttOptions.reconnectDelay = (1, 5)
+        // As the OwnTracks iOS app does: if the connection is lost, the broker tells Flare, and the page says the
+        // phone went offline (until the next fix).
+        mqttOptions.lastWill = MQTTClient.LastWill(topic: Topics.location(shareID),
+                                                   payload: Array(#"{"_type":"lwt","tst":\#(Int64(Date().timeIntervalSince1970))}"#.utf8), qos: 1)
         let client = try MQTTClient(options: mqttOptions)
         let ended = Mutex<String?>(nil)
         let connection = Mutex("connecting")
         let finishing = Atomic<Bool>(false)
         let refused = Mutex<String?>(nil)
+        // "Locate now": the next fix the source gives is sent as the answer (OwnTracks `t: "r"`).
+        let answerNext = Atomic<Bool>(false)
+        let commandTopic = Topics.command(shareID)
         client.setMessageHandler { message in
-            guard let status = try? JSONValue.parse(message.payload), status["state"]?.stringValue == "ended" else { return }
-            ended.withLock { $0 = status["reason"]?.stringValue ?? "ended" }
+            guard let object = try? JSONValue.parse(message.payload) else { return }
+            if message.topic == commandTopic {
+                guard object["_type"]?.stringValue == "cmd", object["action"]?.stringValue == "reportLocation" else { return }
+                answerNext.store(true, ordering: .relaxed)
+                log("asked for a fresh position; the next fix answers")
+                return
+            }
+            guard object["state"]?.stringValue == "ended" else { return }
+            ended.withLock { $0 = object["reason"]?.stringValue ?? "ended" }
         }
         let broker = self.broker
         client.setConnectionHandler { event in
@@ -109,6 +123,7 @@ struct Tracker {
             }
         }
         try client.subscribe(Topics.status(shareID), qos: 1)
+        try client.subscribe(commandTopic, qos: 1)
         try client.connect()
         let connectDeadline = ContinuousClock.now + .seconds(10)
         while !client.waitUntilConnected(timeout: .milliseconds(100)), refused.withLock({ $0 }) == nil {
@@ -131,7 +146,8 @@ struct Tracker {
                     log("source failed: \(error)")
                     break
                 }
-                guard let fix = next else { break }
+                guard var fix = next else { break }
+                if answerNext.exchange(false, ordering: .relaxed) { fix.trigger = Fix.responseTrigger }
                 outbox.withLock { $0.append(fix) }
                 produced += 1
             }

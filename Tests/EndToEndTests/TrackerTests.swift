@@ -1,5 +1,6 @@
 import FlareTestSupport
 import Foundation
+import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -110,6 +111,54 @@ import Glibc
         #expect(log().contains("0 queued, 0 dropped"))
         let arrived = trail(flared, share) { $0.count >= 60 }
         #expect(matches(arrived, lats), "\(arrived.count) fixes: \(arrived)")
+    }
+
+    /// `flare track` answers "locate now" with its next fix (`t: "r"`), and its last will tells Flare when its
+    /// connection is lost: killed with SIGKILL, the page's tracker goes offline.
+    @Test func theTrackerAnswersLocateNowAndItsLastWillMarksItOffline() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let share = try createShare(flared)
+        let tracker = Process()
+        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
+        tracker.arguments = ["track", "--share-file", share.file.path, "--interval", "0.3", "--quiet"]
+        tracker.environment = flared.environment
+        let logURL = flared.dataDirectory.appendingPathComponent("locate.log")
+        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        tracker.standardError = try FileHandle(forWritingTo: logURL)
+        tracker.standardOutput = FileHandle.nullDevice
+        try tracker.runUnmasked()
+        defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
+        #expect(trail(flared, share) { $0.count >= 2 }.count >= 2)
+        let log = { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
+
+        // What flared publishes for "locate now", on the command topic the tracker subscribes to.
+        let topic = "flare/v1/shares/\(share.id)/location"
+        let answers = Process()
+        answers.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
+        answers.arguments = ["-p", String(broker.port), "-t", topic, "-F", "%p", "-W", "20"]
+        let output = Pipe()
+        answers.standardOutput = output
+        try answers.runUnmasked()
+        defer { if answers.isRunning { Glibc.kill(answers.processIdentifier, SIGKILL) } }
+        #expect(try MosquittoClients.publish(port: broker.port, topic: topic + "/cmd", payload: #"{"_type":"cmd","action":"reportLocation"}"#,
+                                             retain: false).status == 0)
+        #expect(eventually(timeout: .seconds(10)) { log().contains("asked for a fresh position") }, "\(log())")
+        let seen = Mutex("")
+        output.fileHandleForReading.readabilityHandler = { handle in
+            let chunk = String(decoding: handle.availableData, as: UTF8.self)
+            seen.withLock { $0 += chunk }
+        }
+        #expect(eventually(timeout: .seconds(10)) { seen.withLock { $0.contains(#""t":"r""#) } })
+        output.fileHandleForReading.readabilityHandler = nil
+
+        Glibc.kill(tracker.processIdentifier, SIGKILL)
+        tracker.waitUntilExit()
+        #expect(eventually(timeout: .seconds(15)) {
+            let view = try? flared.request("GET", "/api/v1/view/\(share.viewToken)")
+            let tracker = view?.json?["tracker"] as? [String: Any]
+            return tracker?["state"] as? String == "offline" && tracker?["reason"] as? String == "connection_lost"
+        })
     }
 
     @Test func interruptedTrackerSaysWhatItSent() throws {
