@@ -35,7 +35,8 @@ def wait_for(check, seconds, what):
         except OSError:
             pass
         time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
+    # `what` may be a function, for a message that says how things stand at the deadline.
+    raise AssertionError(f"{what() if callable(what) else what} did not happen within {seconds} s")
 
 
 class Stack:
@@ -318,11 +319,13 @@ def case_disk_full(work, quick):
     """The store's filesystem fills up: clear errors, /healthz 503, no crash; recovers when space returns."""
     mount = os.path.join(work, "small")
     os.makedirs(mount)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", mount], capture_output=True).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mount], capture_output=True).returncode != 0:
         return "SKIPPED: cannot mount a small tmpfs here (needs root)", {"skipped": True}
     stack = None
     try:
-        # The whole 6 MiB is below the default minimum of free space: 1 MiB here, so that it is healthy until filled.
+        # The whole 8 MiB is below the default minimum of free space: 1 MiB here, so that it is healthy until filled.
+        # (6 MiB left less than 1 MiB free once the 20,000 fixes, with their battery and connectivity columns, and a
+        # WAL grown to the 1,000-page checkpoint were in.)
         stack = Stack(work, data=os.path.join(mount, "data"), extra_env={"FLARE_STORE_MIN_FREE_MB": "1"})
         shares = [stack.create_share()["share_id"] for _ in range(5)]
         filler = os.path.join(mount, "filler")
@@ -346,7 +349,8 @@ def case_disk_full(work, quick):
             assert "cannot write" in f.read(), "no clear error in the log"
         os.remove(filler)
         pub.communicate(timeout=60)
-        wait_for(lambda: stack.status("/healthz") == 200, 60, "/healthz healthy after space returned")
+        wait_for(lambda: stack.status("/healthz") == 200, 60,
+                 lambda: "/healthz healthy after space returned (it says " + stack.request("GET", "/healthz")[2].decode(errors="replace") + ")")
         wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == 20000, 60, "every queued fix written after recovery")
         return ("disk full: /healthz 503 store=low_space while idle, then store=failing, flared kept running, "
                 "all 20,000 fixes written once space returned"), {}
