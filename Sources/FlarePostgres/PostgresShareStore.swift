@@ -114,6 +114,15 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
+    /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
+    /// this call, of all instances', made the change).
+    @discardableResult
+    private func changedRows(_ sql: String, _ parameters: [String?], operation: String) throws(StoreError) -> Int {
+        try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.execute(sql, parameters, operation: operation).affected
+        }
+    }
+
     // MARK: Shares
 
     @discardableResult
@@ -127,18 +136,14 @@ public final class PostgresShareStore: ShareStore {
     }
 
     public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
-        try pool.with(operation: "update expiry") { connection throws(StoreError) in
-            try connection.execute("UPDATE shares SET expires_at = $1 WHERE id = $2 AND ended_at IS NULL",
-                                   [String(expiresAt), String(row)], operation: "update expiry")
-        }
+        try changedRows("UPDATE shares SET expires_at = $1 WHERE id = $2 AND ended_at IS NULL",
+                        [String(expiresAt), String(row)], operation: "update expiry")
     }
 
     @discardableResult
     public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
-        try pool.with(operation: "end share") { connection throws(StoreError) in
-            try connection.execute("UPDATE shares SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
-                                   [String(endedAt), reason.rawValue, String(row)], operation: "end share").affected == 1
-        }
+        try changedRows("UPDATE shares SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
+                        [String(endedAt), reason.rawValue, String(row)], operation: "end share") == 1
     }
 
     @discardableResult
@@ -210,44 +215,38 @@ public final class PostgresShareStore: ShareStore {
 
     // MARK: Trackers and commands
 
-    private func changeShare(_ sql: String, _ parameters: [String?], operation: String) throws(StoreError) -> Bool {
-        try pool.with(operation: operation) { connection throws(StoreError) in
-            try connection.execute(sql, parameters, operation: operation).affected == 1
-        }
-    }
-
     public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
         // As in the SQLite store: the fixes looked at are bounded by `tst` too, so the primary key's range is read.
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET tracker_state = $1, tracker_since = $2, tracker_reason = $3, tracker_transport = COALESCE($4, tracker_transport)
             WHERE id = $5 AND ended_at IS NULL
               AND (tracker_state IS DISTINCT FROM $1 OR tracker_transport IS DISTINCT FROM COALESCE($4, tracker_transport))
               AND ($6::text IS NULL OR tracker_state IS NULL OR tracker_state = $6)
               AND ($7::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM fixes WHERE share = $5 AND tst >= $7::bigint / 1000 - 3600 AND received_at > $7::bigint))
             """, [record.state.rawValue, String(record.since), record.reason, record.transport?.rawValue, String(row),
-                 condition.from?.rawValue, condition.noFixReceivedAfter.map { String($0) }], operation: "record tracker")
+                 condition.from?.rawValue, condition.noFixReceivedAfter.map { String($0) }], operation: "record tracker") == 1
     }
 
     public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_requested_at = $1
             WHERE id = $2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= $3)
-            """, [String(now), String(row), String(now - minimumIntervalMillis)], operation: "request location")
+            """, [String(now), String(row), String(now - minimumIntervalMillis)], operation: "request location") == 1
     }
 
     public func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_answered_at = $1
             WHERE id = $2 AND locate_requested_at IS NOT NULL AND (locate_answered_at IS NULL OR locate_answered_at < locate_requested_at)
-            """, [String(at), String(row)], operation: "record answer")
+            """, [String(at), String(row)], operation: "record answer") == 1
     }
 
     public func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_delivered_at = $1
             WHERE id = $2 AND ended_at IS NULL AND locate_requested_at > $3
               AND (locate_delivered_at IS NULL OR locate_delivered_at < locate_requested_at)
-            """, [String(now), String(row), String(now - validForMillis)], operation: "take command")
+            """, [String(now), String(row), String(now - validForMillis)], operation: "take command") == 1
     }
 
     // MARK: Fixes
@@ -357,10 +356,8 @@ public final class PostgresShareStore: ShareStore {
     // MARK: Owner keys
 
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
-        try pool.with(operation: "insert owner key") { connection throws(StoreError) in
-            try connection.execute("INSERT INTO owner_keys (key_hash, label, created_at) VALUES ($1, $2, $3)",
-                                   [PostgresText.hex(hash.bytes), label, String(createdAt)], operation: "insert owner key")
-        }
+        try changedRows("INSERT INTO owner_keys (key_hash, label, created_at) VALUES ($1, $2, $3)",
+                        [PostgresText.hex(hash.bytes), label, String(createdAt)], operation: "insert owner key")
     }
 
     public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
@@ -387,13 +384,11 @@ public final class PostgresShareStore: ShareStore {
     }
 
     public func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool {
-        try pool.with(operation: "register instance") { connection throws(StoreError) in
-            try connection.execute("""
-                INSERT INTO instances (client_id, process, last_seen) VALUES ($1, $2, $3)
-                ON CONFLICT (client_id) DO UPDATE SET process = $2, last_seen = $3
-                WHERE instances.process = $2 OR instances.last_seen < $4
-                """, [clientID, process, String(now), String(now - staleAfter)], operation: "register instance").affected == 1
-        }
+        try changedRows("""
+            INSERT INTO instances (client_id, process, last_seen) VALUES ($1, $2, $3)
+            ON CONFLICT (client_id) DO UPDATE SET process = $2, last_seen = $3
+            WHERE instances.process = $2 OR instances.last_seen < $4
+            """, [clientID, process, String(now), String(now - staleAfter)], operation: "register instance") == 1
     }
 
     public func instanceProcess(_ clientID: String) throws(StoreError) -> String? {
@@ -405,10 +400,8 @@ public final class PostgresShareStore: ShareStore {
 
     @discardableResult
     public func heartbeat(_ clientID: String, process: String, now: UnixMillis) throws(StoreError) -> Bool {
-        try pool.with(operation: "heartbeat") { connection throws(StoreError) in
-            try connection.execute("UPDATE instances SET last_seen = $1 WHERE client_id = $2 AND process = $3",
-                                   [String(now), clientID, process], operation: "heartbeat").affected == 1
-        }
+        try changedRows("UPDATE instances SET last_seen = $1 WHERE client_id = $2 AND process = $3",
+                        [String(now), clientID, process], operation: "heartbeat") == 1
     }
 
     public func claimStaleInstance(process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> String? {
@@ -425,9 +418,7 @@ public final class PostgresShareStore: ShareStore {
     }
 
     public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
-        try pool.with(operation: "remove instance") { connection throws(StoreError) in
-            try connection.execute("DELETE FROM instances WHERE client_id = $1 AND process = $2", [clientID, process], operation: "remove instance")
-        }
+        try changedRows("DELETE FROM instances WHERE client_id = $1 AND process = $2", [clientID, process], operation: "remove instance")
     }
 
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {

@@ -90,14 +90,10 @@ public final class SQLiteShareStore: ShareStore {
         Self.startCheckpointing(checkpointer, for: self)
     }
 
-    /// After a failed write (a full or read-only disk): checkpoints on the writer's own connection, truncates the
-    /// WAL, and from then on lets SQLite checkpoint at its default 1,000 pages. With the 10,000-page backstop,
-    /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
-    /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
-    /// are ignored: the retried write reports the state.
-    // MARK: Several instances
-
-    private func instanceUpdate(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
+    /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
+    /// this call, of all instances', made the change).
+    @discardableResult
+    private func changedRows(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement(sql)
             defer { statement.reset() }
@@ -107,8 +103,10 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
+    // MARK: Several instances
+
     public func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool {
-        try instanceUpdate("""
+        try changedRows("""
             INSERT INTO instances (client_id, process, last_seen) VALUES (?1, ?2, ?3)
             ON CONFLICT (client_id) DO UPDATE SET process = ?2, last_seen = ?3 WHERE instances.process = ?2 OR instances.last_seen < ?4
             """) { statement in
@@ -130,7 +128,7 @@ public final class SQLiteShareStore: ShareStore {
 
     @discardableResult
     public func heartbeat(_ clientID: String, process: String, now: UnixMillis) throws(StoreError) -> Bool {
-        try instanceUpdate("UPDATE instances SET last_seen = ?1 WHERE client_id = ?2 AND process = ?3") { statement in
+        try changedRows("UPDATE instances SET last_seen = ?1 WHERE client_id = ?2 AND process = ?3") { statement in
             statement.bind(1, now)
             statement.bind(2, clientID)
             statement.bind(3, process)
@@ -154,7 +152,7 @@ public final class SQLiteShareStore: ShareStore {
     }
 
     public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
-        _ = try instanceUpdate("DELETE FROM instances WHERE client_id = ?1 AND process = ?2") { statement in
+        _ = try changedRows("DELETE FROM instances WHERE client_id = ?1 AND process = ?2") { statement in
             statement.bind(1, clientID)
             statement.bind(2, process)
         }
@@ -168,6 +166,11 @@ public final class SQLiteShareStore: ShareStore {
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {}
     public func stopWatching() {}
 
+    /// After a failed write (a full or read-only disk): checkpoints on the writer's own connection, truncates the
+    /// WAL, and from then on lets SQLite checkpoint at its default 1,000 pages. With the 10,000-page backstop,
+    /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
+    /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
+    /// are ignored: the retried write reports the state.
     public func recoverAfterFailedWrite() {
         database.withLock { db in
             try? db.execute("PRAGMA wal_autocheckpoint=1000")
@@ -247,26 +250,19 @@ public final class SQLiteShareStore: ShareStore {
     }
 
     public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL")
-            defer { statement.reset() }
+        try changedRows("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL") { statement in
             statement.bind(1, expiresAt)
             statement.bind(2, row)
-            try statement.run()
         }
     }
 
     @discardableResult
     public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
-            defer { statement.reset() }
+        try changedRows("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL") { statement in
             statement.bind(1, endedAt)
             statement.bind(2, reason.rawValue)
             statement.bind(3, row)
-            try statement.run()
-            return db.changes == 1
-        }
+        } == 1
     }
 
     /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
@@ -373,20 +369,10 @@ public final class SQLiteShareStore: ShareStore {
 
     // MARK: Trackers and commands
 
-    private func changeShare(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Bool {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement(sql)
-            defer { statement.reset() }
-            bind(statement)
-            try statement.run()
-            return db.changes == 1
-        }
-    }
-
     public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
         // The fixes looked at for `noFixReceivedAfter` are bounded by `tst` as well, so that the primary key's range
         // is read, not every fix of a long share: a fix stamped an hour before it arrived does not count.
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET tracker_state = ?1, tracker_since = ?2, tracker_reason = ?3, tracker_transport = COALESCE(?4, tracker_transport)
             WHERE id = ?5 AND ended_at IS NULL
               AND (tracker_state IS NOT ?1 OR tracker_transport IS NOT COALESCE(?4, tracker_transport))
@@ -400,32 +386,32 @@ public final class SQLiteShareStore: ShareStore {
             statement.bind(5, row)
             statement.bind(6, condition.from?.rawValue)
             statement.bind(7, condition.noFixReceivedAfter)
-        }
+        } == 1
     }
 
     public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_requested_at = ?1
             WHERE id = ?2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= ?3)
             """) { statement in
             statement.bind(1, now)
             statement.bind(2, row)
             statement.bind(3, now - minimumIntervalMillis)
-        }
+        } == 1
     }
 
     public func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_answered_at = ?1
             WHERE id = ?2 AND locate_requested_at IS NOT NULL AND (locate_answered_at IS NULL OR locate_answered_at < locate_requested_at)
             """) { statement in
             statement.bind(1, at)
             statement.bind(2, row)
-        }
+        } == 1
     }
 
     public func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool {
-        try changeShare("""
+        try changedRows("""
             UPDATE shares SET locate_delivered_at = ?1
             WHERE id = ?2 AND ended_at IS NULL AND locate_requested_at > ?3
               AND (locate_delivered_at IS NULL OR locate_delivered_at < locate_requested_at)
@@ -433,7 +419,7 @@ public final class SQLiteShareStore: ShareStore {
             statement.bind(1, now)
             statement.bind(2, row)
             statement.bind(3, now - validForMillis)
-        }
+        } == 1
     }
 
     // MARK: Fixes
