@@ -7,7 +7,7 @@ import Synchronization
 /// MQTT → validate → persist → publish to viewers.
 ///
 /// `handle` runs on the MQTT network thread: it parses and validates (microseconds) and queues the fix. One
-/// writer drains the queue in batches, each in one SQLite transaction, and only then tells the registry,
+/// writer drains the queue in batches, each in one SQLite transaction, and only then tells the share service,
 /// so a viewer never sees a fix that is not stored. The bridge acknowledges QoS 1 messages to the broker only
 /// once `waitUntilStored` says they are committed. When the queue is full, or the store is failing, `handle`
 /// blocks: the broker then holds messages in the bridge's session queue instead of anything being dropped.
@@ -18,13 +18,11 @@ public final class FixIngestor: Sendable {
         /// When the tracker was heard sending it: on receipt, or for a retained message (a replay of something sent
         /// earlier) no later than its own time.
         let heardAt: UnixMillis
-        let transport: TrackerTransport
         /// An answer to "locate now" that is live, not a retained replay.
         let isAnswer: Bool
     }
 
     private let store: any ShareStore
-    private let registry: ShareRegistry
     private let shares: ShareService
     private let metrics: Metrics
     private let logger: Logger
@@ -49,7 +47,6 @@ public final class FixIngestor: Sendable {
                 parser: LocationPayloadParser, queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = shares.store
-        self.registry = shares.registry
         self.shares = shares
         self.metrics = metrics
         self.logger = logger
@@ -109,7 +106,7 @@ public final class FixIngestor: Sendable {
             }
             let heardAt = retained ? min(receivedAt, fix.timestamp * 1000) : receivedAt
             queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
-                           heardAt: heardAt, transport: .mqtt, isAnswer: fix.isCommandResponse && !retained))
+                           heardAt: heardAt, isAnswer: fix.isCommandResponse && !retained))
             return nil
         }
     }
@@ -228,7 +225,8 @@ public final class FixIngestor: Sendable {
                     stored.reserveCapacity(batch.count)
                     for (item, isNew) in zip(batch, inserted) {
                         if isNew {
-                            stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: item.transport))
+                            // Everything queued here came over MQTT.
+                            stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: .mqtt))
                         }
                         if item.isAnswer { answers.append((item.shareID, item.heardAt)) }
                     }

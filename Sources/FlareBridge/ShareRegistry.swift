@@ -30,8 +30,6 @@ public struct ShareSnapshot: Sendable {
     public let viewers: Int
     /// When the share last heard from its tracker (a fix, an answer), or its creation.
     public let lastHeardAt: UnixMillis
-    /// How that was heard, when known.
-    public let transport: TrackerTransport?
     /// Changes whenever anything above changes; the key for `cachedView`.
     let version: UInt64
     /// The view document rendered for this version, if it was (see `ShareService.view(of:)`).
@@ -121,7 +119,7 @@ final class ShareRegistry: Sendable {
 
     private static func snapshot(_ entry: Entry) -> ShareSnapshot {
         ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count,
-                      lastHeardAt: entry.lastHeardAt, transport: entry.transport, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
+                      lastHeardAt: entry.lastHeardAt, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
     }
 
     /// Keeps the gateway's rendering of a snapshot, unless the share changed since that snapshot was taken.
@@ -214,12 +212,8 @@ final class ShareRegistry: Sendable {
     /// The state the rules give now, and whether it differs from the recorded one (none recorded counts as live
     /// since the share's creation).
     private func trackerOutOfDate(_ entry: Entry, now: UnixMillis) -> Bool {
-        let recorded = Self.recorded(entry)
+        let recorded = entry.share.trackerRecord
         return trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now) != recorded
-    }
-
-    private static func recorded(_ entry: Entry) -> TrackerRecord {
-        entry.share.tracker ?? TrackerRecord(state: .live, since: entry.share.createdAt)
     }
 
     /// A share's recorded tracker state and the one the rules give now.
@@ -234,7 +228,7 @@ final class ShareRegistry: Sendable {
     func currentTracker(_ id: ShareID, now: UnixMillis) -> TrackerStates? {
         state.withLock { state in
             guard let entry = state.entries[id] else { return nil }
-            let recorded = Self.recorded(entry)
+            let recorded = entry.share.trackerRecord
             return TrackerStates(row: entry.row, recorded: recorded,
                                  current: trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now),
                                  lastHeardAt: entry.lastHeardAt, isActive: entry.share.isActive)

@@ -80,7 +80,6 @@ public final class ShareService: Sendable {
     private let publisher: any BrokerPublisher
     private let tokenKey: [UInt8]
     public let policy: SharePolicy
-    public let trackerRules: TrackerRules
     private let clock: any WallClock
     private let metrics: Metrics
     private let logger: Logger
@@ -103,7 +102,6 @@ public final class ShareService: Sendable {
         self.publisher = publisher
         self.tokenKey = tokenKey
         self.policy = policy
-        self.trackerRules = trackerRules
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -460,13 +458,12 @@ public final class ShareService: Sendable {
 
     /// At most one "locate now" per share in this time, across instances.
     public static let locateIntervalMillis: Int64 = 30_000
-    /// How long a request waits for a phone that reports over HTTP to collect it.
+    /// How long a request stays worth answering: the command's expiry on the broker, for a phone that is away.
     public static let locateCommandValidityMillis: Int64 = 600_000
 
     /// Asks the share's tracker for a fresh position: recorded in the store (which enforces the interval across
     /// instances), then the OwnTracks command `{"_type":"cmd","action":"reportLocation"}` is published to the
-    /// command topic (QoS 1, not retained); a phone that reports over HTTP collects it with its next report.
-    /// Returns when it was asked.
+    /// command topic (QoS 1, not retained). Returns when it was asked.
     public func requestLocate(_ snapshot: ShareSnapshot) throws(LocateRefusal) -> UnixMillis {
         let id = snapshot.share.id
         guard snapshot.share.isActive else { throw .ended }
@@ -486,7 +483,7 @@ public final class ShareService: Sendable {
         registry.updateTracker(id) { $0.locateRequestedAt = now }
         if !publisher.publish(topic: Topics.command(id), payload: Self.reportLocationCommand, qos: 1, retain: false,
                               expirySeconds: UInt32(Self.locateCommandValidityMillis / 1000)) {
-            logger.warning("share \(id): broker unavailable; the location request waits for an HTTP report")
+            logger.warning("share \(id): broker unavailable; the location request is recorded but was not sent")
         }
         metrics.increment(FlareMetrics.locateRequests)
         logger.info("share \(id): asked the tracker for a fresh position")
@@ -495,14 +492,6 @@ public final class ShareService: Sendable {
 
     /// The OwnTracks "report location" command (both apps obey it with `cmd` on; iOS also needs `allowRemoteLocation`).
     public static let reportLocationCommand = Array(#"{"_type":"cmd","action":"reportLocation"}"#.utf8)
-
-    /// For a tracker that reports over HTTP: whether a "locate now" request waits for it (handed out once).
-    public func takeLocateCommand(_ id: ShareID) -> Bool {
-        guard let snapshot = registry.snapshot(id), snapshot.share.isActive,
-              let requestedAt = snapshot.share.locateRequestedAt, requestedAt > clock.now() - Self.locateCommandValidityMillis
-        else { return false }
-        return (try? store.takeLocateCommand(row: snapshot.row, now: clock.now(), validForMillis: Self.locateCommandValidityMillis)) ?? false
-    }
 
     /// An answer is a message from the phone, whatever position it carries: the tracker was heard from, and the
     /// request it answers is marked answered (once, by whichever instance got the answer).

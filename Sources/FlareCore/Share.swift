@@ -37,6 +37,10 @@ public struct Share: Sendable, Equatable {
     }
 
     public var isActive: Bool { endedAt == nil }
+
+    /// The tracker state as recorded; a share with none recorded yet counts as live since its creation: nothing is
+    /// wrong before the first silence.
+    public var trackerRecord: TrackerRecord { tracker ?? TrackerRecord(state: .live, since: createdAt) }
 }
 
 /// Durations a caller may ask for, and what an extension means.

@@ -100,9 +100,8 @@ public struct TrackerSummary: Sendable, Equatable {
     public var locateRequestedAt: UnixMillis?
     public var locateAnsweredAt: UnixMillis?
 
-    /// A share with no recorded state yet counts as live since its creation: nothing is wrong before the first silence.
     public init(share: Share, last: Fix?) {
-        record = share.tracker ?? TrackerRecord(state: .live, since: share.createdAt)
+        record = share.trackerRecord
         battery = last?.battery
         batteryStatus = last?.batteryStatus
         connection = last?.connection

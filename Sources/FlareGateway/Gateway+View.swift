@@ -117,7 +117,7 @@ extension Gateway {
                 case .trackerLive:
                     return APIError(status: 409, code: "tracker_live", message: "the phone is reporting; its next position is on its way").response
                 case .tooSoon(let seconds):
-                    return APIError(status: 429, code: "locate_too_soon", message: "the phone was asked less than 30 s ago",
+                    return APIError(status: 429, code: "locate_too_soon", message: "the phone was asked less than \(ShareService.locateIntervalMillis / 1000) s ago",
                                     headers: [("Retry-After", String(seconds))]).response
                 case .storage(let message):
                     logger.error("locate: \(message)")
