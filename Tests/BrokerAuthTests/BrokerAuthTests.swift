@@ -268,6 +268,16 @@ import Testing
         deinit { if process.isRunning { cutConnection() } }
     }
 
+    /// The flared account, listening on the share's location topic, with the share's status retained (what a tracker
+    /// waits for to know it is connected).
+    func listeningFlared(_ fixture: AuthFixture, _ id: ShareID) throws -> Client {
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.subscribe(Topics.location(id)))
+        try flared.mqtt.publishAndWait(topic: Topics.status(id), payload: Array(#"{"state":"active"}"#.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        return flared
+    }
+
     @Test(arguments: [
         (#"{"_type":"lwt"}"#, 0),                    // Android: no tst, QoS 0
         (#"{"_type":"lwt","tst":1767225600}"#, 1),   // iOS: the connect time, at the location QoS
@@ -275,10 +285,7 @@ import Testing
     func aCutConnectionDeliversTheTrackersLastWill(will: String, qos: Int) throws {
         let fixture = try AuthFixture()
         let id = ShareID.generate()
-        let flared = try fixture.flared()
-        #expect(flared.waitForOutcome() == .connected)
-        #expect(try flared.subscribe(Topics.location(id)))
-        try flared.mqtt.publishAndWait(topic: Topics.status(id), payload: Array(#"{"state":"active"}"#.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        let flared = try listeningFlared(fixture, id)
         let tracker = try Tracker(fixture: fixture, share: id, will: will, qos: qos)
         tracker.cutConnection()
         #expect(eventually(timeout: .seconds(10)) {
@@ -290,10 +297,7 @@ import Testing
     @Test func aStoppedSharesTrackerIsCutOffWithoutItsWill() throws {
         let fixture = try AuthFixture()
         let id = ShareID.generate()
-        let flared = try fixture.flared()
-        #expect(flared.waitForOutcome() == .connected)
-        #expect(try flared.subscribe(Topics.location(id)))
-        try flared.mqtt.publishAndWait(topic: Topics.status(id), payload: Array(#"{"state":"active"}"#.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        let flared = try listeningFlared(fixture, id)
         let tracker = try Tracker(fixture: fixture, share: id, will: #"{"_type":"lwt"}"#, qos: 1)
         let revoke = #"{"op":"revoke","share_id":"\#(id.rawValue)","until":\#(Int64(Date().timeIntervalSince1970) + 3600)}"#
         #expect(try flared.publish(Topics.brokerControl, revoke) == nil)

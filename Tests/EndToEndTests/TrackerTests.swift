@@ -24,6 +24,21 @@ import Glibc
         return Share(id: json["share_id"]!, viewToken: String(json["share_url"]!.split(separator: "/").last!), file: file)
     }
 
+    /// `flare track --share-file <share> <arguments>` in the background, its stderr in a log file of the data
+    /// directory: the process and a reader of the log so far.
+    func startTracker(_ flared: FlaredProcess, _ share: Share, _ arguments: [String], log name: String) throws -> (process: Process, log: () -> String) {
+        let tracker = Process()
+        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
+        tracker.arguments = ["track", "--share-file", share.file.path] + arguments
+        tracker.environment = flared.environment
+        let logURL = flared.dataDirectory.appendingPathComponent(name)
+        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        tracker.standardError = try FileHandle(forWritingTo: logURL)
+        tracker.standardOutput = FileHandle.nullDevice
+        try tracker.runUnmasked()
+        return (tracker, { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" })
+    }
+
     /// The link's trail, polled gently (link endpoints are rate-limited per address).
     func trail(_ flared: FlaredProcess, _ share: Share, until condition: ([Double]) -> Bool = { _ in true }) -> [Double] {
         let deadline = ContinuousClock.now + .seconds(30)
@@ -83,21 +98,12 @@ import Glibc
         let share = try createShare(flared)
         let (file, lats) = try gpx(points: 60, in: flared.dataDirectory)
 
-        let tracker = Process()
-        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
-        tracker.arguments = ["track", "--share-file", share.file.path, "--gpx", file.path, "--speed-factor", "10", "--quiet", "--status-every", "1"]
-        tracker.environment = flared.environment
-        let logURL = flared.dataDirectory.appendingPathComponent("track.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        tracker.standardError = try FileHandle(forWritingTo: logURL)
-        tracker.standardOutput = FileHandle.nullDevice
-        try tracker.runUnmasked()
+        let (tracker, log) = try startTracker(flared, share, ["--gpx", file.path, "--speed-factor", "10", "--quiet", "--status-every", "1"], log: "track.log")
         defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
 
         // Some fixes in, then the broker goes away for a while in the middle of the stream.
         #expect(trail(flared, share) { $0.count >= 10 }.count >= 10)
         broker.stop()
-        let log = { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
         #expect(eventually(timeout: .seconds(10)) { log().contains("disconnected") })
         // While it is away the outbox fills (fixes keep coming at 0.1 s).
         #expect(eventually(timeout: .seconds(10)) { log().range(of: #"status: disconnected, \d+ fixes sent, [1-9]\d* queued"#, options: .regularExpression) != nil }, "\(log())")
@@ -119,18 +125,9 @@ import Glibc
         let broker = try TestBroker()
         let flared = try FlaredProcess(broker: broker)
         let share = try createShare(flared)
-        let tracker = Process()
-        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
-        tracker.arguments = ["track", "--share-file", share.file.path, "--interval", "0.3", "--quiet"]
-        tracker.environment = flared.environment
-        let logURL = flared.dataDirectory.appendingPathComponent("locate.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        tracker.standardError = try FileHandle(forWritingTo: logURL)
-        tracker.standardOutput = FileHandle.nullDevice
-        try tracker.runUnmasked()
+        let (tracker, log) = try startTracker(flared, share, ["--interval", "0.3", "--quiet"], log: "locate.log")
         defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
         #expect(trail(flared, share) { $0.count >= 2 }.count >= 2)
-        let log = { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
 
         // What flared publishes for "locate now", on the command topic the tracker subscribes to.
         let topic = "flare/v1/shares/\(share.id)/location"
@@ -165,24 +162,15 @@ import Glibc
         let broker = try TestBroker()
         let flared = try FlaredProcess(broker: broker)
         let share = try createShare(flared)
-        let tracker = Process()
-        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
-        tracker.arguments = ["track", "--share-file", share.file.path, "--interval", "0.05", "--quiet"]
-        tracker.environment = flared.environment
-        let logURL = flared.dataDirectory.appendingPathComponent("interrupted.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        tracker.standardError = try FileHandle(forWritingTo: logURL)
-        tracker.standardOutput = FileHandle.nullDevice
-        try tracker.runUnmasked()
+        let (tracker, log) = try startTracker(flared, share, ["--interval", "0.05", "--quiet"], log: "interrupted.log")
         defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
         #expect(trail(flared, share) { $0.count >= 3 }.count >= 3)
         tracker.terminate()
         let deadline = ContinuousClock.now + .seconds(15)
         while tracker.isRunning && ContinuousClock.now < deadline { usleep(50_000) }
         try #require(!tracker.isRunning)
-        let log = (try? String(contentsOf: logURL, encoding: .utf8)) ?? ""
-        #expect(tracker.terminationStatus == 130, "\(log)")
-        #expect(log.range(of: #"interrupted: connected, [1-9]\d* fixes sent"#, options: .regularExpression) != nil, "\(log)")
+        #expect(tracker.terminationStatus == 130, "\(log())")
+        #expect(log().range(of: #"interrupted: connected, [1-9]\d* fixes sent"#, options: .regularExpression) != nil, "\(log())")
     }
 
     /// A broker that refuses the device token (as one with Flare's auth does once a share ended) stops the
@@ -222,17 +210,8 @@ import Glibc
         defer { gpsd.terminate(); gpsd.waitUntilExit() }
         #expect(FreePort.waitUntilAccepting(port: gpsdPort, timeout: .seconds(10)))
 
-        let tracker = Process()
-        tracker.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flare"))
-        tracker.arguments = ["track", "--share-file", share.file.path, "--gpsd", "127.0.0.1:\(gpsdPort)", "--interval", "0", "--count", "8", "--quiet"]
-        tracker.environment = flared.environment
-        let logURL = flared.dataDirectory.appendingPathComponent("gpsd-track.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        tracker.standardError = try FileHandle(forWritingTo: logURL)
-        tracker.standardOutput = FileHandle.nullDevice
-        try tracker.runUnmasked()
+        let (tracker, log) = try startTracker(flared, share, ["--gpsd", "127.0.0.1:\(gpsdPort)", "--interval", "0", "--count", "8", "--quiet"], log: "gpsd-track.log")
         defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
-        let log = { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
         #expect(eventually(timeout: .seconds(15)) { log().contains("gpsd: connected") }, "\(log())")
 
         // The receiver speaks: one GGA and one RMC per second of the recording, sped up 2.5 times, until the tracker

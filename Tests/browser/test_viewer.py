@@ -323,14 +323,19 @@ def _device_client(share, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+def _connected_phone(share, will, qos):
+    """A phone with the last will of an OwnTracks app, connected: subscribed to its status, which is retained, so its
+    first line says it is in. SIGKILL (`.kill()`) cuts its connection without a DISCONNECT."""
+    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
+                           '--will-topic', share.topic, '--will-payload', will, '--will-qos', str(qos))
+    assert phone.stdout.readline()
+    return phone
+
+
 def test_a_lost_connection_is_said_plainly_and_locate_now_asks_the_phone(flare, viewer):
     share = flare.create()
     cached = flare.publish(share, flare.fix(batt=8, bs=1))
-    # The phone: subscribed to its status (retained, so the first line says it is connected) with the last will the
-    # OwnTracks Android app sets; SIGKILL cuts its connection without a DISCONNECT.
-    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
-                           '--will-topic', share.topic, '--will-payload', '{"_type":"lwt"}', '--will-qos', '0')
-    assert phone.stdout.readline()
+    phone = _connected_phone(share, '{"_type":"lwt"}', 0)    # Android's will
     d = viewer()
     d.get(share.url())
     wait_coords(d, cached)
@@ -359,9 +364,7 @@ def test_a_lost_connection_is_said_plainly_and_locate_now_asks_the_phone(flare, 
 def test_offline_and_low_battery_in_chinese(flare, viewer):
     share = flare.create()
     a = flare.publish(share, flare.fix(batt=8, bs=1))
-    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
-                           '--will-topic', share.topic, '--will-payload', '{"_type":"lwt","tst":1}', '--will-qos', '1')
-    assert phone.stdout.readline()
+    phone = _connected_phone(share, '{"_type":"lwt","tst":1}', 1)    # iOS's will
     phone.kill()
     phone.wait(timeout=10)
     d = viewer(lang='zh-CN')
