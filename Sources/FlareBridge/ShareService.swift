@@ -402,12 +402,14 @@ public final class ShareService: Sendable {
 
     /// Records the tracker state the rules give now, if it differs from the recorded one. With several instances
     /// each may see the same change; the store says which one records and announces it, the others take its row.
-    func updateTracker(_ id: ShareID, now: UnixMillis) {
-        guard let tracker = registry.currentTracker(id, now: now), tracker.isActive, tracker.current != tracker.recorded else { return }
+    /// False when the store could not be written.
+    @discardableResult
+    func updateTracker(_ id: ShareID, now: UnixMillis) -> Bool {
+        guard let tracker = registry.currentTracker(id, now: now), tracker.isActive, tracker.current != tracker.recorded else { return true }
         let condition = tracker.current.state == .stale
             ? TrackerCondition(from: .live, noFixReceivedAfter: tracker.lastHeardAt)
             : TrackerCondition()
-        recordTracker(id, row: tracker.row, tracker.current, condition: condition)
+        return recordTracker(id, row: tracker.row, tracker.current, condition: condition)
     }
 
     private func trackerLost(_ id: ShareID, at: UnixMillis) {
@@ -418,31 +420,34 @@ public final class ShareService: Sendable {
         recordTracker(id, row: tracker.row, offline, condition: TrackerCondition(noFixReceivedAfter: at))
     }
 
-    private func recordTracker(_ id: ShareID, row: Int64, _ record: TrackerRecord, condition: TrackerCondition) {
+    @discardableResult
+    private func recordTracker(_ id: ShareID, row: Int64, _ record: TrackerRecord, condition: TrackerCondition) -> Bool {
         let recorded: Bool
         do {
             recorded = try store.recordTracker(row: row, record, condition: condition)
         } catch {
             // Tried again by the next fix or sweep.
             logger.warning("share \(id): cannot record its tracker state (\(error))")
-            return
+            return false
         }
         guard recorded else {
             // Another instance recorded this change (or a fix it stored says otherwise): memory follows the store.
             if let stored = try? store.share(id: id) { adopt(stored) }
-            return
+            return true
         }
         registry.updateTracker(id) { $0.tracker = record }
-        guard let share = registry.snapshot(id)?.share else { return }
+        guard let share = registry.snapshot(id)?.share else { return true }
         publishStatus(of: share)
         metrics.increment(FlareMetrics.trackerChanges, labels: [("state", record.state.rawValue)])
         logger.info("share \(id): tracker \(record.state.rawValue)\(record.reason.map { " (\($0))" } ?? "")")
+        return true
     }
 
     private func sweepTrackers() {
         defer { schedule(.trackerSweep, at: clock.now() + Self.trackerSweepMillis) }
         let now = clock.now()
-        for id in registry.trackersOutOfDate(now: now) { updateTracker(id, now: now) }
+        // While the store cannot be written, one failure per sweep is enough to say so (and to try again).
+        for id in registry.trackersOutOfDate(now: now) where !updateTracker(id, now: now) { break }
     }
 
     // MARK: Locate now
