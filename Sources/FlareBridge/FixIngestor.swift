@@ -214,7 +214,6 @@ public final class FixIngestor: Sendable {
             while true {
                 do {
                     let inserted = try store.insertFixes(batch.map(\.pending))
-                    queue.markProcessed(batch.count)
                     if !storeHealthy.exchange(true, ordering: .relaxed) {
                         queue.setPaused(false)
                         logger.info("store writable again; \(batch.count) queued fixes written")
@@ -231,6 +230,9 @@ public final class FixIngestor: Sendable {
                         if item.isAnswer { answers.append((item.shareID, item.heardAt)) }
                     }
                     shares.stored(stored, answers: answers)
+                    // Processed once the registry knows them too: whoever waited for these fixes (an acknowledgement,
+                    // an HTTP answer) may read the last position next.
+                    queue.markProcessed(batch.count)
                     let accepted = stored.count
                     metrics.increment(FlareMetrics.fixesAccepted, by: Double(accepted))
                     if accepted < batch.count { metrics.increment(FlareMetrics.fixesDuplicate, by: Double(batch.count - accepted)) }

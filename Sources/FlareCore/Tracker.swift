@@ -67,7 +67,9 @@ public struct TrackerRules: Sendable {
     /// The state now, given the recorded one (none recorded: live since the share's creation) and when the share last
     /// heard from its tracker (a fix, or the share's creation when none came yet).
     ///
-    /// - `offline` holds from the will until a fix heard after it;
+    /// - `offline` holds from the will until a fix heard after it (a fix heard in the same millisecond counts as sent
+    ///   before the will: a phone that lost its connection right after a fix is offline, and none reconnects within
+    ///   a millisecond);
     /// - otherwise `stale` once nothing was heard for `staleAfterMillis`, since that moment;
     /// - otherwise `live`: since the recorded start if it was live already, else since the last fix, which ended
     ///   the silence (another instance's record of that fix, a moment earlier, is taken when it arrives).

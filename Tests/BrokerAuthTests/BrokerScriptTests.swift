@@ -30,10 +30,7 @@ import Glibc
         process.standardError = try FileHandle(forWritingTo: log)
         process.standardOutput = FileHandle.nullDevice
         try process.runUnmasked()
-        defer {
-            process.terminate()  // the script exec'd mosquitto: this is SIGTERM to the broker
-            process.waitUntilExit()
-        }
+        defer { process.terminate(within: .seconds(30), what: "scripts/broker.sh") }  // it exec'd mosquitto: SIGTERM to the broker
         let listening = FreePort.waitUntilAccepting(port: port, timeout: .seconds(20))
             && FreePort.waitUntilAccepting(port: tlsPort, timeout: .seconds(5))
             && FreePort.waitUntilAccepting(port: wsPort, timeout: .seconds(5))

@@ -207,7 +207,7 @@ import Glibc
         gpsd.standardOutput = FileHandle.nullDevice
         gpsd.standardError = FileHandle.nullDevice
         try gpsd.runUnmasked()
-        defer { gpsd.terminate(); gpsd.waitUntilExit() }
+        defer { gpsd.terminate(within: .seconds(30), what: "gpsd") }
         #expect(FreePort.waitUntilAccepting(port: gpsdPort, timeout: .seconds(10)))
 
         let (tracker, log) = try startTracker(flared, share, ["--gpsd", "127.0.0.1:\(gpsdPort)", "--interval", "0", "--count", "8", "--quiet"], log: "gpsd-track.log")

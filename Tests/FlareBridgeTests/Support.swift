@@ -28,6 +28,20 @@ final class RecordingPublisher: BrokerPublisher {
     func lastJSON(on topic: String) -> JSONValue? { last(on: topic).flatMap { try? JSONValue.parse($0.payload) } }
 }
 
+/// The system's time, except that no two readings are the same millisecond: a test that sends a will and then a fix
+/// within one millisecond means the fix came after it, which is what the tracker rules are told by a later reading.
+/// (Flare counts a fix heard in the same millisecond as the will as sent before it.)
+final class StrictlyIncreasingClock: WallClock {
+    private let last = Mutex<UnixMillis>(0)
+    func now() -> UnixMillis {
+        let system = SystemWallClock().now()
+        return last.withLock { last in
+            last = max(system, last + 1)
+            return last
+        }
+    }
+}
+
 /// A share service, registry, ingestor and store on a real SQLite file in a temp directory.
 struct BridgeFixture {
     let directory: URL
@@ -47,11 +61,12 @@ struct BridgeFixture {
         self.key = key
         metrics = Metrics()
         let logger = Logger(label: "test", level: .error)
+        let clock = StrictlyIncreasingClock()
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
-                               trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: SystemWallClock(), metrics: metrics, logger: logger)
+                               trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger)
         registry = service.registry
-        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: SystemWallClock(),
+        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock,
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))
         ingestor.start()
     }

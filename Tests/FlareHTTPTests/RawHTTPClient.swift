@@ -32,14 +32,12 @@ final class RawHTTPClient {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
         }
-        guard connected == 0 else {
-            let code = errno
-            Glibc.close(fd)
-            throw ClientError("connect to \(host):\(port) failed: errno \(code)")
-        }
+        // Closed by deinit, which a throwing initializer runs once every property is set: closing here as well
+        // would close whatever descriptor another thread opened in between.
+        guard connected == 0 else { throw ClientError("connect to \(host):\(port) failed: errno \(errno)") }
     }
 
-    deinit { Glibc.close(fd) }
+    deinit { if fd >= 0 { Glibc.close(fd) } }
 
     func close() {
         shutdown(fd, Int32(SHUT_RDWR))

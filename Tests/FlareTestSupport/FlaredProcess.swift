@@ -76,12 +76,12 @@ public final class FlaredProcess: @unchecked Sendable {
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// SIGTERM and wait: the orderly drain.
+    /// SIGTERM and wait: the orderly drain. A flared that has not stopped after 30 s is stuck: it is killed (with
+    /// its stacks on standard error) and the status says SIGKILL.
     @discardableResult
     public func stop() -> Int32 {
         guard let process else { return 0 }
-        process.terminate()
-        process.waitUntilExit()
+        process.terminate(within: .seconds(30), what: "flared")
         self.process = nil
         return process.terminationStatus
     }

@@ -83,13 +83,12 @@ public final class Connection: @unchecked Sendable {
             address.sin_addr.s_addr = inet_addr(host)
             result = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         }
-        guard result == 0 else {
-            close(fd)
-            throw TestSupportError("cannot connect to \(host):\(port)")
-        }
+        // No close here: a throwing class initializer that has set every property still runs deinit, and closing
+        // twice would close whatever descriptor another thread opened in between (a test saw its socket vanish).
+        guard result == 0 else { throw TestSupportError("cannot connect to \(host):\(port)") }
     }
 
-    deinit { close(fd) }
+    deinit { if fd >= 0 { close(fd) } }
 
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0

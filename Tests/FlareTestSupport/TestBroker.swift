@@ -65,8 +65,7 @@ public final class TestBroker: @unchecked Sendable {
     /// Stops the broker (SIGTERM, which lets it write its persistence file) and waits for it to exit.
     public func stop() {
         guard let process else { return }
-        process.terminate()
-        process.waitUntilExit()
+        process.terminate(within: .seconds(30), what: "mosquitto")
         self.process = nil
     }
 
@@ -185,6 +184,29 @@ public func eventually(timeout: Duration = .seconds(20), _ condition: () throws 
 }
 
 extension Process {
+    /// SIGTERM, then waits up to `deadline` for the process to exit. One that is still running then is stuck (a
+    /// deadlock in its shutdown): its stacks go to standard error, where gdb is installed, and SIGKILL ends it, so
+    /// that the test fails on what it checks next instead of hanging the run. True if it exited by itself.
+    @discardableResult
+    public func terminate(within deadline: Duration, what: String) -> Bool {
+        guard isRunning else { return true }
+        terminate()
+        if eventually(timeout: deadline, { !isRunning }) {
+            waitUntilExit()
+            return true
+        }
+        let pid = processIdentifier
+        var stacks = "gdb is not installed"
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb"),
+           let result = try? runCommand("/usr/bin/gdb", ["-p", String(pid), "-batch", "-nx", "-ex", "thread apply all bt 30"], timeout: .seconds(60)) {
+            stacks = result.stdout
+        }
+        FileHandle.standardError.write(Data("\(what) (pid \(pid)) did not stop within \(deadline) of SIGTERM; killed. Its stacks:\n\(stacks)\n".utf8))
+        Glibc.kill(pid, SIGKILL)
+        waitUntilExit()
+        return false
+    }
+
     /// `run()` with no signals blocked in the child (see `TestBroker.withNoSignalsBlocked`).
     ///
     /// Foundation spawns after listing /proc/self/fd and closing each listed descriptor in the child; a descriptor
