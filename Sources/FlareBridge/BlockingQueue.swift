@@ -45,6 +45,30 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         }
     }
 
+    /// Adds an element only if there is room now (not closed, not paused, not full); never waits. Returns its
+    /// ticket for `waitUntilProcessed(ticket:timeout:)`, or nil. Not counted in `refused`: the caller answers for it
+    /// (an HTTP client is told to retry), so the bridge's acknowledgement gate is not disturbed.
+    func offer(_ element: Element) -> Int? {
+        locked {
+            guard !closed, !paused, count < capacity else { return nil }
+            items.append(element)
+            acceptedCount += 1
+            lock.signal(Self.notEmpty)
+            return acceptedCount
+        }
+    }
+
+    /// Waits until the consumer has processed the element with this ticket (and everything before it), up to
+    /// `timeout`: false if that has not happened by then, or waits were abandoned.
+    func waitUntilProcessed(ticket: Int, timeout: Duration) -> Bool {
+        locked {
+            processingWaiters += 1
+            defer { processingWaiters -= 1 }
+            return lock.wait(Self.processedChanged, timeout: timeout) { processedCount >= ticket || waitsAbandoned }
+                && processedCount >= ticket
+        }
+    }
+
     /// The consumer has finished with `count` more of the elements it took (in order).
     func markProcessed(_ count: Int) {
         locked {

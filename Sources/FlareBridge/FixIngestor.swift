@@ -20,6 +20,8 @@ public final class FixIngestor: Sendable {
         let heardAt: UnixMillis
         /// An answer to "locate now" that is live, not a retained replay.
         let isAnswer: Bool
+        /// How it came: over MQTT, or over HTTP (then the writer also publishes it for integrators).
+        let transport: TrackerTransport
     }
 
     private let store: any ShareStore
@@ -106,9 +108,31 @@ public final class FixIngestor: Sendable {
             }
             let heardAt = retained ? min(receivedAt, fix.timestamp * 1000) : receivedAt
             queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
-                           heardAt: heardAt, isAnswer: fix.isCommandResponse && !retained))
+                           heardAt: heardAt, isAnswer: fix.isCommandResponse && !retained, transport: .mqtt))
             return nil
         }
+    }
+
+    /// What became of a fix that came over HTTP.
+    public enum HTTPIntake: Sendable, Equatable {
+        /// Committed (or already stored: a retry), and known to viewers.
+        case stored
+        /// Not taken: the queue is full or the store is failing. Nothing was queued; the client should retry.
+        case unavailable
+        /// Queued but not committed within the wait: it will be stored; a retry is absorbed as a duplicate.
+        case pending
+    }
+
+    /// A fix that came over HTTP (Flare's HTTP ingest, the OwnTracks apps' HTTP mode), validated by the caller: it
+    /// goes through the same writer and batches as MQTT fixes, and this waits for its commit, so a 202 means stored.
+    /// The writer then publishes it to the share's location topic (retained, like a phone's), for integrators; the
+    /// bridge's copy of that message is a duplicate the store absorbs. Never waits for room in the queue: an HTTP
+    /// client can be told to come back, the MQTT thread cannot.
+    public func storeHTTPFix(_ fix: Fix, share: ShareID, row: Int64, receivedAt: UnixMillis, timeout: Duration) -> HTTPIntake {
+        let item = Item(shareID: share, pending: PendingFix(shareRow: row, fix: fix, receivedAt: receivedAt),
+                        heardAt: receivedAt, isAnswer: fix.isCommandResponse, transport: .http)
+        guard isStoreHealthy, let ticket = queue.offer(item) else { return .unavailable }
+        return queue.waitUntilProcessed(ticket: ticket, timeout: timeout) ? .stored : .pending
     }
 
     private func reject(_ reason: RejectReason, share: ShareID?) -> RejectReason {
@@ -222,14 +246,16 @@ public final class FixIngestor: Sendable {
                     var stored: [ShareRegistry.HeardFix] = []
                     var answers: [(share: ShareID, at: UnixMillis)] = []
                     stored.reserveCapacity(batch.count)
+                    var overHTTP: [(share: ShareID, fix: Fix)] = []
                     for (item, isNew) in zip(batch, inserted) {
                         if isNew {
-                            // Everything queued here came over MQTT.
-                            stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: .mqtt))
+                            stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: item.transport))
+                            if item.transport == .http { overHTTP.append((item.shareID, item.pending.fix)) }
                         }
                         if item.isAnswer { answers.append((item.shareID, item.heardAt)) }
                     }
                     shares.stored(stored, answers: answers)
+                    if !overHTTP.isEmpty { shares.publishHTTPFixes(overHTTP) }
                     // Processed once the registry knows them too: whoever waited for these fixes (an acknowledgement,
                     // an HTTP answer) may read the last position next.
                     queue.markProcessed(batch.count)
@@ -267,7 +293,8 @@ func usleepMillis(_ millis: Int) { usleep(UInt32(millis) * 1000) }
 /// The metric families the bridge and gateway export.
 public enum FlareMetrics {
     public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
-    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay).")
+    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, the broker's copy of a fix received over HTTP).")
+    public static let httpFixesUnpublished = Metrics.Family("flare_http_fixes_unpublished_total", .counter, "Fixes received over HTTP and stored, but not published to their topic (broker unavailable).")
     public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
     public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
     public static let storeFreeBytes = Metrics.Family("flare_store_free_bytes", .gauge, "Free space on the store's disk (-1: unknown).")

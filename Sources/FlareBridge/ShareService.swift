@@ -88,6 +88,9 @@ public final class ShareService: Sendable {
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
+    /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
+    private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
+    private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
     /// Owner keys found in the store, until when they are believed without asking again (see `isOwnerKey`).
     private let knownOwnerKeys = Mutex<[SecretHash: Int64]>([:])
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
@@ -109,6 +112,7 @@ public final class ShareService: Sendable {
         metrics.register(FlareMetrics.sharesEnded)
         metrics.register(FlareMetrics.trackerChanges)
         metrics.register(FlareMetrics.locateRequests)
+        metrics.register(FlareMetrics.httpFixesUnpublished)
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
@@ -395,6 +399,38 @@ public final class ShareService: Sendable {
         for answer in answers { schedule(.locateAnswered(answer.share, answer.at), at: now) }
     }
 
+    /// Fixes that came over HTTP, just stored: published to their shares' location topics, retained as a phone's
+    /// are, so integrators and the retained last position see them too (from the writer's thread, after the commit).
+    /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
+    func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
+        for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
+            if !publisher.publish(topic: Topics.location(id), payload: fix.ownTracksJSON, qos: 1, retain: true, expirySeconds: nil) {
+                // Stored and shown to viewers all the same; only the broker's copy is missing until the next fix.
+                metrics.increment(FlareMetrics.httpFixesUnpublished)
+                if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
+                    logger.warning("share \(id): broker unavailable; a fix received over HTTP is stored but not published to its topic")
+                }
+            }
+        }
+    }
+
+    /// For a tracker that reports over HTTP (it cannot hear the command topic): whether a "locate now" request is
+    /// waiting for it. True once per request, for whichever instance hands it out first (the store decides). Memory
+    /// says first whether a request is open, so a steady stream of HTTP fixes costs no write; a request made on
+    /// another instance reaches memory through the store's change feed within a moment.
+    public func takeLocateRequest(_ snapshot: ShareSnapshot) -> Bool {
+        let now = clock.now()
+        guard snapshot.share.isActive, let requestedAt = snapshot.share.locateRequestedAt,
+              now - requestedAt < Self.locateCommandValidityMillis,
+              (snapshot.share.locateAnsweredAt ?? 0) < requestedAt else { return false }
+        do {
+            return try store.takeLocateCommand(row: snapshot.row, now: now, validForMillis: Self.locateCommandValidityMillis)
+        } catch {
+            logger.warning("share \(snapshot.share.id): cannot read its waiting commands (\(error))")
+            return false
+        }
+    }
+
     /// The broker delivered the tracker's last will (from the MQTT thread): recorded on the scheduler's thread.
     func lastWillArrived(_ id: ShareID, at: UnixMillis) {
         schedule(.trackerLost(id, at), at: at)
@@ -486,13 +522,22 @@ public final class ShareService: Sendable {
             throw .tooSoon(retryAfterSeconds: Int(max(1, (waitMillis + 999) / 1000)))
         }
         registry.updateTracker(id) { $0.locateRequestedAt = now }
-        if !publisher.publish(topic: Topics.command(id), payload: Self.reportLocationCommand, qos: 1, retain: false,
-                              expirySeconds: UInt32(Self.locateCommandValidityMillis / 1000)) {
-            logger.warning("share \(id): broker unavailable; the location request is recorded but was not sent")
+        if !sendLocateRequest(id, askedAt: now) {
+            unsentLocateRequests.withLock { $0[id] = now }
+            logger.warning("share \(id): broker unavailable; the location request is kept and will be sent on reconnect")
         }
         metrics.increment(FlareMetrics.locateRequests)
         logger.info("share \(id): asked the tracker for a fresh position")
         return now
+    }
+
+    /// Publishes the command, with the broker holding it for a phone that is away only as long as it stays worth
+    /// answering. True if the broker took it, or if it is no longer worth sending.
+    private func sendLocateRequest(_ id: ShareID, askedAt: UnixMillis) -> Bool {
+        let remainingMillis = askedAt + Self.locateCommandValidityMillis - clock.now()
+        guard remainingMillis > 0, registry.snapshot(id)?.share.isActive == true else { return true }
+        return publisher.publish(topic: Topics.command(id), payload: Self.reportLocationCommand, qos: 1, retain: false,
+                                 expirySeconds: UInt32(clamping: (remainingMillis + 999) / 1000))
     }
 
     /// The OwnTracks "report location" command (both apps obey it with `cmd` on; iOS also needs `allowRemoteLocation`).
@@ -683,6 +728,13 @@ public final class ShareService: Sendable {
         }
         for (id, until) in revocations where !sendRevocation(id, until: until) {
             unsentRevocations.withLock { $0[id] = until }
+        }
+        let locateRequests = unsentLocateRequests.withLock { pending in
+            defer { pending = [:] }
+            return pending
+        }
+        for (id, askedAt) in locateRequests where !sendLocateRequest(id, askedAt: askedAt) {
+            unsentLocateRequests.withLock { $0[id] = askedAt }
         }
     }
 }

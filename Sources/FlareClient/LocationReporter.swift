@@ -48,6 +48,12 @@ public actor LocationReporter {
     private var flushing = false
     public private(set) var state: State = .idle
     private var stats = Statistics()
+    /// What Flare asks of the tracker, from the answers to its fixes: `reportLocation` when someone following the
+    /// link asked for a fresh position (the phone had gone quiet). Answer it with a fresh fix whose
+    /// `answersLocateRequest` is true (on iOS: `CLLocationManager.requestLocation()`, see docs/ios.md). Ends when the
+    /// share does.
+    public nonisolated let commands: AsyncStream<DeviceCommand>
+    private let commandSink: AsyncStream<DeviceCommand>.Continuation
 
     /// - Parameters:
     ///   - capacity: fixes kept while offline. At one fix every 5 s, 720 is an hour.
@@ -59,6 +65,7 @@ public actor LocationReporter {
         self.deviceToken = deviceToken
         self.capacity = max(1, capacity)
         self.retry = retry ?? client.retry
+        (commands, commandSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
     }
 
     public init(client: FlareClient, share: CreatedShare, capacity: Int = 720, retry: RetryPolicy? = nil) {
@@ -104,6 +111,7 @@ public actor LocationReporter {
     public func finish() {
         state = .ended
         queue.removeAll()
+        commandSink.finish()
     }
 
     /// Sends the queue in order. Only one flush runs at a time; a `report` during a flush just queues, and
@@ -116,7 +124,8 @@ public actor LocationReporter {
         while let head = queue.first {
             state = .sending
             do {
-                _ = try await client.reportOnce(head.location, shareID: shareID, deviceToken: deviceToken)
+                let receipt = try await client.reportOnce(head.location, shareID: shareID, deviceToken: deviceToken)
+                for command in receipt.commands { commandSink.yield(command) }
                 removeIfStillQueued(head.sequence)
                 stats.sent += 1
                 stats.lastAcceptedAt = Date()

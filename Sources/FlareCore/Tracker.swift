@@ -79,8 +79,13 @@ public struct TrackerRules: Sendable {
             if recorded.state == .stale { return recorded }
             return TrackerRecord(state: .stale, since: lastHeardAt + staleAfterMillis, transport: transport ?? recorded.transport)
         }
-        // Live stays live, whichever way its fixes come: a change of transport alone is not worth a write per share.
-        if recorded.state == .live { return recorded }
+        // Live stays live. Its transport is recorded when a tracker reports over HTTP (the page then says that only
+        // `stale` can apply, as it sends no will), or back on MQTT after that; a new share's first MQTT fix (none
+        // recorded counts as MQTT) costs no write.
+        if recorded.state == .live {
+            guard let transport, transport != (recorded.transport ?? .mqtt) else { return recorded }
+            return TrackerRecord(state: .live, since: recorded.since, transport: transport)
+        }
         return TrackerRecord(state: .live, since: lastHeardAt, transport: transport ?? recorded.transport)
     }
 

@@ -3,10 +3,13 @@ import FlareBridge
 import FlareCore
 import FlareHTTP
 
-/// HTTP ingest: for a device that cannot speak MQTT. The fix is validated here (so the caller gets a clear
-/// 4xx), then published through the broker as an OwnTracks location, so integrators see it and the bridge
-/// stores it exactly as it stores MQTT fixes.
+/// HTTP ingest: for a device that cannot speak MQTT. The fix is validated here (so the caller gets a clear 4xx), then
+/// stored through the same batched writer as MQTT fixes; 202 only once it is committed. The writer then publishes it
+/// to the share's location topic for integrators. The answer carries the commands waiting for the tracker.
 extension Gateway {
+    /// How long a request waits for its fix's commit before asking the client to come back (the fix stays queued).
+    static let ingestCommitWaitMillis = 5_000
+
     func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
@@ -15,21 +18,37 @@ extension Gateway {
             if let found = shares.share(id), !found.share.isActive { return APIError.shareEnded.response }
             return APIError.unauthorized.response
         }
-        guard let found = shares.share(id) else { return APIError.shareNotFound.response }
-        switch parser.parse(request.body, receivedAt: clock.now(), shareCreatedAt: found.share.createdAt) {
+        guard let found = shares.share(id), case .live(let snapshot) = found else { return APIError.shareNotFound.response }
+        let receivedAt = clock.now()
+        switch parser.parse(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason):
             metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
             let status = reason == .tooLarge ? 413 : (reason == .ignoredType ? 422 : 400)
             return APIError(status: status, code: reason.rawValue, message: reason.message).response
         case .success(let fix):
-            do {
-                try ingestPublisher.publishAndWait(topic: Topics.location(id), payload: fix.ownTracksJSON, timeoutMillis: 3000)
-            } catch {
-                logger.warning("HTTP ingest for share \(id): broker did not take the fix (\(error))")
-                return APIError(status: 503, code: "broker_unavailable", message: "the message broker is unavailable; retry",
-                                headers: [("Retry-After", "2")]).response
-            }
-            return .api(202, IngestReceipt(tst: fix.timestamp))
+            if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
+            return .api(202, IngestReceipt(tst: fix.timestamp, commands: commands(for: snapshot)))
         }
+    }
+
+    /// Stores a fix that came over HTTP; nil once it is committed, else the answer that asks the client to retry.
+    func storeOverHTTP(_ fix: Fix, _ snapshot: ShareSnapshot, receivedAt: UnixMillis) -> APIError? {
+        switch ingestor.storeHTTPFix(fix, share: snapshot.share.id, row: snapshot.row, receivedAt: receivedAt,
+                                     timeout: .milliseconds(Self.ingestCommitWaitMillis)) {
+        case .stored:
+            return nil
+        case .unavailable:
+            return APIError(status: 503, code: "store_unavailable", message: "the fix could not be stored now; retry",
+                            headers: [("Retry-After", "5")])
+        case .pending:
+            // Queued and stored later; a retry is absorbed as a duplicate.
+            return APIError(status: 503, code: "store_slow", message: "the fix is queued but not yet stored; retry",
+                            headers: [("Retry-After", "2")])
+        }
+    }
+
+    /// The commands waiting for a tracker that reports over HTTP, handed out once.
+    func commands(for snapshot: ShareSnapshot) -> [DeviceCommand] {
+        shares.takeLocateRequest(snapshot) ? [.reportLocation] : []
     }
 }

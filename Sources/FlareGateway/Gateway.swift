@@ -20,17 +20,12 @@ public struct HealthReport: Sendable {
     }
 }
 
-/// Publishes an HTTP-ingested fix through the broker and waits for its acknowledgement.
-public protocol IngestPublisher: Sendable {
-    func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws
-}
-
 /// The HTTP face of Flare: owner API, link endpoints (page, view JSON, live events), HTTP ingest, operator
 /// endpoints. Share state comes through one door, `ShareService`; every body is a `FlareAPI` type.
 public final class Gateway: Sendable {
     let configuration: GatewayConfiguration
     let shares: ShareService
-    let ingestPublisher: any IngestPublisher
+    let ingestor: FixIngestor
     let metrics: Metrics
     private let requestCounters: [Int: Metrics.Counter]
     let logger: Logger
@@ -42,12 +37,12 @@ public final class Gateway: Sendable {
     let liveStreams: LiveStreams
     let parser: LocationPayloadParser
 
-    public init(configuration: GatewayConfiguration, shares: ShareService, ingestPublisher: any IngestPublisher, metrics: Metrics, logger: Logger,
+    public init(configuration: GatewayConfiguration, shares: ShareService, ingestor: FixIngestor, metrics: Metrics, logger: Logger,
                 clock: any WallClock, parser: LocationPayloadParser,
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
         self.configuration = configuration
         self.shares = shares
-        self.ingestPublisher = ingestPublisher
+        self.ingestor = ingestor
         self.metrics = metrics
         self.logger = logger
         self.clock = clock

@@ -83,7 +83,7 @@ final class Daemon: Sendable {
         } else {
             space = nil
         }
-        let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestPublisher: client,
+        let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestor: ingestor,
                                   metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: parser) {
             let reading = space?.read()
             return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,
@@ -160,11 +160,5 @@ final class Daemon: Sendable {
         let left = services.remaining
         logger.error("second signal: exiting now\(left.isEmpty ? "" : "; not stopped: \(left.joined(separator: ", "))")")
         exit(1)
-    }
-}
-
-extension MQTTClient: IngestPublisher {
-    public func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws {
-        try publishAndWait(topic: topic, payload: payload, qos: 1, retain: true, timeout: .milliseconds(timeoutMillis))
     }
 }

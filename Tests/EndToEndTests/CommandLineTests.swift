@@ -63,24 +63,8 @@ import Testing
         let created = try flared.request("POST", "/api/v1/shares", body: "{}", bearer: flared.ownerKey)
         let id = try #require(created.json?["share_id"] as? String)
 
-        let locker = Process()
-        locker.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        locker.arguments = ["-c", """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1], isolation_level=None)
-            db.execute("BEGIN EXCLUSIVE")
-            print("locked", flush=True)
-            sys.stdin.read()  # holds the lock until the test closes this pipe
-            """, flared.dataDirectory.appendingPathComponent("flare.db").path]
-        let lockerOutput = Pipe(), lockerInput = Pipe()
-        locker.standardOutput = lockerOutput
-        locker.standardInput = lockerInput
-        try locker.runUnmasked()
-        defer {
-            try? lockerInput.fileHandleForWriting.close()
-            locker.waitUntilExit()
-        }
-        #expect(String(decoding: lockerOutput.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("locked"))
+        let lock = try SQLiteLock(path: flared.dataDirectory.appendingPathComponent("flare.db").path)
+        defer { lock.release() }
 
         let now = Int(Date().timeIntervalSince1970)
         _ = try MosquittoClients.publish(port: broker.port, topic: "flare/v1/shares/\(id)/location",

@@ -26,8 +26,16 @@ import Testing
                 == TrackerRecord(state: .live, since: 2_000_500, transport: .mqtt))
     }
 
-    @Test func aChangeOfTransportAloneChangesNothing() {
-        #expect(rules.current(recorded: live, lastHeardAt: 1_100_000, transport: .http, now: 1_100_001) == live)
+    @Test func aTrackerReportingOverHTTPIsRecordedOnceAndAnMQTTOneNever() {
+        // Over HTTP: recorded (the page says only `stale` can apply), still live since the same moment.
+        let overHTTP = TrackerRecord(state: .live, since: 1_000_000, transport: .http)
+        #expect(rules.current(recorded: live, lastHeardAt: 1_100_000, transport: .http, now: 1_100_001) == overHTTP)
+        #expect(rules.current(recorded: overHTTP, lastHeardAt: 1_200_000, transport: .http, now: 1_200_001) == overHTTP)
+        #expect(rules.current(recorded: overHTTP, lastHeardAt: 1_200_000, transport: nil, now: 1_200_001) == overHTTP)
+        #expect(rules.current(recorded: overHTTP, lastHeardAt: 1_300_000, transport: .mqtt, now: 1_300_001) == live)
+        // A new share (nothing recorded, as MQTT) hearing MQTT fixes: nothing to write.
+        let new = TrackerRecord(state: .live, since: 1_000_000, transport: nil)
+        #expect(rules.current(recorded: new, lastHeardAt: 1_100_000, transport: .mqtt, now: 1_100_001) == new)
     }
 
     @Test func theBatteryIsLowAtFifteenPercentOrLessWhileNotCharging() {

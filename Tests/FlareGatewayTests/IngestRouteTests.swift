@@ -1,16 +1,24 @@
 import FlareAPI
+import FlareBridge
 import FlareCore
 import FlareHTTP
+import FlareTestSupport
 import Foundation
 import Testing
 
-/// POST /api/v1/shares/{id}/locations: HTTP ingest, validated here and published through the broker.
+/// POST /api/v1/shares/{id}/locations: HTTP ingest, validated, stored through the batched writer (202 = committed),
+/// then published to the share's topic for integrators; the answer carries the commands waiting for the tracker.
 @Suite struct IngestRouteTests {
     static func location(lat: Double = 52.52, lon: Double = 13.405, tst: Int64 = GatewayFixture.now) -> String {
         #"{"_type":"location","lat":\#(lat),"lon":\#(lon),"tst":\#(tst),"acc":8}"#
     }
 
-    @Test func postingALocationWithTheDeviceTokenAnswers202AndTheFixIsPublishedAndStored() throws {
+    /// The fixes published to the share's topic (a stop publishes an empty retained message there, to clear it).
+    func locationMessages(_ fixture: GatewayFixture, _ created: CreatedShare) -> [RecordingBrokerPublisher.Message] {
+        fixture.brokerPublisher.messages.filter { $0.topic == created.mqttTopic && !$0.payload.isEmpty }
+    }
+
+    @Test func postingALocationWithTheDeviceTokenAnswers202OnceStoredAndPublishesIt() throws {
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()
         let tst = GatewayFixture.now
@@ -18,15 +26,46 @@ import Testing
                                  json: Self.location(tst: tst))
         #expect(reply.status == 202)
         #expect(reply.contentType == "application/json")
-        #expect(try reply.decode(IngestReceipt.self) == IngestReceipt(status: "accepted", tst: tst))
-        let published = try #require(fixture.ingestPublisher.messages.last)
-        #expect(published.topic == created.mqttTopic)
+        #expect(try reply.decode(IngestReceipt.self) == IngestReceipt(status: "accepted", tst: tst, commands: []))
+        #expect(reply.text.contains(#""commands":[]"#))
+        // Stored and known to viewers before the answer: no waiting.
+        let id = try #require(ShareID(created.shareID))
+        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        #expect(snapshot.last?.timestamp == tst)
+        #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
+        // Over HTTP, a tracker sends no will: its state can only become stale, and the page says so.
+        #expect(eventually { (try? fixture.send("GET", "/api/v1/view/\(created.viewToken)").decode(ViewDocument.self))?.tracker?.transport == "http" })
+        let published = try #require(locationMessages(fixture, created).last)
+        #expect(published.retain)
         let message = try APIJSON.decode(Location.self, from: published.payload)
         #expect(message.latitude == 52.52 && message.longitude == 13.405 && message.accuracy == 8)
         #expect(Int64(message.timestamp.timeIntervalSince1970) == tst)
-        try fixture.waitForLast(created, tst: tst)
-        let status = try fixture.send("GET", "/api/v1/shares/\(created.shareID)", bearer: fixture.ownerKey).decode(ShareStatus.self)
-        #expect(status.last?.latitude == 52.52)
+
+        // A retry of the same fix (its 202 was lost) is accepted again and stored once, published once.
+        #expect(fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken,
+                             json: Self.location(tst: tst)).status == 202)
+        #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
+        #expect(locationMessages(fixture, created).count == 1)
+    }
+
+    @Test func aLocateRequestReachesAnHTTPTrackerInTheAnswerToItsNextFixOnce() throws {
+        let fixture = try GatewayFixture(settings: ["FLARE_STALE_AFTER_S": "1"])
+        let created = try fixture.createShare()
+        let path = "/api/v1/shares/\(created.shareID)/locations"
+        #expect(fixture.send("POST", path, bearer: created.deviceToken, json: Self.location(tst: GatewayFixture.now)).status == 202)
+        // Someone following the link asks once the phone has gone quiet (stale after a second here).
+        Thread.sleep(forTimeInterval: 1.2)
+        #expect(fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate").status == 202)
+        let first = try fixture.send("POST", path, bearer: created.deviceToken, json: Self.location(lat: 52.6, tst: GatewayFixture.now))
+            .decode(IngestReceipt.self)
+        #expect(first.commands == [.reportLocation])
+        let second = try fixture.send("POST", path, bearer: created.deviceToken, json: Self.location(lat: 52.7, tst: GatewayFixture.now))
+            .decode(IngestReceipt.self)
+        #expect(second.commands.isEmpty)
+        // The tracker answers with `t: "r"`; the page shows the answer.
+        let answer = #"{"_type":"location","lat":52.8,"lon":13.4,"tst":\#(GatewayFixture.now),"t":"r"}"#
+        #expect(fixture.send("POST", path, bearer: created.deviceToken, json: answer).status == 202)
+        #expect(eventually { (try? fixture.send("GET", "/api/v1/view/\(created.viewToken)").decode(ViewDocument.self))?.tracker?.locateAnsweredAt != nil })
     }
 
     @Test func postingALocationWithoutTheDeviceTokenOfThatShareIsUnauthorized() throws {
@@ -39,7 +78,7 @@ import Testing
             #expect(reply.status == 401)
             #expect(reply.errorCode == "unauthorized")
         }
-        #expect(fixture.ingestPublisher.messages.isEmpty)
+        #expect(locationMessages(fixture, created).isEmpty)
     }
 
     @Test func postingALocationToAStoppedShareIsGone() throws {
@@ -49,7 +88,7 @@ import Testing
         let reply = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location())
         #expect(reply.status == 410)
         #expect(reply.errorCode == "share_ended")
-        #expect(fixture.ingestPublisher.messages.isEmpty)
+        #expect(locationMessages(fixture, created).isEmpty)
     }
 
     @Test func postingALocationToAnUnknownShareIdIsNotFoundOrUnauthorized() throws {
@@ -82,7 +121,7 @@ import Testing
             #expect(reply.status == 400, "body \(body)")
             #expect(reply.errorCode == code, "body \(body)")
         }
-        #expect(fixture.ingestPublisher.messages.isEmpty)
+        #expect(locationMessages(fixture, created).isEmpty)
     }
 
     @Test func postingAPayloadOverTheSizeLimitIsTooLarge() throws {
@@ -104,13 +143,35 @@ import Testing
         #expect(reply.errorCode == "ignored_type")
     }
 
-    @Test func postingALocationWhileTheBrokerIsUnavailableAsksToRetry() throws {
+    @Test func aFixReceivedWhileTheBrokerIsUnavailableIsStoredAndCounted() throws {
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()
-        fixture.ingestPublisher.setFailing(true)
-        let reply = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location())
-        #expect(reply.status == 503)
-        #expect(reply.errorCode == "broker_unavailable")
-        #expect(reply.header("Retry-After") == "2")
+        fixture.brokerPublisher.setDown(true)
+        let tst = GatewayFixture.now
+        let reply = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst))
+        #expect(reply.status == 202)
+        #expect(try fixture.send("GET", "/api/v1/view/\(created.viewToken)").decode(ViewDocument.self).last != nil)
+        #expect(fixture.metrics.value(FlareMetrics.httpFixesUnpublished) == 1)
+    }
+
+    @Test func aFixTheStoreCannotTakeNowAsksToRetryAndIsNotLost() throws {
+        let fixture = try GatewayFixture()
+        let created = try fixture.createShare()
+        let id = try #require(ShareID(created.shareID))
+        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        let lock = try SQLiteLock(path: fixture.directory.appendingPathComponent("flare.db").path)
+        let tst = GatewayFixture.now
+        // Queued, not committed within the wait (the writer waits out SQLite's busy timeout, then retries).
+        let slow = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst))
+        #expect(slow.status == 503 && slow.errorCode == "store_slow" && slow.header("Retry-After") == "2")
+        // Once the writer has seen the store fail, nothing more is queued: the answer comes at once.
+        #expect(eventually(timeout: .seconds(15)) { !fixture.ingestor.isStoreHealthy })
+        let refused = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(lat: 1, tst: tst))
+        #expect(refused.status == 503 && refused.errorCode == "store_unavailable" && refused.header("Retry-After") == "5")
+        lock.release()
+        // The queued fix is written when the store is back; the client's retry is absorbed.
+        #expect(eventually(timeout: .seconds(15)) { (try? fixture.store.fixCount(row: snapshot.row)) == 1 })
+        #expect(fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst)).status == 202)
+        #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
     }
 }

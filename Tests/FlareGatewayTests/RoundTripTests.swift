@@ -55,6 +55,10 @@ import Testing
         let reported = try roundTrip(ReportedLocation.self, Array(try #require(fix.data).utf8))
         #expect(reported == ReportedLocation(latitude: 47.3769, longitude: 8.5417, timestamp: Date(timeIntervalSince1970: Double(tst)),
                                              accuracy: 5.5, altitude: 408, velocity: 3, course: 270, battery: 64))
+        // The first fix over HTTP records the tracker's transport, which viewers hear of.
+        let overHTTP = try #require(events.next())
+        #expect(overHTTP.name == "tracker")
+        #expect(try roundTrip(TrackerReport.self, Array(try #require(overHTTP.data).utf8)).transport == "http")
 
         let withLast = try roundTrip(ShareStatus.self, fixture.send("GET", "/api/v1/shares/\(id)", bearer: key), status: 200)
         #expect(withLast.last == reported)

@@ -10,40 +10,22 @@ import Synchronization
 import Testing
 @testable import FlareHTTP
 
-/// Records what the share service announces on the broker (retained status, cleared locations, revocations).
+/// Records what the share service publishes on the broker (retained status, cleared locations, revocations, the
+/// fixes that came over HTTP, commands). Can pretend the broker is unreachable.
 final class RecordingBrokerPublisher: BrokerPublisher {
     struct Message: Equatable { let topic: String; let payload: [UInt8]; let retain: Bool }
     private let state = Mutex<[Message]>([])
+    private let down = Mutex(false)
+
+    func setDown(_ isDown: Bool) { down.withLock { $0 = isDown } }
 
     func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
+        guard !down.withLock({ $0 }) else { return false }
         state.withLock { $0.append(Message(topic: topic, payload: payload, retain: retain)) }
         return true
     }
 
     var messages: [Message] { state.withLock { $0 } }
-}
-
-/// The broker as HTTP ingest sees it: records each publish and, as the real broker round trip would, hands the
-/// message to the bridge's ingestor. Can pretend the broker is unreachable.
-final class RecordingIngestPublisher: IngestPublisher {
-    struct BrokerDown: Error {}
-    struct Message: Equatable { let topic: String; let payload: [UInt8] }
-    private let state = Mutex<(messages: [Message], failing: Bool)>(([], false))
-    private let ingestor: FixIngestor
-
-    init(ingestor: FixIngestor) { self.ingestor = ingestor }
-
-    func publishAndWait(topic: String, payload: [UInt8], timeoutMillis: Int) throws {
-        let failing = state.withLock { state in
-            if !state.failing { state.messages.append(Message(topic: topic, payload: payload)) }
-            return state.failing
-        }
-        if failing { throw BrokerDown() }
-        ingestor.handle(topic: topic, payload: payload, retained: false)
-    }
-
-    var messages: [Message] { state.withLock { $0.messages } }
-    func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
 }
 
 /// What `/healthz` is told about the parts the gateway cannot see.
@@ -62,7 +44,6 @@ final class GatewayFixture {
     let store: SQLiteShareStore
     let metrics = Metrics()
     let brokerPublisher = RecordingBrokerPublisher()
-    let ingestPublisher: RecordingIngestPublisher
     let service: ShareService
     let ingestor: FixIngestor
     let health = HealthBox()
@@ -90,9 +71,8 @@ final class GatewayFixture {
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
-        ingestPublisher = RecordingIngestPublisher(ingestor: ingestor)
         let health = self.health
-        gateway = try Gateway(configuration: GatewayConfiguration(config), shares: service, ingestPublisher: ingestPublisher,
+        gateway = try Gateway(configuration: GatewayConfiguration(config), shares: service, ingestor: ingestor,
                               metrics: metrics, logger: logger, clock: clock, parser: parser, health: { health.report })
         try store.insertOwnerKey(hash: SecretHash(of: ownerKey), label: "test", createdAt: clock.now())
     }

@@ -165,3 +165,37 @@ public enum MosquittoClients {
         return try runCommand("/usr/bin/mosquitto_pub", arguments)
     }
 }
+
+/// Another process holding an exclusive lock on a SQLite file (Python's sqlite3), so that every write to it fails
+/// after SQLite's busy timeout: a store that cannot be written, with nothing faked. Released by `release()` or deinit.
+public final class SQLiteLock {
+    private let process = Process()
+    private let input = Pipe()
+
+    public init(path: String) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1], isolation_level=None)
+            db.execute("BEGIN EXCLUSIVE")
+            print("locked", flush=True)
+            sys.stdin.read()  # holds the lock until the test closes this pipe
+            """, path]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = input
+        try process.runUnmasked()
+        let said = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        guard said.hasPrefix("locked") else {
+            release()
+            throw TestSupportError("could not lock \(path): \(said)")
+        }
+    }
+
+    public func release() {
+        try? input.fileHandleForWriting.close()
+        if process.isRunning { process.waitUntilExit() }
+    }
+
+    deinit { release() }
+}
