@@ -249,7 +249,14 @@ public final class ShareService: Sendable {
         publishStatus(of: ended)
         // A share stopped before its expiry still has tokens whose `exp` has not passed: the broker must refuse
         // them from now on (and cut off a connected device). An expired share's tokens refuse themselves.
-        if reason == .stopped { revoke(ended) }
+        if reason == .stopped {
+            // First, while its token still reads the command topic, tell an OwnTracks phone to stop reporting (quiet
+            // mode); the broker sends it ahead of the revocation, which comes after it on flared's connection. After
+            // an expiry the broker refuses the phone already, so it cannot be told (docs/owntracks.md says what to do).
+            _ = publisher.publish(topic: Topics.command(id), payload: OwnTracksConfiguration.stopReporting, qos: 1, retain: false,
+                                  expirySeconds: 60)
+            revoke(ended)
+        }
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
@@ -652,11 +659,15 @@ public final class ShareService: Sendable {
     /// A device token for `id` that verifies, for HTTP calls. The share's own state decides whether it still
     /// works (an extended share keeps accepting the token it was created with; an ended one refuses all).
     public func authorizeDevice(token: String, for id: ShareID) -> Bool {
-        guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id),
-              verified.role == .device,
-              case .live(let snapshot) = share(id), snapshot.share.isActive
-        else { return false }
+        guard isDeviceToken(token, of: id), case .live(let snapshot) = share(id), snapshot.share.isActive else { return false }
         return true
+    }
+
+    /// Whether `token` is a device token Flare signed for `id`, whatever the share's state: an ended share still
+    /// knows its own phone, to tell it to stop (OwnTracks HTTP mode).
+    public func isDeviceToken(_ token: String, of id: ShareID) -> Bool {
+        guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id) else { return false }
+        return verified.role == .device
     }
 
     // MARK: Broker announcements

@@ -109,10 +109,11 @@ public final class FlareClient: Sendable {
 
     /// The share's OwnTracks `owntracks:///config?inline=…` link: open it on a phone with the OwnTracks app and
     /// the app publishes into the share. It contains the device token: do not log it.
-    public func ownTracksLink(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> URL {
+    public func ownTracksLink(_ shareID: String, deviceToken: String? = nil, mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> URL {
         let bearer = try credential(deviceToken)
-        let answer: OwnTracksLink = try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link",
-                                                  bearer: bearer, body: nil, expecting: 200)
+        let data = try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/link", query: mode.query,
+                                  bearer: bearer, body: nil, expecting: 200, retry: retry)
+        let answer = try Self.decode(OwnTracksLink.self, from: data, status: 200)
         guard let url = URL(string: answer.url) else {
             throw .unexpectedResponse(status: 200, detail: "the OwnTracks link is not a URL")
         }
@@ -120,15 +121,15 @@ public final class FlareClient: Sendable {
     }
 
     /// The share's OwnTracks configuration file (`.otrc`, JSON), for the app's import. It holds the device token.
-    public func ownTracksConfigurationFile(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> Data {
-        try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks.otrc", query: [], bearer: try credential(deviceToken),
+    public func ownTracksConfigurationFile(_ shareID: String, deviceToken: String? = nil, mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> Data {
+        try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks.otrc", query: mode.query, bearer: try credential(deviceToken),
                        body: nil, expecting: 200, retry: retry)
     }
 
     /// The OwnTracks link as a QR code (PNG) for the phone to scan from the owner's screen (owner key only).
-    public func ownTracksQRCode(_ shareID: String) async throws(FlareClientError) -> Data {
+    public func ownTracksQRCode(_ shareID: String, mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> Data {
         guard let ownerKey else { throw .missingCredential("the OwnTracks QR code needs the owner key") }
-        return try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/qr.png", query: [], bearer: ownerKey,
+        return try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks/qr.png", query: mode.query, bearer: ownerKey,
                               body: nil, expecting: 200, retry: retry)
     }
 

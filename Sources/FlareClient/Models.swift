@@ -54,3 +54,13 @@ public enum FlareClientError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+/// How an OwnTracks app provisioned for a share reaches Flare.
+public enum OwnTracksMode: String, Sendable {
+    /// MQTT to Flare's broker (the default): live, and the family sees when the phone goes offline.
+    case mqtt
+    /// The apps' HTTP mode, one POST per message, for networks that block MQTT's ports.
+    case http
+
+    var query: [(String, String)] { self == .mqtt ? [] : [("mode", rawValue)] }
+}

@@ -58,6 +58,19 @@ public enum Base64URL {
         return output
     }
 
+    /// Decodes standard base64 (RFC 4648 §4, `+` `/` and `=` padding), as HTTP Basic credentials carry it; nil for
+    /// anything else.
+    public static func decode(standard text: some StringProtocol) -> [UInt8]? {
+        var body = Substring(text)
+        var padding = 0
+        while body.hasSuffix("=") && padding < 2 {
+            body = body.dropLast()
+            padding += 1
+        }
+        guard !body.contains("-"), !body.contains("_"), !body.contains("="), padding == 0 || (body.count + padding) % 4 == 0 else { return nil }
+        return decode(String(body).replacingAll("+", with: "-").replacingAll("/", with: "_"))
+    }
+
     /// Every link request checks its token with this. Called from other modules it is not specialised, so
     /// the generic part only finds the bytes; the loop runs on a plain buffer.
     public static func isValid(_ text: some StringProtocol, length: Int) -> Bool {
@@ -70,5 +83,12 @@ public enum Base64URL {
         let table = decodeTable
         for byte in bytes where table[Int(byte)] < 0 { return false }
         return true
+    }
+}
+
+extension String {
+    /// Every `target` byte replaced (both are ASCII here; no Foundation in FlareCore).
+    fileprivate func replacingAll(_ target: Character, with replacement: Character) -> String {
+        String(map { $0 == target ? replacement : $0 })
     }
 }

@@ -3,6 +3,7 @@ import FlareBridge
 import FlareCore
 import FlareHTTP
 import FlareQR
+import FlareSystem
 
 /// OwnTracks provisioning: the share's `_type: configuration` for the iOS and Android apps, so a phone that has
 /// OwnTracks installed starts publishing into the share after one tap or one scan.
@@ -15,6 +16,9 @@ import FlareQR
 /// - `GET /api/v1/shares/{id}/owntracks/link` — `{"url":"owntracks:///config?inline=…"}`;
 /// - `GET /api/v1/shares/{id}/owntracks/qr.png`, `…/qr.svg` — that link as a QR code, owner key only: it is
 ///   meant for the owner's screen, for the phone to scan.
+///
+/// Each takes `?mode=http` for the apps' HTTP mode (for networks that block MQTT), whose phones post to
+/// `POST /api/v1/shares/{id}/owntracks/http` (`ownTracksHTTP`).
 extension Gateway {
     func ownTracksConfiguration(_ request: HTTPRequest, id text: String, download: Bool) -> HTTPResponse {
         switch ownTracksConfiguration(request, id: text, ownerOnly: false) {
@@ -31,6 +35,7 @@ extension Gateway {
     }
 
     func ownTracksResource(_ request: HTTPRequest, id text: String, name: String) -> HTTPResponse {
+        if name == "http" { return APIError.methodNotAllowed.response }  // the apps' HTTP mode only posts
         guard ["link", "qr.png", "qr.svg"].contains(name) else { return APIError.notFound("no such endpoint").response }
         switch ownTracksConfiguration(request, id: text, ownerOnly: name != "link") {
         case .failure(let error):
@@ -60,11 +65,84 @@ extension Gateway {
             return .failure(caller == .owner && found != nil ? .shareEnded : .shareNotFound)
         }
         guard snapshot.share.isActive else { return .failure(.shareEnded) }
-        guard let broker = MQTTURL(configuration.mqttPublicURL) else {
-            logger.error("FLARE_MQTT_PUBLIC_URL is not mqtt://host:port or mqtts://host:port; cannot provision OwnTracks")
-            return .failure(APIError(status: 500, code: "misconfigured", message: "the server's public MQTT address is not set up"))
+        let connection: OwnTracksConfiguration.Connection
+        switch request.query["mode"] {
+        case nil, "mqtt":
+            guard let broker = MQTTURL(configuration.mqttPublicURL) else {
+                logger.error("FLARE_MQTT_PUBLIC_URL is not mqtt://host:port or mqtts://host:port; cannot provision OwnTracks")
+                return .failure(APIError(status: 500, code: "misconfigured", message: "the server's public MQTT address is not set up"))
+            }
+            connection = .mqtt(broker)
+        case "http":
+            connection = .http(url: configuration.publicURL + OwnTracksConfiguration.httpPath(id))
+        default:
+            return .failure(.badRequest("invalid_mode", "mode is mqtt (the default) or http"))
         }
         return .success(OwnTracksConfiguration(shareID: id, deviceToken: shares.deviceToken(for: snapshot.share),
-                                               broker: broker, shareName: snapshot.share.name))
+                                               connection: connection, shareName: snapshot.share.name))
+    }
+}
+
+/// The OwnTracks apps' HTTP mode: one POST per message, HTTP Basic auth with username = share id and password = the
+/// device token, answered with a JSON array of messages for the app (`[]`, or the commands waiting for it).
+///
+/// Both apps treat any non-2xx as a failure: Android keeps the message at the head of its queue and retries it,
+/// with backoff, for ever (a 4xx would wedge every position behind it); iOS drops it on a 4xx and shows the person
+/// an alert with the message's JSON. So everything the app can send is answered 2xx unless it is worth sending
+/// again: a message Flare does not take (a waypoint, a fix Flare refuses, like one older than the share) is
+/// answered `[]` and counted, with `X-Flare-Refused` saying why; an unavailable store is a 503, which both apps
+/// retry. A share that has ended answers its phone with the command to stop reporting
+/// (`OwnTracksConfiguration.stopReporting`): no alert, nothing left retrying. Wrong credentials are a 401.
+extension Gateway {
+    func ownTracksHTTP(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        let now = monotonicMillis()
+        guard let id = ShareID(text), let token = Self.basicPassword(request, username: id.rawValue),
+              let found = shares.share(id), shares.isDeviceToken(token, of: id) else {
+            // Wrong credentials cost the address as an unknown link token does; once its budget is spent, 429. (A
+            // phone with the right ones is limited per share below, not per address: many share a carrier's.)
+            let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
+                peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+            if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: now) {
+                metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
+                return APIError.rateLimited(retryAfter: wait).response
+            }
+            return APIError(status: 401, code: "unauthorized", message: "HTTP Basic auth with the share id and its device token is required",
+                            headers: [("WWW-Authenticate", #"Basic realm="Flare", charset="UTF-8""#)]).response
+        }
+        guard case .live(let snapshot) = found, snapshot.share.isActive else {
+            return .json(200, Array("[".utf8) + OwnTracksConfiguration.stopReporting + Array("]".utf8))
+        }
+        if let wait = ownTracksHTTPLimiter.take(id.rawValue, nowMillis: now) {
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
+            return APIError.rateLimited(retryAfter: wait).response
+        }
+        let receivedAt = clock.now()
+        switch parser.parseMessage(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
+        case .failure(let reason) where reason == .tooLarge || reason == .malformed && (try? JSONValue.parse(request.body)) == nil:
+            // Not something the apps send: a clear error for whatever did.
+            metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
+            return APIError(status: reason == .tooLarge ? 413 : 400, code: reason.rawValue, message: reason.message).response
+        case .failure(let reason):
+            metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
+            var response = HTTPResponse.json(200, Array("[]".utf8))
+            response.headers.append(("X-Flare-Refused", reason.rawValue))
+            return response
+        case .success(.lastWill):
+            return .json(200, Array("[]".utf8))  // the apps send none over HTTP; nothing to do with one
+        case .success(.fix(let fix)):
+            if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
+            return .api(200, commands(for: snapshot))
+        }
+    }
+
+    /// The password of `Authorization: Basic …` when its username is `username`.
+    static func basicPassword(_ request: HTTPRequest, username: String) -> String? {
+        guard let authorization = request.header("authorization"), authorization.count <= 4096,
+              authorization.lowercased().hasPrefix("basic "),
+              let decoded = Base64URL.decode(standard: authorization.dropFirst("basic ".count).trimmingPrefix(" ")),
+              let credentials = String(validating: decoded, as: UTF8.self),
+              let colon = credentials.firstIndex(of: ":"),
+              credentials[..<colon] == username else { return nil }
+        return String(credentials[credentials.index(after: colon)...])
     }
 }

@@ -34,6 +34,9 @@ public final class Gateway: Sendable {
     let assets: ViewerAssets
     let addressLimiter: RateLimiter
     let tokenLimiter: RateLimiter
+    /// OwnTracks HTTP mode, per share: far above a phone in move mode (one message every few seconds), enough for
+    /// an Android phone sending the backlog it queued while offline, one message per request.
+    let ownTracksHTTPLimiter = RateLimiter(rule: .init(ratePerSecond: 20, burst: 600))
     let liveStreams: LiveStreams
     let parser: LocationPayloadParser
 
@@ -110,11 +113,13 @@ public final class Gateway: Sendable {
         case ("shares", 3, "GET") where parts[2] == "owntracks": return ownTracksConfiguration(request, id: parts[1], download: false)
         case ("shares", 3, "GET") where parts[2] == "owntracks.otrc": return ownTracksConfiguration(request, id: parts[1], download: true)
         case ("shares", 4, "GET") where parts[2] == "owntracks": return ownTracksResource(request, id: parts[1], name: parts[3])
+        case ("shares", 4, "POST") where parts[2] == "owntracks" && parts[3] == "http": return ownTracksHTTP(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
+        case ("shares", 4, _) where parts[2] == "owntracks" && parts[3] == "http": return APIError.methodNotAllowed.response
         default: return APIError.notFound("no such endpoint").response
         }
     }

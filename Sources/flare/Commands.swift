@@ -20,7 +20,7 @@ struct CommonOptions {
                                           "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet"]
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -93,8 +93,9 @@ enum Commands {
           flare share show ID [--json]                                      state, expiry, last position time
           flare share stop ID                                               end a share now
           flare share extend ID [--duration SECONDS]                        same link, new expiry
-          flare share owntracks ID [--qr FILE.png] [--otrc FILE]            provision the OwnTracks app: a QR code to scan,
-                                                                            a config file, or (neither) the link itself
+          flare share owntracks ID [--qr FILE.png] [--otrc FILE] [--http]   provision the OwnTracks app: a QR code to scan,
+                                                                            a config file, or (neither) the link itself;
+                                                                            --http: the app's HTTP mode, where MQTT is blocked
           flare keys create [--label LABEL]                                 a new owner key (printed once)
           flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
                       [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
@@ -260,21 +261,22 @@ enum Commands {
     /// `owntracks:///config?inline=…` link on stdout. All of them contain the device token.
     static func shareOwnTracks(_ options: CommonOptions, id: String) throws -> Int32 {
         let client = try ownerClient(options)
+        let mode: OwnTracksMode = options.switches.contains("--http") ? .http : .mqtt
         var wrote = false
         for (flag, what) in [("--qr", "QR code"), ("--otrc", "configuration")] {
             guard let file = options.flags[flag] else { continue }
             let body = try call("cannot get the OwnTracks \(what) for \(id)") { () async throws(FlareClientError) in
-                flag == "--qr" ? try await client.ownTracksQRCode(id) : try await client.ownTracksConfigurationFile(id)
+                flag == "--qr" ? try await client.ownTracksQRCode(id, mode: mode) : try await client.ownTracksConfigurationFile(id, mode: mode)
             }
             guard FileManager.default.createFile(atPath: file, contents: body, attributes: [.posixPermissions: 0o600]) else {
                 throw CLIError("cannot write \(file)")
             }
-            print("OwnTracks \(what) for share \(id) written to \(file) (it contains the share's device token)")
+            print("OwnTracks \(what) for share \(id)\(mode == .http ? " (HTTP mode)" : "") written to \(file) (it contains the share's device token)")
             wrote = true
         }
         if !wrote {
             let link = try call("cannot get the OwnTracks link for \(id)") { () async throws(FlareClientError) in
-                try await client.ownTracksLink(id)
+                try await client.ownTracksLink(id, mode: mode)
             }
             print(link.absoluteString)
         }

@@ -49,9 +49,13 @@ import Testing
         #expect((200...299).contains(ingested.status))
         #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(id) && String(decoding: $0.payload, as: UTF8.self).contains("48.2") } })
 
-        // Stop: the broker disconnects the device within a second and refuses the token from then on.
+        // Stop: the device, subscribed to its command topic as the OwnTracks apps are, is first told to stop
+        // reporting (quiet mode); then the broker disconnects it within a second and refuses the token from then on.
+        #expect(try device.subscribe(Topics.command(id)))
         #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
         #expect(eventually(timeout: .seconds(1)) { !device.mqtt.isConnected })
+        #expect(device.messages.contains { $0.topic == Topics.command(id) && $0.payload == OwnTracksConfiguration.stopReporting },
+                "\(device.messages.map { ($0.topic, String(decoding: $0.payload, as: UTF8.self)) })")
         #expect(try fixture.client(id.rawValue, deviceToken).waitForOutcome() == .refused)
         #expect(try fixture.client(id.rawValue, watchToken).waitForOutcome() == .refused)
         #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).status == 409)
@@ -72,5 +76,57 @@ import Testing
         })
         #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.flaredPassword))
         #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
+    }
+
+    /// The OwnTracks apps' HTTP mode end to end: the configuration, a message posted with Basic auth as Android
+    /// posts it (stored, then published where integrators read), "locate now" handed to the phone in an answer,
+    /// a wrong password, and the ended share telling the phone to stop.
+    @Test func theOwnTracksHTTPModeRoundTrip() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory, extraEnvironment: ["FLARE_STALE_AFTER_S": "1"])
+        defer { flared.stop() }
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let deviceToken = try #require(share["device_token"])
+        let viewToken = try #require(share["share_url"]?.split(separator: "/").last.map(String.init))
+
+        let configuration = try flared.request("GET", "/api/v1/shares/\(id.rawValue)/owntracks?mode=http", bearer: deviceToken)
+        let url = try #require(configuration.json?["url"] as? String)
+        #expect(configuration.json?["mode"] as? Int == 3 && url.hasSuffix("/api/v1/shares/\(id.rawValue)/owntracks/http"))
+        let path = "/api/v1/shares/\(id.rawValue)/owntracks/http"
+
+        let watch = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
+        let watcher = try fixture.client(id.rawValue, try #require(watch.json?["watch_token"] as? String))
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.subscribe(Topics.location(id)))
+
+        func post(_ lat: Double, trigger: String = "u", password: String? = nil) throws -> RawHTTPResponse {
+            let tst = Int(Date().timeIntervalSince1970)
+            let body = #"{"_type":"location","_id":"8e2c41f0","acc":12,"batt":81,"bs":2,"conn":"m","created_at":\#(tst),"lat":\#(lat),"lon":11.5754,"m":2,"t":"\#(trigger)","tid":"AN","tst":\#(tst)}"#
+            let credentials = Data("\(id.rawValue):\(password ?? deviceToken)".utf8).base64EncodedString()
+            return try RawHTTP.request("POST", port: flared.httpPort, path: path,
+                                       headers: ["Authorization": "Basic \(credentials)", "Content-Type": "application/json",
+                                                 "X-Limit-U": id.rawValue, "X-Limit-D": "sos"],
+                                       body: Array(body.utf8))
+        }
+        let first = try post(48.1)
+        #expect(first.status == 200 && first.text == "[]", "\(first.text)")
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(id) && String(decoding: $0.payload, as: UTF8.self).contains("48.1") } })
+        #expect((try flared.request("GET", "/api/v1/view/\(viewToken)").json?["last"] as? [String: Any])?["lat"] as? Double == 48.1)
+        #expect(try post(48.1, password: "wrong").status == 401)
+
+        // The phone goes quiet for longer than the stale limit; the family asks; the next message carries the command.
+        Thread.sleep(forTimeInterval: 1.2)
+        #expect(try flared.request("POST", "/api/v1/view/\(viewToken)/locate").status == 202)
+        let withCommand = try post(48.2)
+        #expect(withCommand.status == 200 && withCommand.text == #"[{"_type":"cmd","action":"reportLocation"}]"#, "\(withCommand.text)")
+        #expect(try post(48.2, trigger: "r").text == "[]")
+        #expect(eventually { (try? flared.request("GET", "/api/v1/view/\(viewToken)"))?.json.flatMap { ($0["tracker"] as? [String: Any])?["locate_answered_at"] } is String })
+
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
+        let ended = try post(48.3)
+        #expect(ended.status == 200 && ended.text == "[" + String(decoding: OwnTracksConfiguration.stopReporting, as: UTF8.self) + "]", "\(ended.text)")
+        #expect(!flared.log.contains(deviceToken) && !flared.log.contains("48.1"))
     }
 }

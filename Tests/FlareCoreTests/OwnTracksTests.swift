@@ -48,7 +48,7 @@ import Testing
 
     @Test func configurationHasTheBookletsKeys() throws {
         let id = ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!
-        let configuration = OwnTracksConfiguration(shareID: id, deviceToken: "tok.en.value", broker: MQTTURL("mqtts://flare.example.org:8883")!, shareName: "anna's SOS")
+        let configuration = OwnTracksConfiguration(shareID: id, deviceToken: "tok.en.value", connection: .mqtt(MQTTURL("mqtts://flare.example.org:8883")!), shareName: "anna's SOS")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(configuration.json)) as? [String: Any])
         #expect(object["_type"] as? String == "configuration")
         #expect(object["mode"] as? Int == 0)
@@ -69,9 +69,37 @@ import Testing
         #expect(object["sub"] as? Bool == true)
         #expect(object["subTopic"] as? String == "flare/v1/shares/\(id.rawValue)/status flare/v1/shares/\(id.rawValue)/location/cmd")
         #expect(object["cmd"] as? Bool == true && object["allowRemoteLocation"] as? Bool == true)
-        #expect(object["remoteConfiguration"] as? Bool == false)
+        // On, so that an ended share can quiet the app (see `stopReporting`).
+        #expect(object["remoteConfiguration"] as? Bool == true)
         #expect((object["locatorInterval"] as? Int ?? 0) > 0 && (object["locatorDisplacement"] as? Int ?? 0) > 0)
         #expect(object["moveModeLocatorInterval"] as? Int == object["locatorInterval"] as? Int)
+    }
+
+    /// HTTP mode (`mode: 3`, owntracks/android `ConnectionMode.kt`; iOS takes 3 only as a number, `Settings.m`):
+    /// the URL, Basic auth from username and password (iOS only with `auth` and `usePassword`), none of the MQTT keys.
+    @Test func httpModeConfigurationPostsToTheSharesURLWithBasicAuth() throws {
+        let id = ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!
+        let url = "https://sos.example.org" + OwnTracksConfiguration.httpPath(id)
+        let configuration = OwnTracksConfiguration(shareID: id, deviceToken: "tok.en.value", connection: .http(url: url), shareName: "Anna")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(configuration.json)) as? [String: Any])
+        #expect(object["mode"] as? Int == 3)
+        #expect(object["url"] as? String == "https://sos.example.org/api/v1/shares/PdoiEIeX6ZqKu5Ww_5oNbg/owntracks/http")
+        #expect(object["auth"] as? Bool == true && object["usePassword"] as? Bool == true)
+        #expect(object["username"] as? String == id.rawValue && object["password"] as? String == "tok.en.value")
+        #expect(object["cmd"] as? Bool == true && object["allowRemoteLocation"] as? Bool == true && object["remoteConfiguration"] as? Bool == true)
+        #expect(object["monitoring"] as? Int == 2 && object["locatorPriority"] as? String == "HighAccuracy")
+        for key in ["host", "port", "tls", "clientId", "pubTopicBase", "pubQos", "pubRetain", "sub", "subTopic", "cleanSession", "keepalive"] {
+            #expect(object[key] == nil, "\(key) is an MQTT setting")
+        }
+    }
+
+    /// What an ended share answers the app: `setConfiguration` to quiet mode (`monitoring: -1`).
+    @Test func theStopReportingCommandIsASetConfigurationToQuietMode() throws {
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(OwnTracksConfiguration.stopReporting)) as? [String: Any])
+        #expect(object["_type"] as? String == "cmd" && object["action"] as? String == "setConfiguration")
+        let configuration = try #require(object["configuration"] as? [String: Any])
+        #expect(configuration["_type"] as? String == "configuration" && configuration["monitoring"] as? Int == -1)
+        #expect(configuration.count == 2)
     }
 
     /// Android v2.5.7, v2.5.8, v2.5.9 and master read a numeric `locatorPriority` by its position in
@@ -80,7 +108,7 @@ import Testing
     /// the number 3 means NoPower there and the phone sends no GPS fixes; v2.4 and v2.5.4–v2.5.6 read 3 as high
     /// accuracy. The name `HighAccuracy` is matched by name on every 2.5 release and on master. Never a number.
     @Test func androidLocatorPriorityIsHighAccuracyByName() throws {
-        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t", broker: MQTTURL("mqtt://h")!, shareName: nil)
+        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t", connection: .mqtt(MQTTURL("mqtt://h")!), shareName: nil)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(configuration.json)) as? [String: Any])
         #expect(object["locatorPriority"] as? String == "HighAccuracy")
         #expect(!(object["locatorPriority"] is NSNumber))
@@ -89,7 +117,7 @@ import Testing
     /// The inline link carries the same JSON in standard base64 with `+`, `/` and `=` percent-encoded.
     @Test(arguments: ["A", "Ab", "Abc", nil])
     func inlineLinkDecodesToTheConfiguration(name: String?) throws {
-        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t~?>>", broker: MQTTURL("mqtt://10.0.0.2:1883")!, shareName: name)
+        let configuration = OwnTracksConfiguration(shareID: ShareID("PdoiEIeX6ZqKu5Ww_5oNbg")!, deviceToken: "t~?>>", connection: .mqtt(MQTTURL("mqtt://10.0.0.2:1883")!), shareName: name)
         let link = configuration.inlineURL
         #expect(link.hasPrefix("owntracks:///config?inline="))
         let value = String(link.dropFirst("owntracks:///config?inline=".count))
