@@ -78,6 +78,11 @@ class FlareBackend:
                            check=True, capture_output=True, timeout=30)
         return fix
 
+    def ingest(self, share, fix):
+        """Post one fix over HTTP ingest, as an app without MQTT does; returns the fix as sent."""
+        http_json('POST', f'/api/v1/shares/{share.id}/locations', dict({'_type': 'location'}, **fix), share.device_token)
+        return fix
+
     def stop(self, share):
         if self.mode == 'http':
             http_json('POST', f'/api/v1/shares/{share.id}/stop', {}, self.owner_key)

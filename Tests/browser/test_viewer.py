@@ -163,6 +163,22 @@ def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
     wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'fresh', 'warning to clear')
 
 
+def test_a_phone_reporting_over_http_goes_stale_and_the_page_says_why_it_cannot_be_offline(flare, viewer):
+    share = flare.create()
+    _, _, html = http_get(share.path)
+    stale_after = int(re.search(rb'data-stale-after="(\d+)"', html).group(1))
+    old = flare.ingest(share, flare.fix(age_s=stale_after + 90))
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, old)
+    wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'stale', 'stale warning')
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'tracker').is_displayed(), 'the note on HTTP phones')
+    assert text(d, '#tracker') == 'This phone reports over the web, so Flare cannot tell whether it lost its connection.'
+    assert 'offline' not in text(d, '#detail').lower()
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'locate').is_displayed(), 'the locate button')
+    shot(d, 'viewer-stale-http.png')
+
+
 def test_reconnecting_after_network_loss_then_fills_the_gap(flare, viewer, cuttable):
     share = flare.create()
     a = flare.publish(share, flare.fix())
