@@ -142,16 +142,23 @@ def test_stop_shows_ended_and_keeps_last_position(flare, viewer):
     shot(d, 'viewer-ended.png')
 
 
-def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
+def open_stale_share(flare, viewer, send):
+    """A share whose only fix (sent with `send`: MQTT or HTTP ingest) is older than the page's stale limit, open
+    in the browser once the page says it is stale."""
     share = flare.create()
     status, _, html = http_get(share.path)
     assert status == 200
     stale_after = int(re.search(rb'data-stale-after="(\d+)"', html).group(1))
-    old = flare.publish(share, flare.fix(age_s=stale_after + 90))
+    old = send(share, flare.fix(age_s=stale_after + 90))
     d = viewer()
     d.get(share.url())
     wait_coords(d, old)
     wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'stale', 'stale warning')
+    return share, d
+
+
+def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
+    share, d = open_stale_share(flare, viewer, flare.publish)
     assert re.match(r'^No new position for \d+ min\.$', text(d, '#detail'))
     # Stale: the page offers to ask the phone; nothing says it is offline.
     wait_for(d, lambda drv: drv.find_element(By.ID, 'locate').is_displayed(), 'the locate button')
@@ -164,14 +171,7 @@ def test_stale_fix_shows_warning_until_a_fresh_one(flare, viewer):
 
 
 def test_a_phone_reporting_over_http_goes_stale_and_the_page_says_why_it_cannot_be_offline(flare, viewer):
-    share = flare.create()
-    _, _, html = http_get(share.path)
-    stale_after = int(re.search(rb'data-stale-after="(\d+)"', html).group(1))
-    old = flare.ingest(share, flare.fix(age_s=stale_after + 90))
-    d = viewer()
-    d.get(share.url())
-    wait_coords(d, old)
-    wait_for(d, lambda drv: body_attr(drv, 'fresh') == 'stale', 'stale warning')
+    _, d = open_stale_share(flare, viewer, flare.ingest)
     wait_for(d, lambda drv: drv.find_element(By.ID, 'tracker').is_displayed(), 'the note on HTTP phones')
     assert text(d, '#tracker') == 'This phone reports over the web, so Flare cannot tell whether it lost its connection.'
     assert 'offline' not in text(d, '#detail').lower()
