@@ -23,6 +23,8 @@ public final class Bridge: Sendable {
     private let lastMessageAt = LastMessage()
     private let membership = Mutex<NamedThread?>(nil)
     private let membershipStop = Atomic<Bool>(false)
+    /// Puts back the retained state a crashed broker forgot (one instance at a time does it).
+    private let keeper: BrokerStateKeeper
 
     /// How long without a heartbeat before another instance takes this one's session over (FLARE_INSTANCE_STALE_AFTER_S),
     /// and how often an instance says it is alive: a quarter of that, at most every 5 s.
@@ -48,7 +50,11 @@ public final class Bridge: Sendable {
         self.shares = shares
         self.metrics = metrics
         self.logger = logger
+        keeper = BrokerStateKeeper(shares: shares, publisher: client, reader: BrokerEpochProbe(bridgeOptions: options),
+                                   holder: options.clientID, isConnected: { [client] in client.isConnected },
+                                   clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
+        metrics.register(FlareMetrics.ownPositionsSkipped)
     }
 
     public struct DuplicateInstance: Error, CustomStringConvertible {
@@ -74,11 +80,12 @@ public final class Bridge: Sendable {
         }
         guard registered else { throw DuplicateInstance(clientID: options.clientID) }
         feedIngestor(from: client, noting: lastMessageAt)
-        client.setConnectionHandler { [weak self, shares, logger] event in
+        client.setConnectionHandler { [weak self, shares, keeper, logger] event in
             switch event {
             case .connected(let sessionPresent):
                 logger.info("connected to the broker (\(sessionPresent ? "session resumed" : "new session"))")
                 shares.flushUnsent()
+                keeper.brokerConnected()
             case .disconnected(let reason):
                 if self?.stopping.load(ordering: .relaxed) ?? true {
                     logger.info("disconnected from the broker")
@@ -91,14 +98,21 @@ public final class Bridge: Sendable {
         }
         try client.subscribe(subscription, qos: 1)
         try client.connect()
+        keeper.start()
     }
 
 
     /// Hands a client's messages to the ingestor. The broker hears that a fix arrived only once it is stored: a
     /// bridge killed before that gets it again.
     private func feedIngestor(from client: MQTTClient, noting lastMessage: LastMessage) {
-        client.setMessageHandler { [ingestor] message in
+        client.setMessageHandler { [ingestor, shares, metrics] message in
             lastMessage.now()
+            // Stored already, by the instance that published it.
+            guard !message.isFlaredsOwn else {
+                metrics.increment(FlareMetrics.ownPositionsSkipped)
+                shares.ownPositionCameBack(topic: message.topic, payload: message.payload)
+                return
+            }
             ingestor.handle(topic: message.topic, payload: message.payload, retained: message.retain)
         }
         client.setAcknowledgementGate { [ingestor] in ingestor.waitUntilStored() }
@@ -194,6 +208,7 @@ public final class Bridge: Sendable {
     /// first (see `release`): the instances that go on get this one's turn at once, instead of its queue growing
     /// until it returns.
     public func stop() {
+        keeper.stop()
         membershipStop.store(true, ordering: .relaxed)
         let running = membership.withLock { thread in
             defer { thread = nil }
@@ -222,6 +237,21 @@ extension MQTTClient: BrokerPublisher {
     public func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
         (try? publish(topic: topic, payload: payload, qos: qos, retain: retain, messageExpirySeconds: expirySeconds)) != nil
     }
+
+    public func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool {
+        (try? publish(topic: topic, payload: payload, qos: 1, retain: true, userProperties: [Self.flaredOrigin])) != nil
+    }
+
+    public func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {
+        (try? publishAndWait(topic: topic, payload: payload, qos: qos, retain: retain, messageExpirySeconds: expirySeconds, timeout: timeout)) != nil
+    }
+
+    static let flaredOrigin = MQTTUserProperty(name: Topics.originProperty.name, value: Topics.originProperty.value)
+}
+
+extension MQTTMessage {
+    /// Published by flared itself (see `Topics.originProperty`).
+    var isFlaredsOwn: Bool { userProperty(Topics.originProperty.name) == Topics.originProperty.value }
 }
 
 /// When a client last received a message, and how many it received: a released session is quiet once its queue is

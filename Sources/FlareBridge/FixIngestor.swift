@@ -293,7 +293,8 @@ func usleepMillis(_ millis: Int) { usleep(UInt32(millis) * 1000) }
 /// The metric families the bridge and gateway export.
 public enum FlareMetrics {
     public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
-    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, the broker's copy of a fix received over HTTP).")
+    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, a tracker resending what was not yet confirmed).")
+    public static let ownPositionsSkipped = Metrics.Family("flare_own_positions_skipped_total", .counter, "Positions flared published itself (HTTP fixes, restored last positions) that came back through the bridge and were skipped.")
     public static let httpFixesUnpublished = Metrics.Family("flare_http_fixes_unpublished_total", .counter, "Fixes received over HTTP and stored, but not published to their topic (broker unavailable).")
     public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
     public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")

@@ -8,6 +8,12 @@ import Synchronization
 public protocol BrokerPublisher: Sendable {
     /// Queues a message for the broker; false if it could not be handed over (e.g. not connected).
     func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool
+    /// Queues a position for a share's location topic (QoS 1, retained) marked as flared's own
+    /// (`Topics.originProperty`), so that the bridges do not take it for a new fix.
+    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool
+    /// Publishes and waits until the broker acknowledges it, which also means that it has processed everything
+    /// handed over before on this connection. False on timeout, refusal or while not connected.
+    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool
 }
 
 public enum ShareError: Error, Equatable, CustomStringConvertible {
@@ -66,6 +72,8 @@ public final class ShareService: Sendable {
         case locateAnswered(ShareID, UnixMillis)
         /// Record the silences that grew past the stale limit (see `sweepTrackers`).
         case trackerSweep
+        /// See whether a position flared published is still the share's newest (see `ownPositionCameBack`).
+        case positionCheck(ShareID)
     }
 
     public struct Created: Sendable {
@@ -88,6 +96,9 @@ public final class ShareService: Sendable {
     private let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
     /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
     private let unsentRevocations = Mutex<[ShareID: Int64]>([:])
+    /// The time (`tst`) of the last position flared published per share that came back through a bridge, until it is
+    /// checked against the newest stored (see `ownPositionCameBack`).
+    private let echoedPositions = Mutex<[ShareID: Int64]>([:])
     /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
     private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
@@ -131,6 +142,7 @@ public final class ShareService: Sendable {
         case .trackerLost(let id, let at): trackerLost(id, at: at)
         case .locateAnswered(let id, let at): locateAnswered(id, at: at)
         case .trackerSweep: sweepTrackers()
+        case .positionCheck(let id): checkRetainedPosition(id)
         }
     }
 
@@ -411,7 +423,7 @@ public final class ShareService: Sendable {
     /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
     func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
         for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
-            if !publisher.publish(topic: Topics.location(id), payload: fix.ownTracksJSON, qos: 1, retain: true, expirySeconds: nil) {
+            if !publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
                 // Stored and shown to viewers all the same; only the broker's copy is missing until the next fix.
                 metrics.increment(FlareMetrics.httpFixesUnpublished)
                 if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
@@ -419,6 +431,30 @@ public final class ShareService: Sendable {
                 }
             }
         }
+    }
+
+    /// A position flared published (an HTTP fix, a restored last position) came back through the bridge: the broker
+    /// has retained it. A fix the tracker sent just before may have reached the broker first and been overtaken (the
+    /// broker keeps whichever it processed last), so a moment later, once that fix is stored, the newest stored
+    /// position is published again if it is newer. From the MQTT thread: it only notes the time.
+    func ownPositionCameBack(topic: String, payload: [UInt8]) {
+        guard let id = Topics.shareID(fromLocationTopic: topic),
+              let tst = (try? JSONValue.parse(payload))?["tst"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
+        let first = echoedPositions.withLock { echoed in
+            defer { echoed[id] = tst }
+            return echoed[id] == nil
+        }
+        if first { schedule(.positionCheck(id), at: clock.now() + Self.positionCheckDelayMillis) }
+    }
+
+    /// Longer than a fix takes from the broker to the store, even in a batch.
+    static let positionCheckDelayMillis: Int64 = 2_000
+
+    private func checkRetainedPosition(_ id: ShareID) {
+        guard let echoed = echoedPositions.withLock({ $0.removeValue(forKey: id) }),
+              let snapshot = registry.snapshot(id), snapshot.share.isActive,
+              let last = snapshot.last, last.timestamp > echoed else { return }
+        _ = publisher.publishOwnPosition(topic: Topics.location(id), payload: last.ownTracksJSON)
     }
 
     /// For a tracker that reports over HTTP (it cannot hear the command topic): whether a "locate now" request is
@@ -670,9 +706,106 @@ public final class ShareService: Sendable {
         return verified.role == .device
     }
 
+    // MARK: After the broker forgot
+
+    /// What a restore republished, for `confirmRestore`: the shares announced active, with the time of the last
+    /// position sent for each.
+    public struct RestoredState: Sendable {
+        public fileprivate(set) var shares = 0
+        public fileprivate(set) var messages = 0
+        fileprivate var announcedActive: [ShareID: UnixMillis?] = [:]
+    }
+
+    /// Publishes again, from the store, what the broker should hold for every share that still has history: an active
+    /// share's retained status and the last position stored, an ended one's ended status and an empty location (the
+    /// broker may have gone back to a copy saved while it was active). Shares whose history is deleted are not
+    /// touched. Paced by the broker: every `window`-th message waits for its acknowledgement, so that no more than a
+    /// window is queued ahead of the acknowledgements the bridge sends for fixes on the same connection. Nil when the
+    /// store could not be read or the broker went away meanwhile: the restore is to be done again.
+    public func restoreBrokerState(window: Int, timeout: Duration) -> RestoredState? {
+        let open: [StoredShare]
+        do { open = try store.loadOpenShares() } catch {
+            logger.warning("cannot read the shares to restore on the broker (\(error)); trying again")
+            return nil
+        }
+        var restored = RestoredState()
+        var sinceWait = 0
+        for stored in open {
+            // Memory follows the store first (and takes in shares another instance created).
+            guard case .live(let snapshot) = adopt(stored) else { continue }
+            let share = snapshot.share
+            let status = statusMessage(of: share)
+            let statusSent: Bool
+            if sinceWait >= window {
+                statusSent = publisher.publishAndWait(topic: Topics.status(share.id), payload: status.payload, qos: 1, retain: true,
+                                                      expirySeconds: status.expiry, timeout: timeout)
+                sinceWait = 0
+            } else {
+                statusSent = publisher.publish(topic: Topics.status(share.id), payload: status.payload, qos: 1, retain: true,
+                                               expirySeconds: status.expiry)
+            }
+            let locationSent: Bool
+            if share.isActive {
+                if let last = snapshot.last {
+                    locationSent = publisher.publishOwnPosition(topic: Topics.location(share.id), payload: last.ownTracksJSON)
+                    restored.messages += 1
+                } else {
+                    locationSent = true
+                }
+                restored.announcedActive[share.id] = snapshot.last?.timestamp
+            } else {
+                locationSent = publisher.publish(topic: Topics.location(share.id), payload: [], qos: 1, retain: true, expirySeconds: nil)
+                restored.messages += 1
+            }
+            guard statusSent, locationSent else { return nil }
+            restored.shares += 1
+            restored.messages += 1
+            sinceWait += 2
+        }
+        return restored
+    }
+
+    /// The second half of a restore, once the broker has acknowledged a message published after it (which it
+    /// processed after everything the restore sent): a share that ended, or whose history was deleted, while its
+    /// active state was being republished (here or by another instance) may have had its end overtaken on the broker,
+    /// so its end is announced again; a share whose tracker sent a newer fix meanwhile gets that one, in case the
+    /// restored position overtook it. Returns how many shares were corrected.
+    @discardableResult
+    public func confirmRestore(_ restored: RestoredState) -> Int {
+        guard !restored.announcedActive.isEmpty else { return 0 }
+        guard let open = try? store.loadOpenShares() else { return 0 }
+        let now = Dictionary(open.map { ($0.share.id, $0) }, uniquingKeysWith: { first, _ in first })
+        var corrected = 0
+        for (id, sentTst) in restored.announcedActive {
+            guard let stored = now[id] else {
+                // Deleted meanwhile: nothing of it stays on the broker.
+                publish(topic: Topics.location(id), payload: [], expiry: nil)
+                publish(topic: Topics.status(id), payload: [], expiry: nil)
+                corrected += 1
+                continue
+            }
+            guard case .live(let snapshot) = adopt(stored) else { continue }
+            if !snapshot.share.isActive {
+                publish(topic: Topics.location(id), payload: [], expiry: nil)
+                publishStatus(of: snapshot.share)
+                corrected += 1
+            } else if let last = snapshot.last, last.timestamp > (sentTst ?? Int64.min) {
+                _ = publisher.publishOwnPosition(topic: Topics.location(id), payload: last.ownTracksJSON)
+                corrected += 1
+            }
+        }
+        return corrected
+    }
+
     // MARK: Broker announcements
 
     private func publishStatus(of share: Share) {
+        let status = statusMessage(of: share)
+        publish(topic: Topics.status(share.id), payload: status.payload, expiry: status.expiry)
+    }
+
+    /// The retained status of a share, and how long the broker is to keep it.
+    private func statusMessage(of share: Share) -> (payload: [UInt8], expiry: UInt32) {
         var writer = JSONWriter()
         writer.beginObject()
         let expiry: UInt32
@@ -693,7 +826,7 @@ public final class ShareService: Sendable {
             expiry = UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
         }
         writer.endObject()
-        publish(topic: Topics.status(share.id), payload: writer.bytes, expiry: expiry)
+        return (writer.bytes, expiry)
     }
 
     private func publish(topic: String, payload: [UInt8], expiry: UInt32?) {

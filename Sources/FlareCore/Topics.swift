@@ -8,6 +8,14 @@ public enum Topics {
     public static let sharedLocations = "$share/flared/flare/v1/shares/+/location"
     /// Where flared tells the broker's auth plugin to revoke a share's tokens (only flared may write it).
     public static let brokerControl = "$CONTROL/flare/v1"
+    /// Flare's mark on the broker's retained state (retained; only flared writes it): `{"epoch": N, "at": "…"}`, a
+    /// number the keeping instance raises every second and records in the store once the broker acknowledged it. A
+    /// broker that shows an older epoch than the store, or none, has forgotten retained messages (it crashed since
+    /// its last save) and Flare publishes them again.
+    public static let brokerEpoch = "flare/v1/epoch"
+    /// Messages on a location topic that flared published itself (a fix that came over HTTP, a restored last position)
+    /// carry this MQTT v5 user property, so that no instance's bridge takes them for new fixes.
+    public static let originProperty = (name: "flare-origin", value: "flared")
 
     public static func shareRoot(_ id: ShareID) -> String { prefix + id.rawValue }
     public static func location(_ id: ShareID) -> String { prefix + id.rawValue + "/location" }

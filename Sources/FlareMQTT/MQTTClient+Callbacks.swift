@@ -1,4 +1,5 @@
 internal import CMosquitto
+import Glibc
 
 extension MQTTClient {
     /// The C callbacks: capture-free closures (C function pointers) that find their `ClientCore` through the
@@ -17,7 +18,7 @@ extension MQTTClient {
         mosquitto_subscribe_v5_callback_set(handle) { _, userdata, mid, count, granted, _ in
             ClientCore.from(userdata).didSubscribe(mid: mid, granted: UnsafeBufferPointer(start: granted, count: Int(count)))
         }
-        mosquitto_message_v5_callback_set(handle) { _, userdata, message, _ in
+        mosquitto_message_v5_callback_set(handle) { _, userdata, message, properties in
             guard let message = message?.pointee else { return }
             // libmosquitto frees topic and payload when the callback returns: copy both now.
             let payload = message.payloadlen > 0 && message.payload != nil
@@ -27,8 +28,26 @@ extension MQTTClient {
                 topic: String(cString: message.topic),
                 payload: payload,
                 qos: Int(message.qos),
-                retain: message.retain
+                retain: message.retain,
+                userProperties: properties.map(MQTTClient.userProperties) ?? []
             ))
         }
+    }
+
+    /// Copies the user properties out of a received message's property list (libmosquitto frees it after the callback).
+    private static func userProperties(_ list: OpaquePointer) -> [MQTTUserProperty] {
+        var found: [MQTTUserProperty] = []
+        var name: UnsafeMutablePointer<CChar>?
+        var value: UnsafeMutablePointer<CChar>?
+        var next = mosquitto_property_read_string_pair(list, Int32(MQTT_PROP_USER_PROPERTY.rawValue), &name, &value, false)
+        while next != nil {
+            if let name, let value { found.append(MQTTUserProperty(name: String(cString: name), value: String(cString: value))) }
+            free(name)
+            free(value)
+            name = nil
+            value = nil
+            next = mosquitto_property_read_string_pair(next, Int32(MQTT_PROP_USER_PROPERTY.rawValue), &name, &value, true)
+        }
+        return found
     }
 }

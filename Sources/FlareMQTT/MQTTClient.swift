@@ -284,9 +284,10 @@ public final class MQTTClient: @unchecked Sendable {
     /// Returns when the message is handed to libmosquitto (non-blocking). While the connection is down it
     /// throws `notConnectedCode`, whatever the QoS: libmosquitto 2.0 queues only while it has a socket (then
     /// it re-sends unacknowledged QoS 1/2 messages after a reconnect).
-    /// `messageExpirySeconds` is sent with MQTT v5 only (v3.1.1 has no way to say it).
+    /// `messageExpirySeconds` and `userProperties` are sent with MQTT v5 only (v3.1.1 has no way to say them).
     @discardableResult
-    public func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, messageExpirySeconds: UInt32? = nil) throws -> Int32 {
+    public func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, messageExpirySeconds: UInt32? = nil,
+                        userProperties: [MQTTUserProperty] = []) throws -> Int32 {
         guard (0...2).contains(qos) else {
             throw MQTTError(operation: "publish", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "QoS must be 0, 1 or 2")
         }
@@ -294,6 +295,11 @@ public final class MQTTClient: @unchecked Sendable {
         defer { mosquitto_property_free_all(&properties) }
         if let messageExpirySeconds, options.protocolVersion == .v5 {
             try MQTTError.check(mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_MESSAGE_EXPIRY_INTERVAL.rawValue), messageExpirySeconds), "publish")
+        }
+        if options.protocolVersion == .v5 {
+            for property in userProperties {
+                try MQTTError.check(mosquitto_property_add_string_pair(&properties, Int32(MQTT_PROP_USER_PROPERTY.rawValue), property.name, property.value), "publish")
+            }
         }
         var mid: Int32 = 0
         // An empty payload (clears a retained message) is length 0 with a null pointer, which libmosquitto accepts.
@@ -309,14 +315,16 @@ public final class MQTTClient: @unchecked Sendable {
     /// or throws: on timeout (`isTimeout`; a QoS 1/2 message stays queued and may still be delivered later),
     /// or when an MQTT v5 broker answers with a failure reason code (e.g. not authorised).
     /// Not from a handler: the acknowledgement is read by the very thread that would be waiting.
-    public func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, messageExpirySeconds: UInt32? = nil, timeout: Duration) throws {
+    public func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, messageExpirySeconds: UInt32? = nil,
+                               userProperties: [MQTTUserProperty] = [], timeout: Duration) throws {
         guard !core.isOnNetworkThread else {
             throw MQTTError(operation: "publishAndWait", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "called from an MQTT callback, where the acknowledgement can never arrive")
         }
         core.lock.withLock { core.publishes.willRegister() }
         let mid: Int32
         do {
-            mid = try publish(topic: topic, payload: payload, qos: qos, retain: retain, messageExpirySeconds: messageExpirySeconds)
+            mid = try publish(topic: topic, payload: payload, qos: qos, retain: retain, messageExpirySeconds: messageExpirySeconds,
+                              userProperties: userProperties)
         } catch {
             core.lock.withLock { core.publishes.register([]) }
             throw error

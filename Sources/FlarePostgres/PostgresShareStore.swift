@@ -83,6 +83,9 @@ public final class PostgresShareStore: ShareStore {
             ADD COLUMN locate_delivered_at BIGINT;
         ALTER TABLE fixes ADD COLUMN bs INTEGER, ADD COLUMN conn TEXT;
         """,
+        // 5: leases, for jobs that one instance at a time does (keeping the broker's retained state), with the value
+        // the job records (the last broker epoch the broker acknowledged).
+        "CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until BIGINT NOT NULL, value BIGINT NOT NULL DEFAULT 0);",
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -419,6 +422,27 @@ public final class PostgresShareStore: ShareStore {
 
     public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
         try changedRows("DELETE FROM instances WHERE client_id = $1 AND process = $2", [clientID, process], operation: "remove instance")
+    }
+
+    public func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? {
+        try pool.with(operation: "hold lease") { connection throws(StoreError) in
+            let rows = try connection.execute("""
+                INSERT INTO leases (name, holder, until) VALUES ($1, $2, $3)
+                ON CONFLICT (name) DO UPDATE SET holder = $2, until = $3 WHERE leases.holder = $2 OR leases.until <= $4
+                RETURNING value
+                """, [name, holder, String(now + durationMillis), String(now)], operation: "hold lease")
+            return rows.count == 1 ? rows.int64(0, 0) : nil
+        }
+    }
+
+    @discardableResult
+    public func setLeaseValue(_ name: String, holder: String, value: Int64) throws(StoreError) -> Bool {
+        try changedRows("UPDATE leases SET value = $3 WHERE name = $1 AND holder = $2", [name, holder, String(value)],
+                        operation: "set lease value") == 1
+    }
+
+    public func releaseLease(_ name: String, holder: String) throws(StoreError) {
+        try changedRows("UPDATE leases SET until = 0 WHERE name = $1 AND holder = $2", [name, holder], operation: "release lease")
     }
 
     public func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) {

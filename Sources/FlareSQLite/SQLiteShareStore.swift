@@ -60,6 +60,9 @@ public final class SQLiteShareStore: ShareStore {
         ALTER TABLE fixes ADD COLUMN bs INTEGER;
         ALTER TABLE fixes ADD COLUMN conn TEXT;
         """,
+        // 5: leases, for jobs that one instance at a time does (keeping the broker's retained state), with the value
+        // the job records (the last broker epoch the broker acknowledged).
+        "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until INTEGER NOT NULL, value INTEGER NOT NULL DEFAULT 0);",
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -155,6 +158,39 @@ public final class SQLiteShareStore: ShareStore {
         _ = try changedRows("DELETE FROM instances WHERE client_id = ?1 AND process = ?2") { statement in
             statement.bind(1, clientID)
             statement.bind(2, process)
+        }
+    }
+
+    public func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                INSERT INTO leases (name, holder, until) VALUES (?1, ?2, ?3)
+                ON CONFLICT (name) DO UPDATE SET holder = ?2, until = ?3 WHERE leases.holder = ?2 OR leases.until <= ?4
+                RETURNING value
+                """)
+            defer { statement.reset() }
+            statement.bind(1, name)
+            statement.bind(2, holder)
+            statement.bind(3, now + durationMillis)
+            statement.bind(4, now)
+            guard try statement.step() else { return nil }
+            return statement.int64(0)
+        }
+    }
+
+    @discardableResult
+    public func setLeaseValue(_ name: String, holder: String, value: Int64) throws(StoreError) -> Bool {
+        try changedRows("UPDATE leases SET value = ?3 WHERE name = ?1 AND holder = ?2") { statement in
+            statement.bind(1, name)
+            statement.bind(2, holder)
+            statement.bind(3, value)
+        } == 1
+    }
+
+    public func releaseLease(_ name: String, holder: String) throws(StoreError) {
+        _ = try changedRows("UPDATE leases SET until = 0 WHERE name = ?1 AND holder = ?2") { statement in
+            statement.bind(1, name)
+            statement.bind(2, holder)
         }
     }
 

@@ -10,7 +10,11 @@ import Synchronization
 
 /// Records what the share service announces; can pretend the broker is down.
 final class RecordingPublisher: BrokerPublisher {
-    struct Message: Equatable { let topic: String; let payload: [UInt8]; let retain: Bool }
+    struct Message: Equatable {
+        let topic: String; let payload: [UInt8]; let retain: Bool
+        /// Sent with flared's origin property (`publishOwnPosition`).
+        var isOwnPosition = false
+    }
     private let state = Mutex<(messages: [Message], down: Bool)>(([], false))
 
     func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
@@ -19,6 +23,18 @@ final class RecordingPublisher: BrokerPublisher {
             state.messages.append(Message(topic: topic, payload: payload, retain: retain))
             return true
         }
+    }
+
+    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool {
+        state.withLock { state in
+            guard !state.down else { return false }
+            state.messages.append(Message(topic: topic, payload: payload, retain: true, isOwnPosition: true))
+            return true
+        }
+    }
+
+    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {
+        publish(topic: topic, payload: payload, qos: qos, retain: retain, expirySeconds: expirySeconds)
     }
 
     var messages: [Message] { state.withLock { $0.messages } }

@@ -13,7 +13,11 @@ import Testing
 /// Records what the share service publishes on the broker (retained status, cleared locations, revocations, the
 /// fixes that came over HTTP, commands). Can pretend the broker is unreachable.
 final class RecordingBrokerPublisher: BrokerPublisher {
-    struct Message: Equatable { let topic: String; let payload: [UInt8]; let retain: Bool }
+    struct Message: Equatable {
+        let topic: String; let payload: [UInt8]; let retain: Bool
+        /// Sent with flared's origin property (`publishOwnPosition`).
+        var isOwnPosition = false
+    }
     private let state = Mutex<[Message]>([])
     private let down = Mutex(false)
 
@@ -23,6 +27,16 @@ final class RecordingBrokerPublisher: BrokerPublisher {
         guard !down.withLock({ $0 }) else { return false }
         state.withLock { $0.append(Message(topic: topic, payload: payload, retain: retain)) }
         return true
+    }
+
+    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool {
+        guard !down.withLock({ $0 }) else { return false }
+        state.withLock { $0.append(Message(topic: topic, payload: payload, retain: true, isOwnPosition: true)) }
+        return true
+    }
+
+    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {
+        publish(topic: topic, payload: payload, qos: qos, retain: retain, expirySeconds: expirySeconds)
     }
 
     var messages: [Message] { state.withLock { $0 } }

@@ -80,6 +80,31 @@ struct MQTTClientTests {
         #expect(late.messages.map(\.payload) == [bytes("marker")])
     }
 
+    /// flared marks the positions it publishes itself (`Topics.originProperty`): the mark reaches subscribers live and
+    /// stays with the retained copy.
+    @Test
+    func userPropertiesArriveLiveAndWithTheRetainedCopy() throws {
+        let broker = try TestBroker()
+        let live = Recorder()
+        let subscriber = try makeClient(broker, recorder: live)
+        let topic = "flare/v1/shares/marked/location"
+        try subscribeAndConnect(subscriber, topic)
+        let publisher = try connectedClient(broker)
+        let mark = MQTTUserProperty(name: "flare-origin", value: "flared")
+        try publisher.publishAndWait(topic: topic, payload: bytes("fix"), qos: 1, retain: true, userProperties: [mark], timeout: .seconds(10))
+        try publisher.publishAndWait(topic: topic + "/2", payload: bytes("plain"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { live.messages.count == 1 })
+        #expect(live.messages.first?.userProperties == [mark] && live.messages.first?.userProperty("flare-origin") == "flared")
+
+        let late = Recorder()
+        let lateSubscriber = try makeClient(broker, recorder: late)
+        try subscribeAndConnect(lateSubscriber, "flare/v1/shares/marked/#")
+        try publisher.publishAndWait(topic: topic + "/2", payload: bytes("plain"), qos: 1, retain: false, timeout: .seconds(10))
+        #expect(eventually { late.messages.count == 2 })
+        #expect(late.messages.first?.retain == true && late.messages.first?.userProperties == [mark])
+        #expect(late.messages.last?.userProperties == [])
+    }
+
     @Test(arguments: versions)
     func persistentSessionReceivesWhatWasPublishedWhileAway(version: MQTTClient.ProtocolVersion) throws {
         let broker = try TestBroker()

@@ -359,4 +359,21 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         // A silent holder gives its id to the next process that asks.
         #expect(try other.registerInstance("flared-a", process: "h:5:v", now: 70_000, staleAfter: 20_000))
     }
+
+    /// One holder at a time; the holder renews and records a value; another takes it only once it has run out or
+    /// was let go, and finds the value recorded.
+    @Test(arguments: Engine.allCases) func leasesHaveOneHolderAndKeepTheirValue(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        #expect(try store.holdLease("job", holder: "a", now: 1_000, durationMillis: 10_000) == 0)
+        #expect(try other.holdLease("job", holder: "b", now: 5_000, durationMillis: 10_000) == nil)
+        #expect(try store.setLeaseValue("job", holder: "a", value: 41))
+        #expect(try !other.setLeaseValue("job", holder: "b", value: 99))
+        #expect(try store.holdLease("job", holder: "a", now: 9_000, durationMillis: 10_000) == 41)  // renewed to 19,000
+        #expect(try other.holdLease("job", holder: "b", now: 18_999, durationMillis: 10_000) == nil)
+        #expect(try other.holdLease("job", holder: "b", now: 19_000, durationMillis: 10_000) == 41)  // ran out
+        #expect(try !store.setLeaseValue("job", holder: "a", value: 42))
+        try other.releaseLease("job", holder: "b")
+        #expect(try store.holdLease("job", holder: "a", now: 19_001, durationMillis: 10_000) == 41)  // let go: at once
+        #expect(try store.holdLease("other job", holder: "b", now: 19_001, durationMillis: 10_000) == 0)
+    }
 }

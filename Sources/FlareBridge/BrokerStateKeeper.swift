@@ -1,0 +1,227 @@
+import FlareAPI
+public import FlareCore
+import FlareStore
+import FlareSystem
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads the broker's epoch mark (`Topics.brokerEpoch`) as it stands now.
+public protocol BrokerEpochReading: Sendable {
+    /// The epoch the broker holds, or nil when it holds no mark. Throws when it cannot tell (not reachable).
+    func readEpoch() throws -> Int64?
+}
+
+/// Notices that the broker forgot retained messages, and puts them back from the store.
+///
+/// A broker killed or powered off loses what changed since its last save (mosquitto: `autosave_interval`), and its
+/// "session present" flag cannot say so: a session restored from that save reports present. So the instance that
+/// holds the store's lease `leaseName` keeps a mark of its own on the broker: a retained epoch number it raises every
+/// `epochIntervalMillis` and records in the store once the broker has acknowledged it. At every connection to the
+/// broker, and when it takes the lease, it reads the mark back. No mark, or an older one than the store holds, means
+/// the broker went back to a save older than the last second (a store with no mark yet, on a new installation or
+/// the first start after an upgrade, only starts the count): every share with history gets its retained status and
+/// last position again (`ShareService.restoreBrokerState`), paced so that ingest goes on, and the mark goes up. A
+/// crash within one interval of a save can go unnoticed; it loses at most that interval's retained changes.
+public final class BrokerStateKeeper: Sendable {
+    public static let leaseName = "broker-retained-state"
+    /// How long the lease lasts without renewal: after a keeper dies, another instance takes over this much later.
+    static let leaseMillis: Int64 = 10_000
+    static let epochIntervalMillis: Int64 = 1_000
+    /// Messages a restore queues before it waits for the broker's acknowledgement.
+    static let restoreWindow = 200
+    static let acknowledgementTimeout: Duration = .seconds(10)
+
+    private struct State {
+        var holding = false
+        /// The last epoch the broker acknowledged, as far as this instance knows (the store's copy at takeover).
+        var epoch: Int64 = 0
+        var needsCheck = true
+        var nextEpochAt: Int64 = 0
+        var nextLeaseAttemptAt: Int64 = 0
+        /// Not joined: see `stop`.
+        var thread: NamedThread?
+    }
+
+    private let shares: ShareService
+    private let store: any ShareStore
+    private let publisher: any BrokerPublisher
+    private let reader: any BrokerEpochReading
+    private let isConnected: @Sendable () -> Bool
+    private let holder: String
+    private let clock: any WallClock
+    private let metrics: Metrics
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let stopping = Atomic<Bool>(false)
+    private let finished = Atomic<Bool>(false)
+
+    /// - Parameters:
+    ///   - holder: this instance's name for the lease (its MQTT client id: a restarted instance takes its own lease
+    ///     back at once).
+    ///   - isConnected: whether `publisher` is connected to the broker now.
+    public init(shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
+                isConnected: @escaping @Sendable () -> Bool, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        self.shares = shares
+        self.store = shares.store
+        self.publisher = publisher
+        self.reader = reader
+        self.holder = holder
+        self.isConnected = isConnected
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+        metrics.register(FlareMetrics.brokerRestores)
+        metrics.register(FlareMetrics.brokerRestoredMessages)
+        metrics.registerGauge(FlareMetrics.brokerEpoch) { [weak self] in
+            Double(self?.state.withLock { $0.holding ? $0.epoch : 0 } ?? 0)
+        }
+    }
+
+    /// The publisher's connection to the broker is (again) up: the broker may have restarted, so look at its mark.
+    public func brokerConnected() {
+        state.withLock { $0.needsCheck = true }
+    }
+
+    public func start() {
+        let thread = NamedThread.start(name: "flare-keeper") { [self] in
+            while !stopping.load(ordering: .relaxed) {
+                step()
+                usleep(200_000)
+            }
+            // Let the lease go so that another instance takes the job at once.
+            if state.withLock({ $0.holding }) { try? store.releaseLease(Self.leaseName, holder: holder) }
+            finished.store(true, ordering: .relaxed)
+        }
+        state.withLock { $0.thread = thread }
+    }
+
+    /// Stops the job. Waits a moment for the thread to let the lease go, but never for a store that does not answer
+    /// (a shutdown must not hang on it; the lease then runs out by itself).
+    public func stop() {
+        stopping.store(true, ordering: .relaxed)
+        let deadline = monotonicMillis() + 1_000
+        while !finished.load(ordering: .relaxed) && monotonicMillis() < deadline { usleep(10_000) }
+    }
+
+    /// One round of the job: hold the lease, check the mark after a (re)connection, or raise it when it is time.
+    /// Called by the keeper's thread a few times a second (and by tests directly).
+    func step() {
+        let now = monotonicMillis()
+        guard holdLease(now: now) else { return }
+        guard isConnected() else { return }
+        let (needsCheck, due) = state.withLock { ($0.needsCheck, now >= $0.nextEpochAt) }
+        if needsCheck {
+            checkMark()
+        } else if due {
+            state.withLock { $0.nextEpochAt = now + Self.epochIntervalMillis }
+            let next = state.withLock { $0.epoch } + 1
+            if publishEpoch(next) { recordEpoch(next) }
+        }
+    }
+
+    /// Holds the lease (renewing it every round while held; trying every second while not). True when held.
+    private func holdLease(now: Int64) -> Bool {
+        let (holding, attemptDue) = state.withLock { ($0.holding, now >= $0.nextLeaseAttemptAt) }
+        guard holding || attemptDue else { return false }
+        state.withLock { $0.nextLeaseAttemptAt = now + 1_000 }
+        let value: Int64?
+        do {
+            value = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis)
+        } catch {
+            // The store is away: whoever holds the lease keeps it until it runs out; nothing is published meanwhile.
+            logger.warning("cannot renew the broker-keeper lease (\(error))")
+            return holding
+        }
+        return state.withLock { state in
+            guard let value else {
+                if state.holding { logger.warning("another instance keeps the broker's retained state now") }
+                state.holding = false
+                return false
+            }
+            if !state.holding {
+                // Taken over (or first start): what the store says was acknowledged last is what the broker must show.
+                state.holding = true
+                state.epoch = max(state.epoch, value)
+                state.needsCheck = true
+                logger.info("keeping the broker's retained state (epoch \(value))")
+            }
+            return true
+        }
+    }
+
+    private func checkMark() {
+        let shown: Int64?
+        do { shown = try reader.readEpoch() } catch {
+            logger.warning("cannot read the broker's epoch mark (\(error)); trying again")
+            return
+        }
+        let expected = state.withLock { $0.epoch }
+        if let shown, shown >= expected {
+            state.withLock { state in
+                state.epoch = shown
+                state.needsCheck = false
+            }
+            return
+        }
+        if expected == 0 {
+            // The store has never recorded a mark: a new installation, or the first start after an upgrade, when the
+            // broker still holds what the last release published. Nothing to restore; from now on the mark says.
+            if publishEpoch(1) {
+                recordEpoch(1)
+                state.withLock { $0.needsCheck = false }
+                logger.info("published the broker's first epoch mark")
+            }
+            return
+        }
+        logger.warning("the broker's epoch mark is \(shown.map { "\($0)" } ?? "missing"), the store's \(expected): the broker lost retained messages (a crash since its last save); publishing every share's retained status and last position again")
+        let startedAt = monotonicMillis()
+        guard let restored = shares.restoreBrokerState(window: Self.restoreWindow, timeout: Self.acknowledgementTimeout) else {
+            logger.warning("the restore was interrupted (broker or store unavailable); starting again at the next connection")
+            return
+        }
+        // The new mark is acknowledged after everything the restore sent: from here the broker holds it all.
+        let next = max(expected, shown ?? 0) + 1
+        guard publishEpoch(next) else {
+            logger.warning("the broker did not acknowledge the epoch mark after the restore; starting again")
+            return
+        }
+        let corrected = shares.confirmRestore(restored)
+        recordEpoch(next)
+        state.withLock { $0.needsCheck = false }
+        metrics.increment(FlareMetrics.brokerRestores)
+        metrics.increment(FlareMetrics.brokerRestoredMessages, by: Double(restored.messages))
+        let millis = monotonicMillis() - startedAt
+        logger.info("restored \(restored.shares) shares' retained state on the broker (\(restored.messages) messages, \(millis / 1000).\(millis % 1000 / 100) s\(corrected > 0 ? "; \(corrected) changed meanwhile and were announced again" : ""))")
+    }
+
+    private func publishEpoch(_ epoch: Int64) -> Bool {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("epoch", epoch)
+        writer.field("at", RFC3339.format(millis: clock.now()))
+        writer.endObject()
+        return publisher.publishAndWait(topic: Topics.brokerEpoch, payload: writer.bytes, qos: 1, retain: true, expirySeconds: nil,
+                                        timeout: Self.acknowledgementTimeout)
+    }
+
+    /// The broker acknowledged `epoch`: the store remembers it for whoever checks next (this instance after a
+    /// restart, or another after a takeover).
+    private func recordEpoch(_ epoch: Int64) {
+        state.withLock { $0.epoch = max($0.epoch, epoch) }
+        do {
+            if try !store.setLeaseValue(Self.leaseName, holder: holder, value: epoch) {
+                state.withLock { $0.holding = false }
+            }
+        } catch {
+            logger.warning("cannot record the broker's epoch mark in the store (\(error))")
+        }
+    }
+}
+
+extension FlareMetrics {
+    public static let brokerRestores = Metrics.Family("flare_broker_restores_total", .counter, "Times the broker was found to have lost retained messages and they were published again.")
+    public static let brokerRestoredMessages = Metrics.Family("flare_broker_restored_messages_total", .counter, "Retained statuses and positions published again after the broker lost them.")
+    public static let brokerEpoch = Metrics.Family("flare_broker_epoch", .gauge, "The broker's epoch mark as last acknowledged (0 on instances that do not keep it).")
+}

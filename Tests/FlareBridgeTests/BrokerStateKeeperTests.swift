@@ -1,0 +1,210 @@
+import FlareAPI
+import FlareCore
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import FlareBridge
+
+/// What the broker's epoch mark reads as, set by the test.
+final class SetEpochReader: BrokerEpochReading {
+    enum Reading { case mark(Int64?), unreachable }
+    struct Unreachable: Error {}
+    private let state = Mutex<(reading: Reading, reads: Int)>((.mark(nil), 0))
+
+    func set(_ reading: Reading) { state.withLock { $0.reading = reading } }
+    var reads: Int { state.withLock { $0.reads } }
+
+    func readEpoch() throws -> Int64? {
+        let reading = state.withLock { state in
+            state.reads += 1
+            return state.reading
+        }
+        switch reading {
+        case .mark(let epoch): return epoch
+        case .unreachable: throw Unreachable()
+        }
+    }
+}
+
+@Suite struct BrokerStateKeeperTests {
+    let fixture: BridgeFixture
+    let reader = SetEpochReader()
+    let keeper: BrokerStateKeeper
+
+    init() throws {
+        fixture = try BridgeFixture()
+        keeper = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
+                                   isConnected: { true }, clock: SystemWallClock(), metrics: fixture.metrics,
+                                   logger: Logger(label: "test", level: .error))
+    }
+
+    /// An active share with one stored fix, and a stopped one.
+    func twoShares() throws -> (active: ShareID, fix: [UInt8], stopped: ShareID) {
+        let active = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let fix = fixture.location(52.5, 13.4)
+        #expect(fixture.ingestor.handle(topic: Topics.location(active), payload: fix, retained: false) == nil)
+        #expect(eventually { fixture.registry.snapshot(active)?.last != nil })
+        let stopped = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        try fixture.service.stop(stopped)
+        return (active, fix, stopped)
+    }
+
+    func published(after count: Int) -> [RecordingPublisher.Message] { Array(fixture.publisher.messages.dropFirst(count)) }
+
+    func epochs(in messages: [RecordingPublisher.Message]) -> [Int64] {
+        messages.filter { $0.topic == Topics.brokerEpoch }.compactMap {
+            (try? JSONValue.parse($0.payload))?["epoch"]?.doubleValue.map { Int64($0) }
+        }
+    }
+
+    /// The store has recorded that the broker acknowledged epoch `epoch`.
+    func storeRecords(_ epoch: Int64) throws {
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared", now: 0, durationMillis: 1) != nil)
+        #expect(try fixture.store.setLeaseValue(BrokerStateKeeper.leaseName, holder: "flared", value: epoch))
+    }
+
+    /// A new installation, or the first start after an upgrade: no mark anywhere, and the broker holds what the last
+    /// release published. The count starts; nothing is republished.
+    @Test func aStoreWithNoMarkStartsTheCount() throws {
+        _ = try twoShares()
+        let before = fixture.publisher.messages.count
+        reader.set(.mark(nil))
+        keeper.step()
+        #expect(epochs(in: published(after: before)) == [1] && published(after: before).count == 1)
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared", now: 0, durationMillis: 1) == 1)
+        #expect(fixture.metrics.value(FlareMetrics.brokerRestores) == 0)
+    }
+
+    @Test func aBrokerWithNoMarkGetsEveryShareBackAndThenTheMark() throws {
+        let (active, fix, stopped) = try twoShares()
+        try storeRecords(3)
+        let before = fixture.publisher.messages.count
+        reader.set(.mark(nil))  // a broker that lost everything (it kept no persistence file, or lost it)
+        keeper.step()
+        let sent = published(after: before)
+        let status = try #require(sent.last { $0.topic == Topics.status(active) })
+        #expect((try JSONValue.parse(status.payload))["state"] == .string("active") && status.retain)
+        let position = try #require(sent.last { $0.topic == Topics.location(active) })
+        // Marked as flared's own, so that no bridge stores it again; the fix as the tracker's topic carries it.
+        #expect(position.isOwnPosition && position.retain)
+        let sentFix = try JSONValue.parse(position.payload), storedFix = try JSONValue.parse(fix)
+        #expect(sentFix["lat"] == storedFix["lat"] && sentFix["tst"] == storedFix["tst"])
+        // The stopped share says so, and has no position (the broker may have gone back to a save from before the stop).
+        #expect(sent.last { $0.topic == Topics.status(stopped) }.flatMap { try? JSONValue.parse($0.payload) }?["state"] == .string("ended"))
+        #expect(sent.last { $0.topic == Topics.location(stopped) }?.payload == [])
+        // The mark comes last, and the store remembers it once acknowledged.
+        #expect(sent.last?.topic == Topics.brokerEpoch && epochs(in: sent) == [4])
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared", now: 0, durationMillis: 1) == 4)
+        #expect(fixture.metrics.value(FlareMetrics.brokerRestores) == 1)
+        #expect(fixture.metrics.value(FlareMetrics.brokerRestoredMessages) == 4)
+
+        // Then the mark goes up once a second, and nothing else is sent again.
+        let afterRestore = fixture.publisher.messages.count
+        keeper.step()
+        #expect(epochs(in: published(after: afterRestore)) == [5] && published(after: afterRestore).count == 1)
+    }
+
+    @Test func aBrokerShowingTheStoresMarkIsLeftAlone() throws {
+        _ = try twoShares()
+        reader.set(.mark(nil))
+        keeper.step()  // the first mark
+        let keeper2 = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
+                                        isConnected: { true }, clock: SystemWallClock(), metrics: Metrics(),
+                                        logger: Logger(label: "test", level: .error))
+        // A restarted flared (same holder) finds the broker as it left it: the mark it recorded, or a newer one.
+        reader.set(.mark(1))
+        let before = fixture.publisher.messages.count
+        keeper2.step()
+        #expect(published(after: before).isEmpty)
+        keeper2.step()
+        #expect(epochs(in: published(after: before)) == [2])
+        #expect(published(after: before).count == 1)
+    }
+
+    @Test func aBrokerBehindTheStoreLostRetainedMessagesAndGetsThemBack() throws {
+        let (active, _, _) = try twoShares()
+        try storeRecords(7)
+        reader.set(.mark(5))  // a save two seconds older than what the broker had acknowledged
+        let before = fixture.publisher.messages.count
+        keeper.step()
+        let sent = published(after: before)
+        #expect(sent.contains { $0.topic == Topics.status(active) } && sent.contains { $0.topic == Topics.location(active) })
+        #expect(epochs(in: sent) == [8])
+    }
+
+    @Test func aReconnectionIsCheckedAgainAndAnUnreachableBrokerTriedAgain() throws {
+        _ = try twoShares()
+        reader.set(.mark(nil))
+        keeper.step()
+        reader.set(.unreachable)
+        keeper.brokerConnected()
+        let before = fixture.publisher.messages.count
+        keeper.step()
+        #expect(published(after: before).isEmpty)  // neither a restore nor a mark until the broker says which
+        reader.set(.mark(nil))  // it came back empty (no persistence, or a crash)
+        keeper.step()
+        #expect(published(after: before).count == 5 && epochs(in: published(after: before)) == [2])
+    }
+
+    @Test func anotherInstanceHoldingTheLeaseKeepsTheBroker() throws {
+        _ = try twoShares()
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared-b", now: SystemWallClock().now(),
+                                            durationMillis: 60_000) == 0)
+        let before = fixture.publisher.messages.count
+        keeper.step()
+        #expect(published(after: before).isEmpty && reader.reads == 0)
+    }
+
+    /// A share ended (here by another instance, straight in the store) while its active state was being republished
+    /// may have had its end overtaken on the broker: the confirmation announces the end again.
+    @Test func aShareEndedDuringTheRestoreIsNotBroughtBack() throws {
+        let (active, _, _) = try twoShares()
+        let restored = try #require(fixture.service.restoreBrokerState(window: 1, timeout: .seconds(1)))
+        #expect(restored.shares == 2)
+        let row = try #require(try fixture.store.share(id: active)).row
+        #expect(try fixture.store.markEnded(row: row, at: SystemWallClock().now(), reason: .stopped))
+        let before = fixture.publisher.messages.count
+        #expect(fixture.service.confirmRestore(restored) == 1)
+        let sent = published(after: before)
+        #expect(sent.last { $0.topic == Topics.location(active) }?.payload == [])
+        #expect(sent.last { $0.topic == Topics.status(active) }.flatMap { try? JSONValue.parse($0.payload) }?["state"] == .string("ended"))
+        #expect(fixture.registry.snapshot(active)?.share.isActive == false)
+    }
+
+    @Test func aRestoreThatLosesTheBrokerIsReportedUnfinished() throws {
+        _ = try twoShares()
+        try storeRecords(1)
+        fixture.publisher.setDown(true)
+        #expect(fixture.service.restoreBrokerState(window: 200, timeout: .seconds(1)) == nil)
+        reader.set(.mark(nil))
+        keeper.step()
+        fixture.publisher.setDown(false)
+        let before = fixture.publisher.messages.count
+        keeper.step()  // still to be checked: the restore runs now
+        #expect(epochs(in: published(after: before)) == [2] && published(after: before).count == 5)
+    }
+
+    /// A restored (or HTTP) position that came back through the bridge after a newer fix from the tracker: the
+    /// broker retained the older one, so the newest stored is published again; an echo of the newest changes nothing.
+    @Test func anOvertakenRestoredPositionIsPutRight() throws {
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let now = Int64(Date().timeIntervalSince1970)
+        for tst in [now - 20, now - 10] {
+            #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, 2, tst: tst), retained: false) == nil)
+        }
+        #expect(eventually { fixture.registry.snapshot(id)?.last?.timestamp == now - 10 })
+        let before = fixture.publisher.messages.count
+        fixture.service.ownPositionCameBack(topic: Topics.location(id), payload: fixture.location(1, 2, tst: now - 20))
+        #expect(eventually(timeout: .seconds(10)) { published(after: before).contains { $0.topic == Topics.location(id) } })
+        let republished = try #require(published(after: before).first { $0.topic == Topics.location(id) })
+        let republishedFix = try JSONValue.parse(republished.payload)
+        #expect(republished.isOwnPosition && republishedFix["tst"] == .number(Double(now - 10)))
+
+        let afterFix = fixture.publisher.messages.count
+        fixture.service.ownPositionCameBack(topic: Topics.location(id), payload: republished.payload)
+        Thread.sleep(forTimeInterval: Double(ShareService.positionCheckDelayMillis) / 1000 + 1)
+        #expect(!published(after: afterFix).contains { $0.topic == Topics.location(id) })
+    }
+}
