@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -311,6 +312,102 @@ def case_broker_restart(work, quick):
         assert status == 200 and json.loads(body)["expires_at"] == share["expires_at"], "expiry changed"
         return (f"broker restarted mid-stream: all {count} acknowledged tracker fixes stored ({stored - distinct} re-sent by the "
                 f"tracker after a lost PUBACK), retained status and position kept, expiry unchanged"), {"fixes": count, "stored": stored, "resent": stored - distinct}
+    finally:
+        stack.stop()
+
+
+def retained_state(stack):
+    """Every retained status and location on the broker, as the read-only `admin` service account sees them:
+    {topic: payload}. An empty payload never shows (it clears)."""
+    with open(os.path.join(stack.work, "broker-data", "broker", "admin.password")) as f:
+        password = f.read().strip()
+    out = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", "admin", "-P", password,
+                          "-t", "flare/v1/shares/+/status", "-t", "flare/v1/shares/+/location", "-t", "flare/v1/epoch",
+                          "--retained-only", "-W", "2", "-v"], capture_output=True, text=True).stdout
+    state = {}
+    for line in out.splitlines():
+        topic, _, payload = line.partition(" ")
+        state[topic] = payload
+    return state
+
+
+def case_broker_crash(work, quick):
+    """kill -9 of the broker mid-stream (no save since the shares were made): flared notices from its epoch mark
+    that the broker lost retained messages, and publishes every share's status and last position again.
+
+    Also checked: every fix flared answered 202 for (HTTP ingest) is stored once; a share stopped just before the
+    crash stays ended on the broker (no position) and its device token stays refused (the auth plugin syncs its
+    revocation list to disk). Fixes the broker acknowledged to a PUBACK-only tracker and lost in the crash are
+    counted: that is what the OwnTracks apps can lose."""
+    broker_dir = os.path.join(work, "broker-data", "broker")
+    os.makedirs(broker_dir, exist_ok=True)
+    with open(os.path.join(broker_dir, "admin.password"), "w") as f:
+        f.write(secrets.token_urlsafe(24) + "\n")
+    stack = Stack(work)
+    try:
+        count = 150 if quick else 600
+        streaming = stack.create_share()
+        share_file = os.path.join(work, "share.json")
+        with open(share_file, "w") as f:
+            json.dump(streaming, f)
+        track = subprocess.Popen([os.path.join(BIN, "flare"), "track", "--share-file", share_file, "--interval", "0.02",
+                                  "--speed", "100", "--count", str(count), "--quiet"], stdout=subprocess.DEVNULL,
+                                 stderr=open(os.path.join(work, "track.log"), "w"), env=stack.env)
+        quiet = [stack.create_share() for _ in range(5)]
+        now = int(time.time())
+        for n, share in enumerate(quiet):
+            body = json.dumps({"lat": 48.1 + n / 100, "lon": 11.5, "tst": now - 5})
+            status, _, reply = stack.request("POST", f"/api/v1/shares/{share['share_id']}/locations", body,
+                                             {"Authorization": f"Bearer {share['device_token']}", "Content-Type": "application/json"})
+            assert status == 202, (status, reply[:200])
+        stopped = stack.create_share()
+        status, _, _ = stack.request("POST", f"/api/v1/shares/{stopped['share_id']}/stop",
+                                     headers={"Authorization": f"Bearer {stack.owner_key}"})
+        assert status == 200, status
+        live = [streaming] + quiet
+        wait_for(lambda: all(f"flare/v1/shares/{s['share_id']}/location" in retained_state(stack) for s in live), 15,
+                 "every live share's position retained before the crash")
+        time.sleep(0.5)
+        stack.broker.send_signal(signal.SIGKILL)
+        stack.broker.wait(20)
+        crashed_at = time.monotonic()
+        stack.start_broker()
+        broker_back = time.monotonic()
+
+        def restored():
+            state = retained_state(stack)
+            for share in live:
+                if '"state":"active"' not in state.get(f"flare/v1/shares/{share['share_id']}/status", ""):
+                    return False
+                if f"flare/v1/shares/{share['share_id']}/location" not in state:
+                    return False
+            return '"state":"ended"' in state.get(f"flare/v1/shares/{stopped['share_id']}/status", "")
+        wait_for(restored, 30, lambda: f"every live share's retained status and position back (have {sorted(retained_state(stack))})")
+        restore_seconds = time.monotonic() - broker_back
+        state = retained_state(stack)
+        assert f"flare/v1/shares/{stopped['share_id']}/location" not in state, "the stopped share got a position back"
+        assert stack.metric("flare_broker_restores_total") == 1, "flared did not count one restore"
+        # The stopped share's device token is still refused by the restarted broker.
+        refused = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", stopped["share_id"],
+                                  "-P", stopped["device_token"], "-t", f"flare/v1/shares/{stopped['share_id']}/location",
+                                  "-m", json.dumps({"_type": "location", "lat": 1, "lon": 2, "tst": now}), "-q", "1"],
+                                 capture_output=True, text=True)
+        assert refused.returncode != 0, "the stopped share's device token works again after the crash"
+        assert track.wait(120) == 0, "flare track failed"
+        with open(os.path.join(work, "track.log")) as f:
+            log = f.read()
+        sent = int(re.findall(r"sent (\d+) fixes", log)[-1])
+        streamed = stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{streaming['share_id']}')")[0][0]
+        http_stored = stack.rows("SELECT count(*) FROM fixes WHERE share IN (SELECT id FROM shares WHERE share_id IN (%s))"
+                                 % ",".join(f"'{s['share_id']}'" for s in quiet))[0][0]
+        assert http_stored == len(quiet), f"{http_stored} of {len(quiet)} fixes answered 202 stored"
+        lost = max(0, count - streamed)
+        return (f"broker kill -9 during a QoS 1 stream: every live share's retained status and position back "
+                f"{restore_seconds:.1f} s after the broker restarted; the stopped share stays ended and refused; "
+                f"{len(quiet)}/{len(quiet)} HTTP fixes stored once; the PUBACK-only tracker had {count} fixes acknowledged, "
+                f"{streamed} stored ({lost} lost with the broker's memory)"), {
+                    "restore_seconds": round(restore_seconds, 2), "tracker_fixes": count, "tracker_stored": streamed,
+                    "tracker_lost": lost, "tracker_sent": sent, "http_fixes": len(quiet), "http_stored": http_stored}
     finally:
         stack.stop()
 
@@ -630,7 +727,7 @@ def case_cluster_postgres_restart(work, quick):
 
 
 CASES = [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
-         ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("disk full", case_disk_full), ("read-only disk", case_read_only),
+         ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
 
 
