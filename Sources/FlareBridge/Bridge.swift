@@ -51,7 +51,7 @@ public final class Bridge: Sendable {
         self.metrics = metrics
         self.logger = logger
         keeper = BrokerStateKeeper(shares: shares, publisher: client, reader: BrokerEpochProbe(bridgeOptions: options),
-                                   holder: options.clientID, isConnected: { [client] in client.isConnected },
+                                   holder: options.clientID, connection: { [client] in client.connectionNumber },
                                    clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
         metrics.register(FlareMetrics.ownPositionsSkipped)
@@ -80,12 +80,11 @@ public final class Bridge: Sendable {
         }
         guard registered else { throw DuplicateInstance(clientID: options.clientID) }
         feedIngestor(from: client, noting: lastMessageAt)
-        client.setConnectionHandler { [weak self, shares, keeper, logger] event in
+        client.setConnectionHandler { [weak self, shares, logger] event in
             switch event {
             case .connected(let sessionPresent):
                 logger.info("connected to the broker (\(sessionPresent ? "session resumed" : "new session"))")
                 shares.flushUnsent()
-                keeper.brokerConnected()
             case .disconnected(let reason):
                 if self?.stopping.load(ordering: .relaxed) ?? true {
                     logger.info("disconnected from the broker")

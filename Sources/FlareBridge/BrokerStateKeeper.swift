@@ -18,8 +18,8 @@ public protocol BrokerEpochReading: Sendable {
 /// A broker killed or powered off loses what changed since its last save (mosquitto: `autosave_interval`), and its
 /// "session present" flag cannot say so: a session restored from that save reports present. So the instance that
 /// holds the store's lease `leaseName` keeps a mark of its own on the broker: a retained epoch number it raises every
-/// `epochIntervalMillis` and records in the store once the broker has acknowledged it. At every connection to the
-/// broker, and when it takes the lease, it reads the mark back. No mark, or an older one than the store holds, means
+/// `epochIntervalMillis` and records in the store once the broker has acknowledged it. On every new connection to the
+/// broker (before it raises the mark on it), and when it takes the lease, it reads the mark back. No mark, or an older one than the store holds, means
 /// the broker went back to a save older than the last second (a store with no mark yet, on a new installation or
 /// the first start after an upgrade, only starts the count): every share with history gets its retained status and
 /// last position again (`ShareService.restoreBrokerState`), paced so that ingest goes on, and the mark goes up. A
@@ -38,6 +38,10 @@ public final class BrokerStateKeeper: Sendable {
         /// The last epoch the broker acknowledged, as far as this instance knows (the store's copy at takeover).
         var epoch: Int64 = 0
         var needsCheck = true
+        /// The connection to the broker (`MQTTClient.connectionNumber`) whose mark was last checked: the mark is only
+        /// ever raised on a checked connection, or a broker that restarted empty would be shown a new mark before
+        /// anyone looked at the old one.
+        var checkedConnection: Int?
         var nextEpochAt: Int64 = 0
         var nextLeaseAttemptAt: Int64 = 0
         /// Not joined: see `stop`.
@@ -48,7 +52,7 @@ public final class BrokerStateKeeper: Sendable {
     private let store: any ShareStore
     private let publisher: any BrokerPublisher
     private let reader: any BrokerEpochReading
-    private let isConnected: @Sendable () -> Bool
+    private let connection: @Sendable () -> Int?
     private let holder: String
     private let clock: any WallClock
     private let metrics: Metrics
@@ -60,15 +64,16 @@ public final class BrokerStateKeeper: Sendable {
     /// - Parameters:
     ///   - holder: this instance's name for the lease (its MQTT client id: a restarted instance takes its own lease
     ///     back at once).
-    ///   - isConnected: whether `publisher` is connected to the broker now.
+    ///   - connection: which connection `publisher` has to the broker now (a number that changes at each
+    ///     reconnection), nil while it has none.
     public init(shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
-                isConnected: @escaping @Sendable () -> Bool, clock: any WallClock, metrics: Metrics, logger: Logger) {
+                connection: @escaping @Sendable () -> Int?, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.shares = shares
         self.store = shares.store
         self.publisher = publisher
         self.reader = reader
         self.holder = holder
-        self.isConnected = isConnected
+        self.connection = connection
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -77,11 +82,6 @@ public final class BrokerStateKeeper: Sendable {
         metrics.registerGauge(FlareMetrics.brokerEpoch) { [weak self] in
             Double(self?.state.withLock { $0.holding ? $0.epoch : 0 } ?? 0)
         }
-    }
-
-    /// The publisher's connection to the broker is (again) up: the broker may have restarted, so look at its mark.
-    public func brokerConnected() {
-        state.withLock { $0.needsCheck = true }
     }
 
     public func start() {
@@ -109,11 +109,10 @@ public final class BrokerStateKeeper: Sendable {
     /// Called by the keeper's thread a few times a second (and by tests directly).
     func step() {
         let now = monotonicMillis()
-        guard holdLease(now: now) else { return }
-        guard isConnected() else { return }
-        let (needsCheck, due) = state.withLock { ($0.needsCheck, now >= $0.nextEpochAt) }
+        guard holdLease(now: now), let current = connection() else { return }
+        let (needsCheck, due) = state.withLock { ($0.needsCheck || $0.checkedConnection != current, now >= $0.nextEpochAt) }
         if needsCheck {
-            checkMark()
+            checkMark(on: current)
         } else if due {
             state.withLock { $0.nextEpochAt = now + Self.epochIntervalMillis }
             let next = state.withLock { $0.epoch } + 1
@@ -151,7 +150,9 @@ public final class BrokerStateKeeper: Sendable {
         }
     }
 
-    private func checkMark() {
+    /// Reads the mark on connection `current` and, if the broker lost retained messages, restores them. The connection
+    /// counts as checked only if it is still the same one at the end.
+    private func checkMark(on current: Int) {
         let shown: Int64?
         do { shown = try reader.readEpoch() } catch {
             logger.warning("cannot read the broker's epoch mark (\(error)); trying again")
@@ -159,18 +160,23 @@ public final class BrokerStateKeeper: Sendable {
         }
         let expected = state.withLock { $0.epoch }
         if let shown, shown >= expected {
+            guard connection() == current else { return }
             state.withLock { state in
                 state.epoch = shown
                 state.needsCheck = false
+                state.checkedConnection = current
             }
             return
         }
         if expected == 0 {
             // The store has never recorded a mark: a new installation, or the first start after an upgrade, when the
             // broker still holds what the last release published. Nothing to restore; from now on the mark says.
-            if publishEpoch(1) {
+            if publishEpoch(1), connection() == current {
                 recordEpoch(1)
-                state.withLock { $0.needsCheck = false }
+                state.withLock { state in
+                    state.needsCheck = false
+                    state.checkedConnection = current
+                }
                 logger.info("published the broker's first epoch mark")
             }
             return
@@ -181,30 +187,41 @@ public final class BrokerStateKeeper: Sendable {
             logger.warning("the restore was interrupted (broker or store unavailable); starting again at the next connection")
             return
         }
-        // The new mark is acknowledged after everything the restore sent: from here the broker holds it all.
+        // The new mark is acknowledged after everything the restore sent, on the same connection: from here the broker
+        // holds it all. A broker that went away meanwhile may hold only part of it: then the restore is done again.
         let next = max(expected, shown ?? 0) + 1
-        guard publishEpoch(next) else {
-            logger.warning("the broker did not acknowledge the epoch mark after the restore; starting again")
+        guard connection() == current, publishEpoch(next), connection() == current else {
+            logger.warning("the broker went away during the restore; starting again at the next connection")
             return
         }
         let corrected = shares.confirmRestore(restored)
         recordEpoch(next)
-        state.withLock { $0.needsCheck = false }
+        state.withLock { state in
+            state.needsCheck = false
+            state.checkedConnection = current
+        }
         metrics.increment(FlareMetrics.brokerRestores)
         metrics.increment(FlareMetrics.brokerRestoredMessages, by: Double(restored.messages))
         let millis = monotonicMillis() - startedAt
         logger.info("restored \(restored.shares) shares' retained state on the broker (\(restored.messages) messages, \(millis / 1000).\(millis % 1000 / 100) s\(corrected > 0 ? "; \(corrected) changed meanwhile and were announced again" : ""))")
     }
 
+    /// Raises the mark: at QoS 0, which the client never sends again on a later connection (a QoS 1 message in flight
+    /// when the broker dies is re-sent to the restarted broker, which would then show a mark it has not earned), then
+    /// a QoS 1 message after it, whose acknowledgement says that the broker has processed the mark.
     private func publishEpoch(_ epoch: Int64) -> Bool {
         var writer = JSONWriter()
         writer.beginObject()
         writer.field("epoch", epoch)
         writer.field("at", RFC3339.format(millis: clock.now()))
         writer.endObject()
-        return publisher.publishAndWait(topic: Topics.brokerEpoch, payload: writer.bytes, qos: 1, retain: true, expirySeconds: nil,
+        guard publisher.publish(topic: Topics.brokerEpoch, payload: writer.bytes, qos: 0, retain: true, expirySeconds: nil) else { return false }
+        return publisher.publishAndWait(topic: Self.barrierTopic, payload: Array("\(epoch)".utf8), qos: 1, retain: false, expirySeconds: nil,
                                         timeout: Self.acknowledgementTimeout)
     }
+
+    /// Nobody subscribes to it: its acknowledgement is all that matters.
+    static let barrierTopic = Topics.brokerEpoch + "/barrier"
 
     /// The broker acknowledged `epoch`: the store remembers it for whoever checks next (this instance after a
     /// restart, or another after a takeover).

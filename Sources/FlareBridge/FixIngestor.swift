@@ -87,10 +87,14 @@ public final class FixIngestor: Sendable {
     @discardableResult
     public func handle(shareID: ShareID, payload: [UInt8], retained: Bool) -> RejectReason? {
         guard let context = shares.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
-        guard context.isActive else { return reject(.shareEnded, share: shareID) }
+        guard context.isActive else {
+            if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
+            return reject(.shareEnded, share: shareID)
+        }
         let receivedAt = clock.now()
         switch parser.parseMessage(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {
         case .failure(let reason):
+            if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
             return reject(reason, share: shareID)
         case .success(.lastWill):
             // Sent by the broker when the tracker's connection was lost; a retained one is an old story.
@@ -259,6 +263,10 @@ public final class FixIngestor: Sendable {
                     // Processed once the registry knows them too: whoever waited for these fixes (an acknowledgement,
                     // an HTTP answer) may read the last position next.
                     queue.markProcessed(batch.count)
+                    // After the acknowledgements: a confirming tracker's mark comes after what it counts is committed.
+                    shares.handled(batch.compactMap { item in
+                        item.pending.fix.sequence.map { (item.shareID, item.pending.shareRow, $0) }
+                    })
                     let accepted = stored.count
                     metrics.increment(FlareMetrics.fixesAccepted, by: Double(accepted))
                     if accepted < batch.count { metrics.increment(FlareMetrics.fixesDuplicate, by: Double(batch.count - accepted)) }

@@ -74,6 +74,10 @@ public final class ShareService: Sendable {
         case trackerSweep
         /// See whether a position flared published is still the share's newest (see `ownPositionCameBack`).
         case positionCheck(ShareID)
+        /// Record the confirming trackers' messages that were refused (see `refused(_:row:share:)`).
+        case refusedSequences
+        /// Publish a confirming tracker's mark held back by the once-a-second limit.
+        case trackerMark(ShareID)
     }
 
     public struct Created: Sendable {
@@ -99,6 +103,10 @@ public final class ShareService: Sendable {
     /// The time (`tst`) of the last position flared published per share that came back through a bridge, until it is
     /// checked against the newest stored (see `ownPositionCameBack`).
     private let echoedPositions = Mutex<[ShareID: Int64]>([:])
+    /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
+    private let refusedSequences = Mutex<[(share: ShareID, row: Int64, sequence: TrackerSequence)]>([])
+    /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
+    private let trackerMarks = Mutex<[ShareID: (publishedAt: Int64, held: TrackerSequence?)]>([:])
     /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
     private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
@@ -143,6 +151,8 @@ public final class ShareService: Sendable {
         case .locateAnswered(let id, let at): locateAnswered(id, at: at)
         case .trackerSweep: sweepTrackers()
         case .positionCheck(let id): checkRetainedPosition(id)
+        case .refusedSequences: recordRefusedSequences()
+        case .trackerMark(let id): publishHeldMark(id)
         }
     }
 
@@ -288,8 +298,10 @@ public final class ShareService: Sendable {
             return
         }
         registry.remove(id)
+        trackerMarks.withLock { _ = $0.removeValue(forKey: id) }
         // Nothing of the share stays on the broker either.
         publish(topic: Topics.status(id), payload: [], expiry: nil)
+        publish(topic: Topics.stored(id), payload: [], expiry: nil)
         logger.info("share \(id): history deleted")
     }
 
@@ -704,6 +716,84 @@ public final class ShareService: Sendable {
     public func isDeviceToken(_ token: String, of id: ShareID) -> Bool {
         guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id) else { return false }
         return verified.role == .device
+    }
+
+    // MARK: Confirming trackers
+
+    /// A confirming tracker's messages whose fixes were just committed (from the writer, after the commit), or that
+    /// were refused: recorded in the store, which moves each share's mark over what is handled without a gap, and the
+    /// marks published on `…/stored`, retained, at most once a second per share. False when the store could not be
+    /// written (the tracker sends those messages again, and they are recorded then).
+    @discardableResult
+    func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
+        guard !sequences.isEmpty else { return true }
+        let shareOfRow = Dictionary(sequences.map { ($0.row, $0.share) }, uniquingKeysWith: { first, _ in first })
+        let marks: [(shareRow: Int64, mark: TrackerSequence)]
+        do { marks = try store.recordHandledSequences(sequences.map { ($0.row, $0.sequence) }) } catch {
+            logger.warning("cannot record what confirming trackers sent (\(error)); they send it again")
+            return false
+        }
+        for (row, mark) in marks {
+            if let id = shareOfRow[row] { publishMark(mark, of: id) }
+        }
+        return true
+    }
+
+    /// A confirming tracker's message was refused (from the MQTT thread): its mark must move past it, or the tracker
+    /// would keep it, and send it again, for ever. Recorded on the scheduler's thread.
+    func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
+        let first = refusedSequences.withLock { refused in
+            guard refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
+            refused.append((share, row, sequence))
+            return refused.count == 1
+        }
+        if first { schedule(.refusedSequences, at: clock.now()) }
+    }
+
+    private func recordRefusedSequences() {
+        let refused = refusedSequences.withLock { refused in
+            defer { refused = [] }
+            return refused
+        }
+        handled(refused)
+    }
+
+    static let trackerMarkIntervalMillis: Int64 = 1_000
+
+    private func publishMark(_ mark: TrackerSequence, of id: ShareID) {
+        let now = monotonicMillis()
+        let sendNow: Bool = trackerMarks.withLock { marks in
+            let entry = marks[id]
+            guard let entry, now - entry.publishedAt < Self.trackerMarkIntervalMillis else {
+                marks[id] = (now, nil)
+                return true
+            }
+            if entry.held == nil {
+                schedule(.trackerMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
+            }
+            if entry.held.map({ ($0.stream, $0.number) < (mark.stream, mark.number) }) ?? true { marks[id]?.held = mark }
+            return false
+        }
+        if sendNow { sendMark(mark, of: id) }
+    }
+
+    private func publishHeldMark(_ id: ShareID) {
+        let held: TrackerSequence? = trackerMarks.withLock { marks in
+            guard let mark = marks[id]?.held else { return nil }
+            marks[id] = (monotonicMillis(), nil)
+            return mark
+        }
+        if let held { sendMark(held, of: id) }
+    }
+
+    private func sendMark(_ mark: TrackerSequence, of id: ShareID) {
+        guard let share = registry.snapshot(id)?.share, share.isActive else { return }
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("seq_stream", mark.stream)
+        writer.field("seq", mark.number)
+        writer.endObject()
+        publish(topic: Topics.stored(id), payload: writer.bytes, expiry: UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000)))
     }
 
     // MARK: After the broker forgot

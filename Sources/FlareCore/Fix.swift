@@ -15,6 +15,9 @@ public struct Fix: Sendable, Equatable {
     public var trackerID: String?
     /// What made the tracker send it (OwnTracks `t`); `r` answers a "report location" command. Not stored.
     public var trigger: String?
+    /// Where it stands in the stream of a tracker that asks Flare to confirm what is stored (`seq_stream`, `seq`).
+    /// Not stored with the fix: the store keeps the share's mark instead.
+    public var sequence: TrackerSequence?
 
     public init(latitude: Double, longitude: Double, timestamp: Int64, accuracy: Double? = nil, altitude: Double? = nil,
                 velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, batteryStatus: Int? = nil,
@@ -74,7 +77,35 @@ public struct Fix: Sendable, Equatable {
         writeMeasurements(into: &writer)
         if let trackerID { writer.field("tid", trackerID) }
         if let trigger { writer.field("t", trigger) }
+        if let sequence {
+            writer.field("seq_stream", sequence.stream)
+            writer.field("seq", sequence.number)
+        }
         writer.endObject()
         return writer.bytes
+    }
+}
+
+/// A message's place in a confirming tracker's stream: `seq_stream` names the stream (a number that grows with each
+/// new stream: `flare track` uses its start time in Unix milliseconds), `seq` counts its messages from 1. Flare
+/// publishes, per share, the highest `seq` through which every message of the newest stream is handled (stored, or
+/// refused for good) on `flare/v1/shares/{id}/stored`: `{"seq_stream": S, "seq": N}`.
+public struct TrackerSequence: Sendable, Hashable {
+    public let stream: Int64
+    public let number: Int64
+
+    /// Both between 1 and 2^53 (a JSON number stays exact up to there).
+    public static let range: ClosedRange<Int64> = 1...(1 << 53)
+
+    public init?(stream: Int64, number: Int64) {
+        guard Self.range.contains(stream), Self.range.contains(number) else { return nil }
+        self.stream = stream
+        self.number = number
+    }
+
+    init?(stream: JSONValue?, number: JSONValue?) {
+        guard let stream = stream?.doubleValue, let number = number?.doubleValue,
+              let streamValue = Int64(exactly: stream), let numberValue = Int64(exactly: number) else { return nil }
+        self.init(stream: streamValue, number: numberValue)
     }
 }

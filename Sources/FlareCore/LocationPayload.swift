@@ -100,14 +100,24 @@ public struct LocationPayloadParser: Sendable {
         if let conn = fields.conn?.stringValue, ["w", "m", "o"].contains(conn) { fix.connection = conn }
         if let tid = fields.tid?.stringValue, tid.utf8.count <= 8 { fix.trackerID = tid }
         if let trigger = fields.t?.stringValue, trigger.utf8.count == 1 { fix.trigger = trigger }
+        fix.sequence = TrackerSequence(stream: fields.seqStream, number: fields.seq)
         return .success(.fix(fix))
+    }
+
+    /// The stream place of a message that was refused, so that a confirming tracker's mark moves past it (a refusal
+    /// is final: sending it again changes nothing). Nil when the payload has none, or is not a JSON object.
+    public func sequence(in payload: [UInt8]) -> TrackerSequence? {
+        guard payload.count <= maximumBytes else { return nil }
+        var fields = Fields()
+        guard (try? JSONValue.forEachMember(ofObject: payload) { key, value in fields.take(key, value) }) != nil else { return nil }
+        return TrackerSequence(stream: fields.seqStream, number: fields.seq)
     }
 
     /// The members a location is made of; everything else in the payload is read (it must be valid JSON) and
     /// dropped, the Wi-Fi names among them (`SSID`/`BSSID` on Android and older iOS, `ssid`/`bssid` on iOS since
     /// 2025): a network's name can tell where someone lives, and the family needs only the position. A repeated key keeps its last value, as a JSON object would.
     private struct Fields {
-        var type, lat, lon, tst, acc, alt, vel, cog, batt, bs, conn, tid, t: JSONValue?
+        var type, lat, lon, tst, acc, alt, vel, cog, batt, bs, conn, tid, t, seq, seqStream: JSONValue?
 
         mutating func take(_ key: String, _ value: JSONValue) {
             switch key {
@@ -124,6 +134,8 @@ public struct LocationPayloadParser: Sendable {
             case "conn": conn = value
             case "tid": tid = value
             case "t": t = value
+            case "seq": seq = value
+            case "seq_stream": seqStream = value
             default: break
             }
         }

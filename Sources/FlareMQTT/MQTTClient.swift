@@ -256,6 +256,9 @@ public final class MQTTClient: @unchecked Sendable {
 
     public var isConnected: Bool { core.lock.withLock { core.connected } }
 
+    /// Which connection this is, counting from 1 (each reconnection makes a new one); nil while not connected.
+    public var connectionNumber: Int? { core.lock.withLock { core.connected ? core.generation : nil } }
+
     /// Sends DISCONNECT (queued publishes already handed over are written first), stops the network thread
     /// and waits for it. Idempotent. Never call it from a handler: that thread would wait for itself.
     /// - Parameter endingSession: MQTT v5 only: the DISCONNECT sets the session expiry to 0, so the broker deletes

@@ -86,6 +86,12 @@ public final class PostgresShareStore: ShareStore {
         // 5: leases, for jobs that one instance at a time does (keeping the broker's retained state), with the value
         // the job records (the last broker epoch the broker acknowledged).
         "CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until BIGINT NOT NULL, value BIGINT NOT NULL DEFAULT 0);",
+        // 6: what is stored of confirming trackers' streams: per share, the newest stream and the number through which
+        // every message is handled (by any instance); the handled numbers beyond it (after a gap) until it is filled.
+        """
+        CREATE TABLE tracker_marks (share BIGINT PRIMARY KEY, stream BIGINT NOT NULL, through BIGINT NOT NULL);
+        CREATE TABLE tracker_handled (share BIGINT NOT NULL, stream BIGINT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (share, stream, seq));
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -153,7 +159,9 @@ public final class PostgresShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "purge history") { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
-                try connection.execute("DELETE FROM fixes WHERE share = $1", [String(row)], operation: "purge history")
+                for table in ["fixes", "tracker_marks", "tracker_handled"] {
+                    try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
+                }
                 return try connection.execute("UPDATE shares SET history_purged = true, name = '' WHERE id = $1 AND NOT history_purged",
                                               [String(row)], operation: "purge history").affected == 1
             }
@@ -422,6 +430,49 @@ public final class PostgresShareStore: ShareStore {
 
     public func removeInstance(_ clientID: String, process: String) throws(StoreError) {
         try changedRows("DELETE FROM instances WHERE client_id = $1 AND process = $2", [clientID, process], operation: "remove instance")
+    }
+
+    public func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)] {
+        guard !handled.isEmpty else { return [] }
+        let byShare = Dictionary(grouping: handled, by: \.shareRow)
+        let operation = "record handled sequences"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) in
+                var marks: [(shareRow: Int64, mark: TrackerSequence)] = []
+                // In row order, so that two instances lock the same shares' marks in the same order.
+                for (row, entries) in byShare.sorted(by: { $0.key < $1.key }) {
+                    let stream = entries.map(\.sequence.stream).max() ?? 0
+                    let share = String(row)
+                    try connection.execute("INSERT INTO tracker_marks (share, stream, through) VALUES ($1, 0, 0) ON CONFLICT DO NOTHING",
+                                           [share], operation: operation)
+                    let mark = try connection.execute("SELECT stream, through FROM tracker_marks WHERE share = $1 FOR UPDATE", [share],
+                                                      operation: operation)
+                    var (markStream, through) = (mark.int64(0, 0), mark.int64(0, 1))
+                    if stream < markStream {  // an older stream's messages: the tracker has moved on
+                        if let mark = TrackerSequence(stream: markStream, number: max(1, through)), through > 0 { marks.append((row, mark)) }
+                        continue
+                    }
+                    if stream > markStream {
+                        try connection.execute("DELETE FROM tracker_handled WHERE share = $1", [share], operation: operation)
+                        (markStream, through) = (stream, 0)
+                    }
+                    let numbers = entries.filter { $0.sequence.stream == stream && $0.sequence.number > through }.map { String($0.sequence.number) }
+                    if !numbers.isEmpty {
+                        try connection.execute("INSERT INTO tracker_handled (share, stream, seq) SELECT $1, $2, unnest($3::bigint[]) ON CONFLICT DO NOTHING",
+                                               [share, String(stream), "{" + numbers.joined(separator: ",") + "}"], operation: operation)
+                    }
+                    let pending = try connection.execute("SELECT seq FROM tracker_handled WHERE share = $1 AND stream = $2 AND seq > $3 ORDER BY seq LIMIT 10000",
+                                                         [share, String(stream), String(through)], operation: operation)
+                    let end = contiguousEnd(from: through, over: (0..<pending.count).map { pending.int64($0, 0) })
+                    try connection.execute("UPDATE tracker_marks SET stream = $2, through = $3 WHERE share = $1",
+                                           [share, String(stream), String(end)], operation: operation)
+                    try connection.execute("DELETE FROM tracker_handled WHERE share = $1 AND stream = $2 AND seq <= $3",
+                                           [share, String(stream), String(end)], operation: operation)
+                    if end > 0, let mark = TrackerSequence(stream: stream, number: end) { marks.append((row, mark)) }
+                }
+                return marks
+            }
+        }
     }
 
     public func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? {

@@ -63,6 +63,13 @@ public final class SQLiteShareStore: ShareStore {
         // 5: leases, for jobs that one instance at a time does (keeping the broker's retained state), with the value
         // the job records (the last broker epoch the broker acknowledged).
         "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until INTEGER NOT NULL, value INTEGER NOT NULL DEFAULT 0);",
+        // 6: what is stored of confirming trackers' streams: per share, the newest stream and the number through which
+        // every message is handled; the handled numbers beyond it (after a gap) until the gap is filled.
+        """
+        CREATE TABLE IF NOT EXISTS tracker_marks (share INTEGER PRIMARY KEY, stream INTEGER NOT NULL, through INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS tracker_handled (share INTEGER NOT NULL, stream INTEGER NOT NULL, seq INTEGER NOT NULL,
+                                                    PRIMARY KEY (share, stream, seq)) WITHOUT ROWID;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -158,6 +165,67 @@ public final class SQLiteShareStore: ShareStore {
         _ = try changedRows("DELETE FROM instances WHERE client_id = ?1 AND process = ?2") { statement in
             statement.bind(1, clientID)
             statement.bind(2, process)
+        }
+    }
+
+    public func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)] {
+        guard !handled.isEmpty else { return [] }
+        let byShare = Dictionary(grouping: handled, by: \.shareRow)
+        return try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                var marks: [(shareRow: Int64, mark: TrackerSequence)] = []
+                for (row, entries) in byShare {
+                    let stream = entries.map(\.sequence.stream).max() ?? 0
+                    let read = try db.statement("SELECT stream, through FROM tracker_marks WHERE share = ?")
+                    defer { read.reset() }
+                    read.bind(1, row)
+                    var (markStream, through): (Int64, Int64) = try read.step() ? (read.int64(0), read.int64(1)) : (0, 0)
+                    read.reset()
+                    if stream < markStream {  // an older stream's messages: the tracker has moved on
+                        if let mark = TrackerSequence(stream: markStream, number: max(1, through)), through > 0 { marks.append((row, mark)) }
+                        continue
+                    }
+                    if stream > markStream {
+                        let forget = try db.statement("DELETE FROM tracker_handled WHERE share = ?")
+                        defer { forget.reset() }
+                        forget.bind(1, row)
+                        try forget.run()
+                        (markStream, through) = (stream, 0)
+                    }
+                    let insert = try db.statement("INSERT OR IGNORE INTO tracker_handled (share, stream, seq) VALUES (?1, ?2, ?3)")
+                    defer { insert.reset() }
+                    for entry in entries where entry.sequence.stream == stream && entry.sequence.number > through {
+                        insert.bind(1, row)
+                        insert.bind(2, stream)
+                        insert.bind(3, entry.sequence.number)
+                        try insert.run()
+                        insert.reset()
+                    }
+                    let pending = try db.statement("SELECT seq FROM tracker_handled WHERE share = ?1 AND stream = ?2 AND seq > ?3 ORDER BY seq LIMIT 10000")
+                    defer { pending.reset() }
+                    pending.bind(1, row)
+                    pending.bind(2, stream)
+                    pending.bind(3, through)
+                    var numbers: [Int64] = []
+                    while try pending.step() { numbers.append(pending.int64(0)) }
+                    pending.reset()
+                    let end = contiguousEnd(from: through, over: numbers)
+                    let write = try db.statement("INSERT INTO tracker_marks (share, stream, through) VALUES (?1, ?2, ?3) ON CONFLICT (share) DO UPDATE SET stream = ?2, through = ?3")
+                    defer { write.reset() }
+                    write.bind(1, row)
+                    write.bind(2, stream)
+                    write.bind(3, end)
+                    try write.run()
+                    let prune = try db.statement("DELETE FROM tracker_handled WHERE share = ?1 AND stream = ?2 AND seq <= ?3")
+                    defer { prune.reset() }
+                    prune.bind(1, row)
+                    prune.bind(2, stream)
+                    prune.bind(3, end)
+                    try prune.run()
+                    if end > 0, let mark = TrackerSequence(stream: stream, number: end) { marks.append((row, mark)) }
+                }
+                return marks
+            }
         }
     }
 
@@ -306,10 +374,12 @@ public final class SQLiteShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                let delete = try db.statement("DELETE FROM fixes WHERE share = ?")
-                defer { delete.reset() }
-                delete.bind(1, row)
-                try delete.run()
+                for table in ["fixes", "tracker_marks", "tracker_handled"] {
+                    let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
+                    defer { delete.reset() }
+                    delete.bind(1, row)
+                    try delete.run()
+                }
                 let update = try db.statement("UPDATE shares SET history_purged = 1, name = '' WHERE id = ? AND history_purged = 0")
                 defer { update.reset() }
                 update.bind(1, row)

@@ -1,5 +1,16 @@
 public import FlareCore
 
+/// How far a confirming tracker's mark moves: from `through`, over every number in `handled` (ascending) that
+/// continues the run without a gap.
+public func contiguousEnd(from through: Int64, over handled: [Int64]) -> Int64 {
+    var end = through
+    for number in handled where number > end {
+        guard number == end + 1 else { break }
+        end = number
+    }
+    return end
+}
+
 /// A share row and its store key.
 public struct StoredShare: Sendable, Equatable {
     public let row: Int64
@@ -117,6 +128,13 @@ public protocol ShareStore: Sendable {
     /// The newest `limit` fixes of a share, oldest first.
     func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix]
     func fixCount(row: Int64) throws(StoreError) -> Int
+
+    /// Records that these messages of confirming trackers are handled (their fixes committed, or refused for good),
+    /// and moves each share's mark to the highest `seq` through which every message of its newest stream is handled
+    /// (a newer stream starts the count again; an older one's messages are ignored). Holds across instances: the
+    /// messages of one stream may be handled by several. Returns the mark of every share concerned (moved or not: a
+    /// tracker that sends again what it was not told of must hear the mark again) that has one.
+    func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)]
 
     // MARK: Owner keys
     func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError)

@@ -20,7 +20,7 @@ struct CommonOptions {
                                           "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http"]
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -103,6 +103,10 @@ enum Commands {
                       [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
                       [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
                       [--queue N] [--status-every SECONDS] [--quiet]  outbox bound; status line period
+                      [--confirm-timeout SECONDS] [--no-confirm]      each fix is kept (and sent again after a
+                                                                      reconnection) until Flare confirms it stored;
+                                                                      at the end, wait this long (60) for that;
+                                                                      --no-confirm: done at the broker's PUBACK
 
           flare bench publish|count ...                                     MQTT load tools for `make bench` (loopback only)
 

@@ -9,10 +9,13 @@ import Synchronization
 /// a GPX file replay, or a live gpsd receiver — and publishes each as an OwnTracks `location` message over MQTT,
 /// QoS 1 and retained, with the share's device token. It stops when the share's status says it ended.
 ///
-/// Delivery: fixes wait in an ordered outbox until the broker acknowledges them (PUBACK). While the broker is
-/// unreachable they stay queued (bounded; the oldest are dropped beyond `--queue`, and counted) and are sent, in
-/// order, after the reconnect. A fix whose acknowledgement was lost may reach the broker twice; the bridge
-/// stores it once (fixes are keyed by share, time and position).
+/// Delivery: fixes wait in an ordered outbox until Flare says they are stored. Each carries its place in this run's
+/// stream (`seq_stream`, `seq`); Flare publishes, on the share's `…/stored` topic, the number through which every
+/// fix is stored (or refused), and a fix leaves the outbox only once that mark passes it. The broker's PUBACK only
+/// paces the sending: a broker that crashes after acknowledging forgets what it had not handed on, so after every
+/// reconnection the fixes not confirmed yet are sent again (the store keeps each once). While the broker is
+/// unreachable fixes stay queued (bounded; the oldest are dropped beyond `--queue`, and counted). `--no-confirm`
+/// behaves like the OwnTracks apps: a fix is done at PUBACK.
 struct Tracker {
     enum SourceKind {
         case route(speed: Double)
@@ -29,6 +32,10 @@ struct Tracker {
     let queueLimit: Int
     let statusEverySeconds: Double
     let quiet: Bool
+    /// Keep each fix until Flare confirms it stored (false: until the broker's PUBACK, as the OwnTracks apps do).
+    let confirm: Bool
+    /// At the end, how long to wait for the last confirmations.
+    let confirmTimeoutSeconds: Double
 
     init(options: CommonOptions) throws {
         var id = options.flags["--share-id"]
@@ -66,7 +73,16 @@ struct Tracker {
         self.queueLimit = max(1, Int(try options.double("--queue") ?? 10_000))
         self.statusEverySeconds = try options.double("--status-every") ?? 10
         self.quiet = options.switches.contains("--quiet")
+        self.confirm = !options.switches.contains("--no-confirm")
+        self.confirmTimeoutSeconds = try options.double("--confirm-timeout") ?? 60
+        guard confirmTimeoutSeconds >= 0 else { throw CLIError("--confirm-timeout must be 0 or more seconds") }
     }
+
+    /// After a reconnection, how long to wait for the retained mark before sending again what it does not cover.
+    static let resendGraceSeconds = 3.0
+    /// With no reconnection, what was sent is sent again if the mark has not moved for this long (a message lost on
+    /// its way, a refusal that could not be recorded), and then after twice as long, and so on.
+    static let stalledMarkSeconds = 60.0
 
     func makeSource() throws -> any FixSource {
         switch source {
@@ -96,9 +112,18 @@ struct Tracker {
         let refused = Mutex<String?>(nil)
         // "Locate now": the next fix the source gives is sent as the answer (OwnTracks `t: "r"`).
         let answerNext = Atomic<Bool>(false)
-        let commandTopic = Topics.command(shareID)
+        let commandTopic = Topics.command(shareID), storedTopic = Topics.stored(shareID)
+        // This run's stream: numbers from 1, named by the start time, so that a later run's stream is newer.
+        let stream = Int64(Date().timeIntervalSince1970 * 1000)
+        let outbox = Mutex(Outbox(capacity: queueLimit))
         client.setMessageHandler { message in
             guard let object = try? JSONValue.parse(message.payload) else { return }
+            if message.topic == storedTopic {
+                guard object["seq_stream"]?.doubleValue == Double(stream), let through = object["seq"]?.doubleValue,
+                      let number = Int64(exactly: through) else { return }
+                outbox.withLock { $0.confirm(through: number) }
+                return
+            }
             if message.topic == commandTopic {
                 guard object["_type"]?.stringValue == "cmd", object["action"]?.stringValue == "reportLocation" else { return }
                 answerNext.store(true, ordering: .relaxed)
@@ -109,10 +134,16 @@ struct Tracker {
             ended.withLock { $0 = object["reason"]?.stringValue ?? "ended" }
         }
         let broker = self.broker
+        // After a reconnection, what is not confirmed is sent again (once the retained mark has had time to arrive).
+        let resendAt = Mutex<ContinuousClock.Instant?>(nil)
+        let confirm = self.confirm
+        let connections = Atomic<Int>(0)
         client.setConnectionHandler { event in
             switch event {
             case .connected:
                 connection.withLock { $0 = "connected" }
+                let reconnection = connections.add(1, ordering: .relaxed).newValue > 1
+                if confirm && reconnection { resendAt.withLock { $0 = .now + .milliseconds(Int64(Self.resendGraceSeconds * 1000)) } }
                 log("connected to \(broker.host):\(broker.port)")
             case .disconnected(let reason):
                 connection.withLock { $0 = "disconnected" }
@@ -124,6 +155,7 @@ struct Tracker {
         }
         try client.subscribe(Topics.status(shareID), qos: 1)
         try client.subscribe(commandTopic, qos: 1)
+        if confirm { try client.subscribe(storedTopic, qos: 1) }
         try client.connect()
         let connectDeadline = ContinuousClock.now + .seconds(10)
         while !client.waitUntilConnected(timeout: .milliseconds(100)), refused.withLock({ $0 }) == nil {
@@ -135,7 +167,6 @@ struct Tracker {
         log("tracking share \(shareID) with \(fixSource.source.summary); Ctrl-C stops")
 
         // The source blocks (sleeps, socket reads) on its own thread; this thread only sends.
-        let outbox = Mutex(Outbox(capacity: queueLimit))
         let stopProducing = Atomic<Bool>(false)
         let limit = count
         NamedThread.start(name: "flare-source") {
@@ -148,7 +179,10 @@ struct Tracker {
                 }
                 guard var fix = next else { break }
                 if answerNext.exchange(false, ordering: .relaxed) { fix.trigger = Fix.responseTrigger }
-                outbox.withLock { $0.append(fix) }
+                outbox.withLock { outbox in
+                    if confirm { fix.sequence = TrackerSequence(stream: stream, number: outbox.nextNumber) }
+                    outbox.append(fix)
+                }
                 produced += 1
             }
             outbox.withLock { $0.producerDone = true }
@@ -170,10 +204,15 @@ struct Tracker {
         var lastStatus = ContinuousClock.now
         var failureLogged = false
         func status(_ prefix: String = "status") {
-            let (queued, dropped) = outbox.withLock { ($0.queue.count, $0.dropped) }
+            let (queued, awaiting, confirmed, dropped) = outbox.withLock { ($0.unsent, $0.awaitingConfirmation, $0.confirmed, $0.dropped) }
             let ack = stats.lastAck.map { RFC3339.format(seconds: Int64($0.timeIntervalSince1970)) } ?? "none yet"
-            log("\(prefix): \(connection.withLock { $0 }), \(stats.sent) fixes sent, \(queued) queued, \(dropped) dropped, last ack \(ack)")
+            let stored = confirm ? ", \(confirmed) confirmed stored, \(awaiting) awaiting confirmation" : ""
+            let again = stats.sentAgain > 0 ? " (\(stats.sentAgain) sent again)" : ""
+            log("\(prefix): \(connection.withLock { $0 }), \(stats.sent) fixes sent\(again), \(queued) queued, \(dropped) dropped\(stored), last ack \(ack)")
         }
+        var lastProgress = ContinuousClock.now, lastConfirmed = 0
+        var stalledAfter = Self.stalledMarkSeconds
+        var finishedAt: ContinuousClock.Instant?
         while true {
             if let reason = ended.withLock({ $0 }) {
                 stopProducing.store(true, ordering: .relaxed)
@@ -194,8 +233,8 @@ struct Tracker {
             if interrupted.load(ordering: .relaxed) {
                 stopProducing.store(true, ordering: .relaxed)
                 status("interrupted")
-                let unsent = outbox.withLock { $0.queue.count }
-                if unsent > 0 { log("\(unsent) fixes were not acknowledged and are not sent") }
+                let unsent = outbox.withLock { $0.entries.count }
+                if unsent > 0 { log("\(unsent) fixes were not \(confirm ? "confirmed stored" : "acknowledged") and are not sent") }
                 finishing.store(true, ordering: .relaxed)
                 client.disconnect()
                 return 130
@@ -204,9 +243,43 @@ struct Tracker {
                 status()
                 lastStatus = ContinuousClock.now
             }
-            let (head, finished) = outbox.withLock { ($0.queue.first, $0.producerDone) }
+            // What the mark confirmed since the last round, and whether it is time to send again what it has not.
+            let confirmedNow = outbox.withLock { $0.confirmed }
+            if confirmedNow != lastConfirmed {
+                lastConfirmed = confirmedNow
+                lastProgress = .now
+                stalledAfter = Self.stalledMarkSeconds
+            }
+            let reconnected = resendAt.withLock { at -> Bool in
+                guard let due = at, ContinuousClock.now >= due else { return false }
+                at = nil
+                return true
+            }
+            let stalled = confirm && ContinuousClock.now - lastProgress >= .milliseconds(Int64(stalledAfter * 1000))
+            if reconnected || stalled {
+                let again = outbox.withLock { $0.sendAgain() }
+                if again > 0 { log("sending again \(again) fixes Flare has not confirmed stored\(reconnected ? " (after a reconnection)" : "")") }
+                if stalled {
+                    lastProgress = .now
+                    stalledAfter *= 2
+                }
+            }
+            let (head, finished, awaiting) = outbox.withLock { ($0.nextToSend, $0.producerDone, $0.awaitingConfirmation) }
             guard let head else {
-                if finished { break }
+                if finished && awaiting == 0 { break }
+                if finished {
+                    // Everything is sent: wait for the last confirmations, but not for ever.
+                    let since = finishedAt ?? .now
+                    finishedAt = since
+                    if ContinuousClock.now - since >= .milliseconds(Int64(confirmTimeoutSeconds * 1000)) {
+                        status("done")
+                        log("\(awaiting) of the fixes sent were not confirmed stored by Flare within \(Int(confirmTimeoutSeconds)) s (\(confirmTimeoutSeconds == 0 ? "--confirm-timeout 0" : "is flared running? does it publish …/stored? --no-confirm skips the wait"))")
+                        finishing.store(true, ordering: .relaxed)
+                        client.disconnect()
+                        log("sent \(stats.sent) fixes")
+                        return 1
+                    }
+                }
                 Thread.sleep(forTimeInterval: 0.02)
                 continue
             }
@@ -217,8 +290,13 @@ struct Tracker {
             let started = ContinuousClock.now
             do {
                 try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                outbox.withLock { $0.remove(head.sequence) }
-                stats.sent += 1
+                outbox.withLock { $0.sent(head.number, keep: confirm) }
+                if head.number > stats.highestSent {
+                    stats.sent += 1
+                    stats.highestSent = head.number
+                } else {
+                    stats.sentAgain += 1
+                }
                 stats.lastAck = Date()
                 failureLogged = false
                 if !quiet {
@@ -235,38 +313,72 @@ struct Tracker {
         status("done")
         finishing.store(true, ordering: .relaxed)
         client.disconnect()
-        log("sent \(stats.sent) fixes")
+        log("sent \(stats.sent) fixes\(confirm ? ", all confirmed stored by Flare" : "")")
         return 0
     }
 
     struct Statistics {
+        /// Distinct fixes sent; `sentAgain` counts the repeats.
         var sent = 0
+        var sentAgain = 0
+        var highestSent: Int64 = 0
         var lastAck: Date?
     }
 }
 
-/// Fixes not yet acknowledged, oldest first, at most `capacity` of them.
+/// Fixes not yet done with, oldest first, at most `capacity` of them: those waiting to be sent, and (confirming)
+/// those sent and waiting for Flare's mark to pass them.
 struct Outbox: Sendable {
+    struct Entry: Sendable {
+        let number: Int64
+        let fix: Fix
+        var sent = false
+    }
+
     let capacity: Int
-    var queue: [(sequence: UInt64, fix: Fix)] = []
-    var nextSequence: UInt64 = 0
-    var dropped = 0
+    private(set) var entries: [Entry] = []
+    private(set) var nextNumber: Int64 = 1
+    private(set) var dropped = 0
+    private(set) var confirmed = 0
     var producerDone = false
 
     init(capacity: Int) { self.capacity = capacity }
 
     mutating func append(_ fix: Fix) {
-        queue.append((nextSequence, fix))
-        nextSequence += 1
-        if queue.count > capacity {
-            queue.removeFirst()
+        entries.append(Entry(number: nextNumber, fix: fix))
+        nextNumber += 1
+        if entries.count > capacity {
+            entries.removeFirst()
             dropped += 1
         }
     }
 
-    /// By identity: the head may have been dropped by the bound while it was being sent.
-    mutating func remove(_ sequence: UInt64) {
-        if let index = queue.firstIndex(where: { $0.sequence == sequence }) { queue.remove(at: index) }
+    var nextToSend: Entry? { entries.first { !$0.sent } }
+    var unsent: Int { entries.count { !$0.sent } }
+    var awaitingConfirmation: Int { entries.count { $0.sent } }
+
+    /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
+    /// have been dropped by the bound, or confirmed, while it was being sent.
+    mutating func sent(_ number: Int64, keep: Bool) {
+        guard let index = entries.firstIndex(where: { $0.number == number }) else { return }
+        if keep { entries[index].sent = true } else { entries.remove(at: index) }
+    }
+
+    /// Flare's mark: every fix numbered up to `through` is stored (or refused for good).
+    mutating func confirm(through: Int64) {
+        let before = entries.count
+        entries.removeAll { $0.number <= through }
+        confirmed += before - entries.count
+    }
+
+    /// What was sent and is not confirmed goes back in line, in order. Returns how many.
+    mutating func sendAgain() -> Int {
+        var count = 0
+        for index in entries.indices where entries[index].sent {
+            entries[index].sent = false
+            count += 1
+        }
+        return count
     }
 }
 

@@ -86,7 +86,8 @@ import Glibc
         #expect(track.status == 0, "\(track.stderr)")
         #expect(track.stderr.contains("20 points from walk-20.gpx at 20× speed"))
         #expect(track.stderr.contains("sent 20 fixes"))
-        #expect(track.stderr.contains("done: connected, 20 fixes sent, 0 queued, 0 dropped, last ack 20"))
+        #expect(track.stderr.contains("done: connected, 20 fixes sent, 0 queued, 0 dropped, 20 confirmed stored, 0 awaiting confirmation, last ack 20"))
+        #expect(track.stderr.contains("sent 20 fixes, all confirmed stored by Flare"))
         #expect(matches(trail(flared, share) { $0.count >= 20 }, lats))
         #expect(!track.stderr.contains("48.1"))  // positions stay off the terminal
     }

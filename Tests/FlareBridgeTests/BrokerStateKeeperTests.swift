@@ -28,15 +28,24 @@ final class SetEpochReader: BrokerEpochReading {
     }
 }
 
+/// The number of the publisher's connection to the broker, set by the test.
+final class Connection: Sendable {
+    private let number = Mutex<Int?>(1)
+    var current: Int? { number.withLock { $0 } }
+    func reconnect() { number.withLock { $0 = ($0 ?? 0) + 1 } }
+}
+
 @Suite struct BrokerStateKeeperTests {
     let fixture: BridgeFixture
     let reader = SetEpochReader()
+    let connection = Connection()
     let keeper: BrokerStateKeeper
 
     init() throws {
         fixture = try BridgeFixture()
+        let connection = self.connection
         keeper = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
-                                   isConnected: { true }, clock: SystemWallClock(), metrics: fixture.metrics,
+                                   connection: { connection.current }, clock: SystemWallClock(), metrics: fixture.metrics,
                                    logger: Logger(label: "test", level: .error))
     }
 
@@ -51,7 +60,10 @@ final class SetEpochReader: BrokerEpochReading {
         return (active, fix, stopped)
     }
 
-    func published(after count: Int) -> [RecordingPublisher.Message] { Array(fixture.publisher.messages.dropFirst(count)) }
+    /// What was published after the first `count` messages, leaving out the mark's barrier messages.
+    func published(after count: Int) -> [RecordingPublisher.Message] {
+        fixture.publisher.messages.dropFirst(count).filter { $0.topic != BrokerStateKeeper.barrierTopic }
+    }
 
     func epochs(in messages: [RecordingPublisher.Message]) -> [Int64] {
         messages.filter { $0.topic == Topics.brokerEpoch }.compactMap {
@@ -111,7 +123,7 @@ final class SetEpochReader: BrokerEpochReading {
         reader.set(.mark(nil))
         keeper.step()  // the first mark
         let keeper2 = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
-                                        isConnected: { true }, clock: SystemWallClock(), metrics: Metrics(),
+                                        connection: { 1 }, clock: SystemWallClock(), metrics: Metrics(),
                                         logger: Logger(label: "test", level: .error))
         // A restarted flared (same holder) finds the broker as it left it: the mark it recorded, or a newer one.
         reader.set(.mark(1))
@@ -138,14 +150,32 @@ final class SetEpochReader: BrokerEpochReading {
         _ = try twoShares()
         reader.set(.mark(nil))
         keeper.step()
+        keeper.step()  // the mark goes up on the checked connection
         reader.set(.unreachable)
-        keeper.brokerConnected()
+        connection.reconnect()
         let before = fixture.publisher.messages.count
         keeper.step()
         #expect(published(after: before).isEmpty)  // neither a restore nor a mark until the broker says which
         reader.set(.mark(nil))  // it came back empty (no persistence, or a crash)
         keeper.step()
-        #expect(published(after: before).count == 5 && epochs(in: published(after: before)) == [2])
+        #expect(published(after: before).count == 5 && epochs(in: published(after: before)) == [3])
+    }
+
+    /// A broker that goes away during the restore may hold only part of it: the next connection is checked and
+    /// restored again, and the mark is never raised on a connection that was not checked.
+    @Test func aRestoreCutOffByAReconnectionIsDoneAgain() throws {
+        _ = try twoShares()
+        try storeRecords(2)
+        reader.set(.mark(nil))
+        // The restore runs on connection 1; the broker goes and comes back as the mark is published after it.
+        let cutting = BrokerStateKeeper(shares: fixture.service, publisher: ReconnectingPublisher(fixture.publisher, connection),
+                                        reader: reader, holder: "flared", connection: { [connection] in connection.current },
+                                        clock: SystemWallClock(), metrics: Metrics(), logger: Logger(label: "test", level: .error))
+        cutting.step()
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared", now: 0, durationMillis: 1) == 2)
+        let again = fixture.publisher.messages.count
+        keeper.step()  // connection 2: checked, restored, marked
+        #expect(published(after: again).count == 5 && epochs(in: published(after: again)) == [3])
     }
 
     @Test func anotherInstanceHoldingTheLeaseKeepsTheBroker() throws {
@@ -206,5 +236,66 @@ final class SetEpochReader: BrokerEpochReading {
         fixture.service.ownPositionCameBack(topic: Topics.location(id), payload: republished.payload)
         Thread.sleep(forTimeInterval: Double(ShareService.positionCheckDelayMillis) / 1000 + 1)
         #expect(!published(after: afterFix).contains { $0.topic == Topics.location(id) })
+    }
+}
+
+/// Passes messages on, and has the broker go away and come back (a new connection) as the first epoch mark is sent.
+final class ReconnectingPublisher: BrokerPublisher {
+    let inner: RecordingPublisher
+    let connection: Connection
+    private let cut = Mutex(false)
+
+    init(_ inner: RecordingPublisher, _ connection: Connection) {
+        self.inner = inner
+        self.connection = connection
+    }
+
+    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
+        if topic == Topics.brokerEpoch, !cut.withLock({ $0 }) {
+            cut.withLock { $0 = true }
+            connection.reconnect()
+        }
+        return inner.publish(topic: topic, payload: payload, qos: qos, retain: retain, expirySeconds: expirySeconds)
+    }
+
+    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool { inner.publishOwnPosition(topic: topic, payload: payload) }
+
+    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {
+        publish(topic: topic, payload: payload, qos: qos, retain: retain, expirySeconds: expirySeconds)
+    }
+}
+
+@Suite struct ConfirmingTrackerTests {
+    func fix(_ lat: Double, seq: Int64, stream: Int64 = 1_764_600_000_000) -> [UInt8] {
+        Array(#"{"_type":"location","lat":\#(lat),"lon":13.4,"tst":\#(Int64(Date().timeIntervalSince1970)),"seq_stream":\#(stream),"seq":\#(seq)}"#.utf8)
+    }
+
+    func marks(_ fixture: BridgeFixture, _ id: ShareID) -> [Int64] {
+        fixture.publisher.messages.filter { $0.topic == Topics.stored(id) }.compactMap {
+            (try? JSONValue.parse($0.payload))?["seq"]?.doubleValue.map { Int64($0) }
+        }
+    }
+
+    /// The mark follows what is committed, moves past a refused message (sending it again would change nothing), and
+    /// is published at most once a second, retained, with the newest number.
+    @Test func theMarkCoversStoredAndRefusedMessagesOnceASecond() throws {
+        let fixture = try BridgeFixture()
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.1, seq: 1), retained: false) == nil)
+        #expect(eventually { marks(fixture, id) == [1] })
+        #expect(fixture.publisher.last(on: Topics.stored(id))?.retain == true)
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.2, seq: 2), retained: false) == nil)
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(999, seq: 3), retained: false) == .invalidCoordinates)
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.4, seq: 4), retained: false) == nil)
+        #expect(eventually(timeout: .seconds(10)) { marks(fixture, id).last == 4 })
+        // Within the second after the first mark, at most one more was published: the newest.
+        #expect(marks(fixture, id).count <= 3)
+        let stream = try #require(fixture.publisher.lastJSON(on: Topics.stored(id)))
+        #expect(stream["seq_stream"] == .number(1_764_600_000_000))
+        // A fix sent again (its confirmation was lost) hears the mark again.
+        Thread.sleep(forTimeInterval: 1.1)
+        let before = marks(fixture, id).count
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.4, seq: 4), retained: false) == nil)
+        #expect(eventually { marks(fixture, id).count == before + 1 })
     }
 }

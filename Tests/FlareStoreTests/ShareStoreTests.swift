@@ -377,3 +377,27 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         #expect(try store.holdLease("other job", holder: "b", now: 19_001, durationMillis: 10_000) == 0)
     }
 }
+
+extension ShareStoreTests {
+    /// A confirming tracker's mark: through the last number with no gap before it, whichever store connection (or
+    /// instance) handled which message; a newer stream starts again, an older one is ignored.
+    @Test(arguments: Engine.allCases) func trackerMarksMoveOverHandledRunsOnly(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let row = try store.insertShare(makeShare())
+        func handled(_ numbers: [Int64], stream: Int64 = 1_000, by writer: (any ShareStore)? = nil) throws -> [Int64] {
+            try (writer ?? store).recordHandledSequences(numbers.map { (row, TrackerSequence(stream: stream, number: $0)!) })
+                .filter { $0.shareRow == row && $0.mark.stream == stream }.map(\.mark.number)
+        }
+        #expect(try handled([1, 2]) == [2])
+        #expect(try handled([4, 5], by: other) == [2])  // 3 is still out
+        #expect(try handled([2]) == [2])               // a repeat changes nothing, and hears the mark again
+        #expect(try handled([3]) == [5])
+        #expect(try handled([7, 1_001], stream: 999) == [])  // an older stream: ignored (it hears the newer mark)
+        #expect(try store.recordHandledSequences([(row, TrackerSequence(stream: 999, number: 8)!)]).map(\.mark) == [TrackerSequence(stream: 1_000, number: 5)!])
+        #expect(try handled([2], stream: 2_000) == [])        // a newer stream starts again, from 1
+        #expect(try handled([1], stream: 2_000) == [2])
+        #expect(try handled([6]) == [])
+        #expect(try handled([3, 4], stream: 2_000, by: other) == [4])
+        #expect(try store.recordHandledSequences([]).isEmpty)
+    }
+}

@@ -316,6 +316,17 @@ def case_broker_restart(work, quick):
         stack.stop()
 
 
+def stored_once_settled_for(stack, share, expected, seconds=5):
+    """How many fixes one share has once ingest has settled (see `stored_once_settled`)."""
+    count = lambda: stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}')")[0][0]
+    try:
+        wait_for(lambda: count() >= expected, seconds, "every fix stored")
+    except AssertionError:
+        pass
+    time.sleep(1.0)
+    return count()
+
+
 def retained_state(stack):
     """Every retained status and location on the broker, as the read-only `admin` service account sees them:
     {topic: payload}. An empty payload never shows (it clears)."""
@@ -332,27 +343,36 @@ def retained_state(stack):
 
 
 def case_broker_crash(work, quick):
-    """kill -9 of the broker mid-stream (no save since the shares were made): flared notices from its epoch mark
-    that the broker lost retained messages, and publishes every share's status and last position again.
+    """kill -9 of the broker mid-stream, with no save since the shares were made, while flared is paused (SIGSTOP),
+    so that the broker holds acknowledged fixes it has not handed on: what a crash can cost.
 
-    Also checked: every fix flared answered 202 for (HTTP ingest) is stored once; a share stopped just before the
-    crash stays ended on the broker (no position) and its device token stays refused (the auth plugin syncs its
-    revocation list to disk). Fixes the broker acknowledged to a PUBACK-only tracker and lost in the crash are
-    counted: that is what the OwnTracks apps can lose."""
+    Checked: flared notices from its epoch mark that the broker lost retained messages and publishes every live
+    share's status and last position again; a share stopped just before the crash stays ended (no position) and its
+    device token stays refused (the auth plugin syncs its revocation list to disk); every fix answered 202 (HTTP
+    ingest) and every fix `flare track` was told is stored is stored exactly once. A burst from a publisher that is
+    done at PUBACK (as the OwnTracks apps are) while flared is paused shows what such a tracker can lose."""
     broker_dir = os.path.join(work, "broker-data", "broker")
     os.makedirs(broker_dir, exist_ok=True)
     with open(os.path.join(broker_dir, "admin.password"), "w") as f:
         f.write(secrets.token_urlsafe(24) + "\n")
     stack = Stack(work)
+    trackers = []
     try:
-        count = 150 if quick else 600
-        streaming = stack.create_share()
-        share_file = os.path.join(work, "share.json")
-        with open(share_file, "w") as f:
-            json.dump(streaming, f)
-        track = subprocess.Popen([os.path.join(BIN, "flare"), "track", "--share-file", share_file, "--interval", "0.02",
-                                  "--speed", "100", "--count", str(count), "--quiet"], stdout=subprocess.DEVNULL,
-                                 stderr=open(os.path.join(work, "track.log"), "w"), env=stack.env)
+        count = 600 if quick else 2400
+
+        def start_tracker(name, extra):
+            share = stack.create_share()
+            share_file = os.path.join(work, f"{name}.json")
+            with open(share_file, "w") as f:
+                json.dump(share, f)
+            process = subprocess.Popen([os.path.join(BIN, "flare"), "track", "--share-file", share_file, "--interval", "0.01",
+                                        "--speed", "100", "--count", str(count), "--quiet", "--status-every", "1"] + extra,
+                                       stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"{name}.log"), "w"), env=stack.env)
+            trackers.append(process)
+            return share, process
+
+        confirming, confirming_track = start_tracker("confirming", [])
+        acked = stack.create_share()
         quiet = [stack.create_share() for _ in range(5)]
         now = int(time.time())
         for n, share in enumerate(quiet):
@@ -364,15 +384,23 @@ def case_broker_crash(work, quick):
         status, _, _ = stack.request("POST", f"/api/v1/shares/{stopped['share_id']}/stop",
                                      headers={"Authorization": f"Bearer {stack.owner_key}"})
         assert status == 200, status
-        live = [streaming] + quiet
-        wait_for(lambda: all(f"flare/v1/shares/{s['share_id']}/location" in retained_state(stack) for s in live), 15,
+        live = [confirming, acked] + quiet
+        wait_for(lambda: all(f"flare/v1/shares/{s['share_id']}/location" in retained_state(stack) for s in live if s is not acked), 15,
                  "every live share's position retained before the crash")
-        time.sleep(0.5)
+        # The mark goes up every second from flared's start; the store knows one the broker acknowledged.
+        wait_for(lambda: stack.metric("flare_broker_epoch") >= 2, 15, "flared's epoch mark on the broker")
+        # flared stops reading: the broker acknowledges the trackers' fixes and queues them for flared's session.
+        stack.flared.send_signal(signal.SIGSTOP)
+        burst = 3000
+        pub = bench_publish(stack, [acked["share_id"]], burst, 0, 0)
+        out, _ = pub.communicate(timeout=60)
+        acknowledged = json.loads(out.strip().splitlines()[-1])["published"]
+        time.sleep(max(0.0, 1.0))
         stack.broker.send_signal(signal.SIGKILL)
         stack.broker.wait(20)
-        crashed_at = time.monotonic()
         stack.start_broker()
         broker_back = time.monotonic()
+        stack.flared.send_signal(signal.SIGCONT)
 
         def restored():
             state = retained_state(stack)
@@ -393,22 +421,40 @@ def case_broker_crash(work, quick):
                                   "-m", json.dumps({"_type": "location", "lat": 1, "lon": 2, "tst": now}), "-q", "1"],
                                  capture_output=True, text=True)
         assert refused.returncode != 0, "the stopped share's device token works again after the crash"
-        assert track.wait(120) == 0, "flare track failed"
-        with open(os.path.join(work, "track.log")) as f:
+
+        def stored_of(share):
+            row = f"(SELECT id FROM shares WHERE share_id = '{share['share_id']}')"
+            total = stack.rows(f"SELECT count(*) FROM fixes WHERE share = {row}")[0][0]
+            distinct = stack.rows(f"SELECT count(*) FROM (SELECT DISTINCT tst, lat, lon FROM fixes WHERE share = {row})")[0][0]
+            return total, distinct
+        assert confirming_track.wait(120) == 0, "the confirming tracker did not have every fix confirmed"
+        with open(os.path.join(work, "confirming.log")) as f:
             log = f.read()
-        sent = int(re.findall(r"sent (\d+) fixes", log)[-1])
-        streamed = stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{streaming['share_id']}')")[0][0]
+        assert f"sent {count} fixes, all confirmed stored by Flare" in log, log[-2000:]
+        resent = sum(int(n) for n in re.findall(r"sending again (\d+) fixes", log))
+        total, distinct = stored_of(confirming)
+        assert total == distinct == count, f"confirming tracker: {count} confirmed, {total} stored ({distinct} distinct)"
         http_stored = stack.rows("SELECT count(*) FROM fixes WHERE share IN (SELECT id FROM shares WHERE share_id IN (%s))"
                                  % ",".join(f"'{s['share_id']}'" for s in quiet))[0][0]
         assert http_stored == len(quiet), f"{http_stored} of {len(quiet)} fixes answered 202 stored"
-        lost = max(0, count - streamed)
-        return (f"broker kill -9 during a QoS 1 stream: every live share's retained status and position back "
+        acked_stored = stored_once_settled_for(stack, acked, acknowledged)
+        lost = acknowledged - acked_stored
+        return (f"broker kill -9 with flared paused: every live share's retained status and position back "
                 f"{restore_seconds:.1f} s after the broker restarted; the stopped share stays ended and refused; "
-                f"{len(quiet)}/{len(quiet)} HTTP fixes stored once; the PUBACK-only tracker had {count} fixes acknowledged, "
-                f"{streamed} stored ({lost} lost with the broker's memory)"), {
-                    "restore_seconds": round(restore_seconds, 2), "tracker_fixes": count, "tracker_stored": streamed,
-                    "tracker_lost": lost, "tracker_sent": sent, "http_fixes": len(quiet), "http_stored": http_stored}
+                f"{len(quiet)}/{len(quiet)} HTTP fixes stored once; flare track: {count}/{count} fixes confirmed and "
+                f"stored once ({resent} sent again after the crash); of {acknowledged} fixes the broker acknowledged to a "
+                f"PUBACK-only publisher while flared was paused, {lost} were lost with the broker's memory"), {
+                    "restore_seconds": round(restore_seconds, 2), "tracker_fixes": count, "confirming_stored": total,
+                    "confirming_resent": resent, "puback_only_acknowledged": acknowledged, "puback_only_stored": acked_stored,
+                    "puback_only_lost": lost,
+                    "http_fixes": len(quiet), "http_stored": http_stored}
     finally:
+        if stack.flared:
+            try:
+                stack.flared.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        stop_processes(*trackers)
         stack.stop()
 
 
