@@ -103,6 +103,8 @@ public final class ShareService: Sendable {
     /// The time (`tst`) of the last position flared published per share that came back through a bridge, until it is
     /// checked against the newest stored (see `ownPositionCameBack`).
     private let echoedPositions = Mutex<[ShareID: Int64]>([:])
+    /// Fixes that came over HTTP while the broker was away, oldest first (see `publishHTTPFixes`).
+    private let httpOutbox = Mutex<[(share: ShareID, fix: Fix)]>([])
     /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
     private let refusedSequences = Mutex<[(share: ShareID, row: Int64, sequence: TrackerSequence)]>([])
     /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
@@ -132,6 +134,7 @@ public final class ShareService: Sendable {
         metrics.register(FlareMetrics.trackerChanges)
         metrics.register(FlareMetrics.locateRequests)
         metrics.register(FlareMetrics.httpFixesUnpublished)
+        metrics.register(FlareMetrics.httpOutboxDropped)
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
@@ -435,13 +438,36 @@ public final class ShareService: Sendable {
     /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
     func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
         for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
-            if !publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
-                // Stored and shown to viewers all the same; only the broker's copy is missing until the next fix.
-                metrics.increment(FlareMetrics.httpFixesUnpublished)
-                if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
-                    logger.warning("share \(id): broker unavailable; a fix received over HTTP is stored but not published to its topic")
-                }
+            // Behind fixes still waiting in the outbox, so that integrators get them in order.
+            if httpOutbox.withLock({ $0.isEmpty }), publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
+                continue
             }
+            // Stored and shown to viewers all the same; the broker gets it when it is back.
+            metrics.increment(FlareMetrics.httpFixesUnpublished)
+            let dropped = httpOutbox.withLock { outbox in
+                outbox.append((id, fix))
+                guard outbox.count > Self.httpOutboxCapacity else { return false }
+                outbox.removeFirst()
+                return true
+            }
+            if dropped { metrics.increment(FlareMetrics.httpOutboxDropped) }
+            if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
+                logger.warning("share \(id): broker unavailable; fixes received over HTTP are stored and wait in the outbox (\(httpOutbox.withLock { $0.count })) to be published on reconnect")
+            }
+        }
+    }
+
+    /// HTTP fixes kept for the broker while it is away, in memory: a fix is stored before it gets here, so an instance
+    /// that dies loses only the integrators' copy (the broker's retained last position is restored from the store
+    /// if the broker lost it). Beyond this many the oldest go, counted: the retained position needs only the newest.
+    static let httpOutboxCapacity = 10_000
+
+    /// Publishes the outbox, oldest first, until the broker stops taking messages.
+    private func flushHTTPOutbox() {
+        while let (id, fix) = httpOutbox.withLock({ $0.first }) {
+            if registry.snapshot(id)?.share.isActive == true,
+               !publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) { return }
+            httpOutbox.withLock { outbox in if !outbox.isEmpty { outbox.removeFirst() } }
         }
     }
 
@@ -951,6 +977,7 @@ public final class ShareService: Sendable {
 
     /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
     public func flushUnsent() {
+        flushHTTPOutbox()
         let pending = unsent.withLock { unsent in
             defer { unsent = [:] }
             return unsent

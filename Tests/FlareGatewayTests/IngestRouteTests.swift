@@ -143,15 +143,29 @@ import Testing
         #expect(reply.errorCode == "ignored_type")
     }
 
-    @Test func aFixReceivedWhileTheBrokerIsUnavailableIsStoredAndCounted() throws {
+    /// A broker outage is no reason to refuse a fix: it is stored, answered 202, and published from the outbox, in
+    /// order, when the broker is back.
+    @Test func fixesReceivedWhileTheBrokerIsUnavailableAreStoredAndPublishedOnReconnect() throws {
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()
         fixture.brokerPublisher.setDown(true)
         let tst = GatewayFixture.now
-        let reply = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst))
-        #expect(reply.status == 202)
+        for offset in [2, 1, 0] {
+            let reply = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken,
+                                     json: Self.location(tst: tst - Int64(offset)))
+            #expect(reply.status == 202)
+        }
         #expect(try fixture.send("GET", "/api/v1/view/\(created.viewToken)").decode(ViewDocument.self).last != nil)
-        #expect(fixture.metrics.value(FlareMetrics.httpFixesUnpublished) == 1)
+        #expect(fixture.metrics.value(FlareMetrics.httpFixesUnpublished) == 3)
+        let topic = "flare/v1/shares/\(created.shareID)/location"
+        #expect(!fixture.brokerPublisher.messages.contains { $0.topic == topic })
+        fixture.brokerPublisher.setDown(false)
+        fixture.service.flushUnsent()
+        let published = fixture.brokerPublisher.messages.filter { $0.topic == topic }
+        #expect(published.allSatisfy(\.isOwnPosition) && published.count == 3)
+        #expect(published.compactMap { (try? JSONValue.parse($0.payload))?["tst"]?.doubleValue } == [2, 1, 0].map { Double(tst - $0) })
+        fixture.service.flushUnsent()
+        #expect(fixture.brokerPublisher.messages.filter { $0.topic == topic }.count == 3)  // sent once
     }
 
     @Test func aFixTheStoreCannotTakeNowAsksToRetryAndIsNotLost() throws {
