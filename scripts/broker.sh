@@ -17,6 +17,21 @@ tls_bind=${FLARE_MQTT_TLS_BIND:-$bind}
 ws_port=${FLARE_MQTT_WS_PORT:-}
 ws_bind=${FLARE_MQTT_WS_BIND:-$bind}
 plugin=${FLARE_BROKER_PLUGIN:-$here/.build/broker/flare_auth.so}
+# How often mosquitto saves its state while running: N seconds, or changes:N (every N changes: retained messages,
+# queued messages). A crash (kill -9, power loss) loses what changed since the last save. `off` keeps nothing on
+# disk, not even at an orderly stop (the benchmarks' reference).
+autosave=${FLARE_MQTT_AUTOSAVE:-5}
+persistence=true
+case "$autosave" in
+  changes:[1-9]*) autosave_interval=${autosave#changes:}; autosave_on_changes=true ;;
+  [1-9]*) autosave_interval=$autosave; autosave_on_changes=false ;;
+  off) persistence=false; autosave_interval=0; autosave_on_changes=false ;;
+  *) autosave_interval=x ;;
+esac
+if ! [[ "$autosave_interval" =~ ^[0-9]+$ ]]; then
+  echo "flare: FLARE_MQTT_AUTOSAVE must be a number of seconds (e.g. 5) or changes:N (e.g. changes:10000), not '$autosave'" >&2
+  exit 1
+fi
 
 umask 077
 mkdir -p "$data_dir/broker"
@@ -62,6 +77,7 @@ cp "$here/broker/acl.in" "$broker_dir/acl"
 # persistence file in a data directory that belongs to whoever runs Flare: run it as that user instead.
 sed -e "s|@PORT@|$port|g" -e "s|@BIND@|$bind|g" -e "s|@DATA@|$broker_dir|g" -e "s|@USER@|$(id -un)|g" \
     -e "s|@PLUGIN@|$plugin|g" -e "s|@KEYFILE@|$data_dir/token.key|g" \
+    -e "s|@PERSISTENCE@|$persistence|g" -e "s|@AUTOSAVE_INTERVAL@|$autosave_interval|g" -e "s|@AUTOSAVE_ON_CHANGES@|$autosave_on_changes|g" \
   "$here/broker/mosquitto.conf.in" > "$broker_dir/mosquitto.conf"
 if [ -n "$tls_port" ]; then
   tls_cert=${FLARE_MQTT_TLS_CERT:-}

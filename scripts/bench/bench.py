@@ -633,21 +633,174 @@ def bench_create_to_other(stack, port_b, count):
             "pass": percentile(latencies, 99) < 1000}
 
 
+
+def bench_restore(stack, shares, target, rate, seconds):
+    """The broker loses everything (kill -9, and its persistence file gone) with `target` live shares, each with a
+    retained status and position: how long until flared has put them all back, and whether ingest keeps up meanwhile
+    (a `rate` fixes/s QoS 1 stream on 100 other shares, against that rate)."""
+    missing = target - len(shares)
+    if missing > 0:
+        new, _ = create_shares(stack, missing)
+        shares.extend(new)
+        for start in range(0, len(new), 40_000):
+            chunk = new[start:start + 40_000]
+            path = shares_file(stack, chunk, "restore-shares.txt")
+            before = stack.metric("flare_fixes_accepted_total")
+            flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "11")
+            wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
+    live = int(stack.metric("flare_shares_active"))
+    db = sqlite3.connect(f"file:{stack.data}/flare.db?mode=ro", uri=True, timeout=30)
+    try:
+        with_position = db.execute("SELECT count(DISTINCT share) FROM fixes").fetchone()[0]
+    finally:
+        db.close()
+    wait_for(lambda: stack.metric("flare_broker_epoch") >= 2, 30, "flared's epoch mark")
+    restores_before = stack.metric("flare_broker_restores_total")
+    messages_before = stack.metric("flare_broker_restored_messages_total")
+    stack.broker.kill()
+    stack.broker.wait()
+    database = os.path.join(stack.data, "broker", "mosquitto.db")
+    if os.path.exists(database):
+        os.remove(database)
+    stack.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=stack.env,
+                                    stdout=open(os.path.join(stack.work, "broker.log"), "a"), stderr=subprocess.STDOUT)
+    wait_for(lambda: port_open(stack.mqtt_port), 10, "mosquitto back")
+    back = time.monotonic()
+    stream = shares_file(stack, shares[:100], "restore-stream.txt")
+    publisher = subprocess.Popen([os.path.join(RELEASE, "flare"), "bench", "publish", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
+                                  "--shares-file", stream, "--count", str(rate * seconds), "--rate", str(rate), "--qos", "1",
+                                  "--offset", "13"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=stack.env)
+    samples = []  # (time, accepted, restores)
+    deadline = back + seconds + 60
+    while time.monotonic() < deadline:
+        samples.append((time.monotonic(), stack.metric("flare_fixes_accepted_total"), stack.metric("flare_broker_restores_total")))
+        if publisher.poll() is not None and samples[-1][2] > restores_before:
+            break
+        time.sleep(0.25)
+    publisher.communicate(timeout=60)
+    done = next((t for t, _, r in samples if r > restores_before), None)
+    restored = stack.metric("flare_broker_restored_messages_total") - messages_before
+    # Ingest while the restore ran: from the first fix stored after the broker came back to the restore's end.
+    started = next((i for i, (_, a, _) in enumerate(samples) if a > samples[0][1]), None)
+    ended = next((i for i, (_, _, r) in enumerate(samples) if r > restores_before), None)
+    if started is not None and ended is not None and ended > started:
+        accepted = samples[ended][1] - samples[started][1]
+        ingest_ratio = accepted / (rate * (samples[ended][0] - samples[started][0]))
+    else:
+        ingest_ratio = None  # the restore was over before the stream's first fix was stored
+    row = {"name": f"restore {live:,} shares", "live_shares": live, "restored_messages": int(restored),
+           "restore_s": round(done - back, 1) if done else None,
+           "restored_per_s": round(restored / (done - back)) if done else None,
+           "ingest_ratio_during_restore": round(ingest_ratio, 2) if ingest_ratio is not None else None, "stream_rate": rate,
+           "target": "all restored; ingest >= 0.9 of the stream meanwhile",
+           "pass": done is not None and restored >= live + with_position and (ingest_ratio is None or ingest_ratio >= 0.9)}
+    print_row(row)
+    return row
+
+
+# --- broker persistence ---------------------------------------------------------------------------------------
+
+def cpu_seconds(pid):
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BareBroker:
+    """scripts/broker.sh alone (no flared), with one FLARE_MQTT_AUTOSAVE setting, in its own directory."""
+
+    def __init__(self, work, autosave):
+        self.work = work
+        self.mqtt_port = free_port()
+        data = os.path.join(work, "data")
+        os.makedirs(data, exist_ok=True)
+        self.env = dict(os.environ, FLARE_DATA_DIR=data, FLARE_MQTT_PORT=str(self.mqtt_port), FLARE_MQTT_AUTOSAVE=autosave)
+        self.env["FLARE_BENCH_PASSWORD_FILE"] = write_bench_password(os.path.join(data, "broker"))
+        self.database = os.path.join(data, "broker", "mosquitto.db")
+        self.process = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=self.env,
+                                        stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        stop_processes(self.process)
+
+
+def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
+    """What mosquitto's persistence settings cost the broker, against no persistence in the same run.
+
+    A stream of `rate` retained QoS 1 fixes/s over `topics` share topics (each already holding a retained position,
+    the state every save writes) to one QoS 1 subscriber, as the bridge takes them, for `seconds`; the broker's CPU
+    time per fix compared with `FLARE_MQTT_AUTOSAVE=off`. The window is what a crash can lose: the interval, or N
+    changes at about one change per fix (each retained position replaced)."""
+    settings = [("off", None), ("30", 30.0), ("5", 5.0), ("changes:1000", 1000), ("changes:10000", 10_000)]
+    ids = [f"p{n:021d}" for n in range(topics)]
+    rows = []
+    for rate in rates:
+        total = rate * seconds
+        reference = None
+        for setting, window in settings:
+            run = os.path.join(work, f"persist-{rate}-{setting.replace(':', '-')}")
+            os.makedirs(run)
+            path = os.path.join(run, "topics.txt")
+            with open(path, "w") as f:
+                f.write("".join(i + "\n" for i in ids))
+            broker = BareBroker(run, setting)
+            try:
+                # The subscriber first, then every topic's retained position (the state each save writes): the
+                # stream is timed from when the subscriber has them all.
+                counter = subprocess.Popen([os.path.join(RELEASE, "flare"), "bench", "count", "--mqtt-url", f"mqtt://{HOST}:{broker.mqtt_port}",
+                                            "--pattern", "bench/p/+/location", "--qos", "1", "--expect", str(total + topics),
+                                            "--report-every", str(topics), "--timeout", str(seconds + 120)],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=broker.env)
+                assert counter.stderr.readline().strip() == "ready"
+                flare_cli(broker, "publish", "--shares-file", path, "--prefix", "bench/p", "--count", str(topics), "--rate", "10000", "--qos", "1")
+                assert select.select([counter.stdout], [], [], 120)[0], "the subscriber did not get the retained positions"
+                assert json.loads(counter.stdout.readline())["received"] == topics
+                cpu_before, started = cpu_seconds(broker.process.pid), time.monotonic()
+                pub = flare_cli(broker, "publish", "--shares-file", path, "--prefix", "bench/p", "--count", str(total),
+                                "--rate", str(rate), "--qos", "1", timeout=seconds + 120)
+                out = counter.stdout.read()
+                counter.wait(seconds + 90)
+                elapsed = time.monotonic() - started
+                cpu = cpu_seconds(broker.process.pid) - cpu_before
+                received = json.loads(out.strip().splitlines()[-1])["received"] - topics
+                database_mb = os.path.getsize(broker.database) / 1_048_576 if os.path.exists(broker.database) else 0.0
+            finally:
+                broker.stop()
+            per_fix_us = cpu / max(1, pub["published"]) * 1e6
+            if reference is None:
+                reference = per_fix_us
+            window_s = None if window is None else (window if isinstance(window, float) else window / rate)
+            row = {"name": f"persistence {setting} @ {rate:,}/s", "setting": setting, "rate": rate,
+                   "delivered_per_s": round(received / elapsed), "broker_cpu_percent": round(100 * cpu / elapsed, 1),
+                   "cpu_us_per_fix": round(per_fix_us, 2), "cost_ratio": round(per_fix_us / reference, 2),
+                   "crash_window_s": None if window_s is None else round(window_s, 2), "database_mb": round(database_mb, 1),
+                   "target": "measured (no target)", "pass": received >= total * 0.99}
+            rows.append(row)
+            print_row(row)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
-    parser.add_argument("--only", default="ingest,latency,view,scale,pg-ingest,pg-scale,cluster",
-                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, "
-                             "pg-ingest, pg-scale, cluster (the last three on PostgreSQL)")
+    parser.add_argument("--only", default="ingest,latency,view,scale,restore,pg-ingest,pg-scale,cluster,persistence",
+                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, restore, "
+                             "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
     args = parser.parse_args()
     only = set(args.only.split(","))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
     if args.long:
-        cfg = dict(ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20)
+        cfg = dict(ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
     else:
-        cfg = dict(ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5)
+        cfg = dict(ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
@@ -674,10 +827,14 @@ def main():
             for row in bench_scale(stack, shares, cfg["levels"], cfg["viewers"], 1000, cfg["viewer_s"]):
                 rows.append(row)
                 print_row(row)
+        if "restore" in only:
+            rows.append(bench_restore(stack, shares, 100_000, 1000, 20))
         stack.stop()
         stack = None
         if only & {"pg-ingest", "pg-scale", "cluster"}:
             bench_postgres(work, cfg, only, rows)
+        if "persistence" in only:
+            rows.extend(bench_persistence(work, cfg["persist_s"], topics=cfg["persist_topics"]))
     finally:
         if stack:
             stack.stop()
@@ -711,6 +868,11 @@ def print_table(rows):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
         elif name.startswith("create on A"):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
+        elif name.startswith("restore"):
+            cells = (f"{r['restore_s']} s", f"{r['restored_messages']:,} msgs", f"ingest x{r['ingest_ratio_during_restore']} meanwhile")
+        elif name.startswith("persistence"):
+            window = "no save" if r["crash_window_s"] is None else f"window {r['crash_window_s']} s"
+            cells = (f"{r['cpu_us_per_fix']} us/fix", f"{r['broker_cpu_percent']}% CPU", f"x{r['cost_ratio']}, {window}")
         elif name.startswith("scale"):
             cells = (f"{r['flared_rss_mb']} MB", f"mosq {r['mosquitto_rss_mb']} MB", f"create {r['create_per_s']:,}/s, MQTT rtt max {r.get('probe_max_ms', '?')} ms")
         else:
