@@ -113,15 +113,15 @@ struct Tracker {
         // "Locate now": the next fix the source gives is sent as the answer (OwnTracks `t: "r"`).
         let answerNext = Atomic<Bool>(false)
         let commandTopic = Topics.command(shareID), storedTopic = Topics.stored(shareID)
+        let confirm = self.confirm
         // This run's stream: numbers from 1, named by the start time, so that a later run's stream is newer.
-        let stream = Int64(Date().timeIntervalSince1970 * 1000)
-        let outbox = Mutex(Outbox(capacity: queueLimit))
+        let outbox = Mutex(Outbox(capacity: queueLimit, stream: confirm ? Int64(Date().timeIntervalSince1970 * 1000) : nil))
         client.setMessageHandler { message in
             guard let object = try? JSONValue.parse(message.payload) else { return }
             if message.topic == storedTopic {
-                guard object["seq_stream"]?.doubleValue == Double(stream), let through = object["seq"]?.doubleValue,
-                      let number = Int64(exactly: through) else { return }
-                outbox.withLock { $0.confirm(through: number) }
+                guard let stream = object["seq_stream"]?.doubleValue.flatMap({ Int64(exactly: $0) }),
+                      let through = object["seq"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
+                outbox.withLock { $0.confirm(stream: stream, through: through) }
                 return
             }
             if message.topic == commandTopic {
@@ -136,7 +136,6 @@ struct Tracker {
         let broker = self.broker
         // After a reconnection, what is not confirmed is sent again (once the retained mark has had time to arrive).
         let resendAt = Mutex<ContinuousClock.Instant?>(nil)
-        let confirm = self.confirm
         let connections = Atomic<Int>(0)
         client.setConnectionHandler { event in
             switch event {
@@ -179,10 +178,7 @@ struct Tracker {
                 }
                 guard var fix = next else { break }
                 if answerNext.exchange(false, ordering: .relaxed) { fix.trigger = Fix.responseTrigger }
-                outbox.withLock { outbox in
-                    if confirm { fix.sequence = TrackerSequence(stream: stream, number: outbox.nextNumber) }
-                    outbox.append(fix)
-                }
+                outbox.withLock { $0.append(fix) }
                 produced += 1
             }
             outbox.withLock { $0.producerDone = true }
@@ -290,8 +286,9 @@ struct Tracker {
             let started = ContinuousClock.now
             do {
                 try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                outbox.withLock { $0.sent(head.number, keep: confirm) }
-                if head.number > stats.highestSent {
+                outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
+                if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
+                    stats.stream = head.fix.sequence?.stream
                     stats.sent += 1
                     stats.highestSent = head.number
                 } else {
@@ -322,6 +319,7 @@ struct Tracker {
         var sent = 0
         var sentAgain = 0
         var highestSent: Int64 = 0
+        var stream: Int64?
         var lastAck: Date?
     }
 }
@@ -331,26 +329,47 @@ struct Tracker {
 struct Outbox: Sendable {
     struct Entry: Sendable {
         let number: Int64
-        let fix: Fix
+        var fix: Fix
         var sent = false
     }
 
     let capacity: Int
+    /// The confirmation stream the fixes are numbered in (nil: not confirming).
+    private(set) var stream: Int64?
     private(set) var entries: [Entry] = []
     private(set) var nextNumber: Int64 = 1
     private(set) var dropped = 0
     private(set) var confirmed = 0
     var producerDone = false
 
-    init(capacity: Int) { self.capacity = capacity }
+    init(capacity: Int, stream: Int64?) {
+        self.capacity = capacity
+        self.stream = stream
+    }
 
     mutating func append(_ fix: Fix) {
+        var fix = fix
+        if let stream { fix.sequence = TrackerSequence(stream: stream, number: nextNumber) }
         entries.append(Entry(number: nextNumber, fix: fix))
         nextNumber += 1
         if entries.count > capacity {
             entries.removeFirst()
             dropped += 1
+            // A number that will never be sent would hold Flare's mark back for good: the fixes kept go on in a new
+            // stream, numbered from 1, and are all sent again (those already stored are kept once).
+            if stream != nil { restartStream() }
         }
+    }
+
+    private mutating func restartStream() {
+        guard let old = stream else { return }
+        let next = max(old + 1, Int64(Date().timeIntervalSince1970 * 1000))
+        stream = next
+        for index in entries.indices {
+            entries[index] = Entry(number: Int64(index) + 1, fix: entries[index].fix)
+            entries[index].fix.sequence = TrackerSequence(stream: next, number: Int64(index) + 1)
+        }
+        nextNumber = Int64(entries.count) + 1
     }
 
     var nextToSend: Entry? { entries.first { !$0.sent } }
@@ -358,14 +377,16 @@ struct Outbox: Sendable {
     var awaitingConfirmation: Int { entries.count { $0.sent } }
 
     /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
-    /// have been dropped by the bound, or confirmed, while it was being sent.
-    mutating func sent(_ number: Int64, keep: Bool) {
-        guard let index = entries.firstIndex(where: { $0.number == number }) else { return }
+    /// have been dropped by the bound, or confirmed, while it was being sent (a restarted stream renumbers, so the
+    /// caller passes the fix's stream too).
+    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) {
+        guard sentStream == stream, let index = entries.firstIndex(where: { $0.number == number }) else { return }
         if keep { entries[index].sent = true } else { entries.remove(at: index) }
     }
 
-    /// Flare's mark: every fix numbered up to `through` is stored (or refused for good).
-    mutating func confirm(through: Int64) {
+    /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
+    mutating func confirm(stream markStream: Int64, through: Int64) {
+        guard markStream == stream else { return }
         let before = entries.count
         entries.removeAll { $0.number <= through }
         confirmed += before - entries.count

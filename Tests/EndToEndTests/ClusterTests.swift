@@ -127,6 +127,34 @@ import Testing
         #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM instances WHERE client_id = 'flared-b'") == "0")
     }
 
+    /// One instance keeps the broker's retained state (the store's lease); when it dies the other takes the job over,
+    /// and when the broker then crashes (SIGKILL, nothing saved since it started), puts every share's retained status
+    /// and last position back, whichever instance stored them.
+    @Test func anotherInstanceKeepsTheBrokerAfterTheKeeperDies() throws {
+        let cluster = try cluster()
+        let keeps = "keeping the broker's retained state"
+        #expect(eventually(timeout: .seconds(15)) { [cluster.a, cluster.b].filter { $0.log.contains(keeps) }.count == 1 })
+        let keeper = cluster.a.log.contains(keeps) ? cluster.a : cluster.b
+        let other = keeper === cluster.a ? cluster.b : cluster.a
+        let created = try other.request("POST", "/api/v1/shares", body: "{}", bearer: other.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+        try publish(cluster, id, location(lat: 47.5))
+        let locationTopic = "flare/v1/shares/\(id)/location", statusTopic = "flare/v1/shares/\(id)/status"
+        #expect(eventually { (try? Retained.message(port: cluster.broker.port, topic: locationTopic))?.contains("47.5") == true })
+        #expect(eventually { (try? TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM fixes")) == "1" })
+
+        keeper.kill()
+        #expect(eventually(timeout: .seconds(30)) { other.log.contains(keeps) }, "\(other.log)")
+        #expect(eventually(timeout: .seconds(10)) { (try? Retained.message(port: cluster.broker.port, topic: "flare/v1/epoch")) != nil })
+        cluster.broker.kill()
+        try cluster.broker.start()
+        #expect(eventually(timeout: .seconds(30)) {
+            (try? Retained.message(port: cluster.broker.port, topic: statusTopic))?.contains(#""state":"active""#) == true
+                && (try? Retained.message(port: cluster.broker.port, topic: locationTopic))?.contains("47.5") == true
+        }, "\(other.log)\n--- the first keeper:\n\(keeper.log)")
+        #expect(other.log.contains("the broker lost retained messages"), "\(other.log)")
+    }
+
     /// Two processes with one client id would take the broker session from each other: the second is refused.
     @Test func aSecondProcessWithTheSameClientIDIsRefused() throws {
         let cluster = try cluster(["FLARE_INSTANCE_STALE_AFTER_S": "3"])

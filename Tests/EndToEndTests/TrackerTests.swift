@@ -120,6 +120,32 @@ import Glibc
         #expect(matches(arrived, lats), "\(arrived.count) fixes: \(arrived)")
     }
 
+    /// An outbox too small for a broker outage drops its oldest fixes; the numbers they had would hold Flare's mark
+    /// back for good, so the tracker goes on in a new stream: what it kept is confirmed and stored, and it finishes.
+    @Test func aFullOutboxStartsANewStreamAndStillEndsConfirmed() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_TRAIL_LENGTH": "100"])
+        let share = try createShare(flared)
+        let (file, _) = try gpx(points: 90, in: flared.dataDirectory)
+        // Room for the fixes that wait for the mark (about a second's worth) but not for a broker outage.
+        let (tracker, log) = try startTracker(flared, share, ["--gpx", file.path, "--speed-factor", "10", "--quiet", "--status-every", "1",
+                                                              "--queue", "30"], log: "small-outbox.log")
+        defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
+        #expect(trail(flared, share) { $0.count >= 5 }.count >= 5)
+        broker.stop()
+        #expect(eventually(timeout: .seconds(15)) { log().range(of: #"[1-9]\d* dropped"#, options: .regularExpression) != nil }, "\(log())")
+        try broker.start()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while tracker.isRunning && ContinuousClock.now < deadline { usleep(100_000) }
+        try #require(!tracker.isRunning, "\(log())")
+        #expect(tracker.terminationStatus == 0, "\(log())")
+        #expect(log().contains("all confirmed stored by Flare"), "\(log())")
+        // What the outbox kept is stored, up to the track's last point.
+        let last = 48.1 + 89 * 0.0001
+        let arrived = trail(flared, share) { $0.last.map { abs($0 - last) < 1e-7 } ?? false }
+        #expect(arrived.last.map { abs($0 - last) < 1e-7 } == true, "\(arrived)")
+    }
+
     /// `flare track` answers "locate now" with its next fix (`t: "r"`), and its last will tells Flare when its
     /// connection is lost: killed with SIGKILL, the page's tracker goes offline.
     @Test func theTrackerAnswersLocateNowAndItsLastWillMarksItOffline() throws {
