@@ -58,6 +58,8 @@ public final class BrokerStateKeeper: Sendable {
     private let metrics: Metrics
     private let logger: Logger
     private let state = Mutex(State())
+    /// The keeper retries several times a second: a store or broker that stays away is said a few times a minute.
+    private let warningLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 2), maximumKeys: 8)
     private let stopping = Atomic<Bool>(false)
     private let finished = Atomic<Bool>(false)
 
@@ -130,7 +132,7 @@ public final class BrokerStateKeeper: Sendable {
             value = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis)
         } catch {
             // The store is away: whoever holds the lease keeps it until it runs out; nothing is published meanwhile.
-            logger.warning("cannot renew the broker-keeper lease (\(error))")
+            warn("lease", "cannot renew the broker-keeper lease (\(error))")
             return holding
         }
         return state.withLock { state in
@@ -155,7 +157,7 @@ public final class BrokerStateKeeper: Sendable {
     private func checkMark(on current: Int) {
         let shown: Int64?
         do { shown = try reader.readEpoch() } catch {
-            logger.warning("cannot read the broker's epoch mark (\(error)); trying again")
+            warn("probe", "cannot read the broker's epoch mark (\(error)); trying again")
             return
         }
         let expected = state.withLock { $0.epoch }
@@ -184,7 +186,7 @@ public final class BrokerStateKeeper: Sendable {
         logger.warning("the broker's epoch mark is \(shown.map { "\($0)" } ?? "missing"), the store's \(expected): the broker lost retained messages (a crash since its last save); publishing every share's retained status and last position again")
         let startedAt = monotonicMillis()
         guard let restored = shares.restoreBrokerState(window: Self.restoreWindow, timeout: Self.acknowledgementTimeout) else {
-            logger.warning("the restore was interrupted (broker or store unavailable); starting again at the next connection")
+            warn("restore", "the restore was interrupted (broker or store unavailable); starting again")
             return
         }
         // The new mark is acknowledged after everything the restore sent, on the same connection: from here the broker
@@ -209,6 +211,10 @@ public final class BrokerStateKeeper: Sendable {
     /// Raises the mark: at QoS 0, which the client never sends again on a later connection (a QoS 1 message in flight
     /// when the broker dies is re-sent to the restarted broker, which would then show a mark it has not earned), then
     /// a QoS 1 message after it, whose acknowledgement says that the broker has processed the mark.
+    private func warn(_ key: String, _ message: @autoclosure () -> String) {
+        if warningLimiter.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+    }
+
     private func publishEpoch(_ epoch: Int64) -> Bool {
         var writer = JSONWriter()
         writer.beginObject()
@@ -232,7 +238,7 @@ public final class BrokerStateKeeper: Sendable {
                 state.withLock { $0.holding = false }
             }
         } catch {
-            logger.warning("cannot record the broker's epoch mark in the store (\(error))")
+            warn("record", "cannot record the broker's epoch mark in the store (\(error))")
         }
     }
 }
