@@ -16,6 +16,22 @@ public struct APIErrorBody: Codable, Sendable, Equatable {
     }
 }
 
+/// 429 `quota_exceeded`: the request is over one of its key's limits, named in `limit` (`max_live`,
+/// `max_duration_s`, `create_rate`) with its `value`; `Retry-After` comes with it where waiting helps.
+public struct QuotaErrorBody: Codable, Sendable, Equatable {
+    public let error: String
+    public let message: String
+    public let limit: String
+    public let value: Int64
+
+    public init(message: String, limit: String, value: Int64) {
+        self.error = "quota_exceeded"
+        self.message = message
+        self.limit = limit
+        self.value = value
+    }
+}
+
 /// `GET /healthz`: 200 when everything is up, 503 otherwise.
 public struct HealthStatus: Codable, Sendable, Equatable {
     public enum Overall: String, Codable, Sendable { case ok, unhealthy }

@@ -21,6 +21,8 @@ public enum ShareError: Error, Equatable, CustomStringConvertible {
     case ended
     case invalid(String)
     case storage(String)
+    /// Over one of the owning key's limits.
+    case quota(QuotaRefusal)
 
     public var description: String {
         switch self {
@@ -28,6 +30,7 @@ public enum ShareError: Error, Equatable, CustomStringConvertible {
         case .ended: "the share has ended"
         case .invalid(let message): message
         case .storage(let message): "store error: \(message)"
+        case .quota(let refusal): refusal.message
         }
     }
 }
@@ -87,6 +90,8 @@ public final class ShareService: Sendable {
     }
 
     let store: any ShareStore
+    /// The owner keys: who may create, read and control which shares.
+    public let keys: OwnerKeyService
     /// Memory's copy of every share that still has history; the bridge's ingest records fixes into it.
     let registry: ShareRegistry
     private let publisher: any BrokerPublisher
@@ -112,8 +117,6 @@ public final class ShareService: Sendable {
     /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
     private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
-    /// Owner keys found in the store, until when they are believed without asking again (see `isOwnerKey`).
-    private let knownOwnerKeys = Mutex<[SecretHash: Int64]>([:])
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
@@ -122,6 +125,7 @@ public final class ShareService: Sendable {
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
+        self.keys = OwnerKeyService(store: store, clock: clock, metrics: metrics, logger: logger)
         self.registry = registry
         self.publisher = publisher
         self.tokenKey = tokenKey
@@ -130,6 +134,7 @@ public final class ShareService: Sendable {
         self.metrics = metrics
         self.logger = logger
         metrics.register(FlareMetrics.sharesCreated)
+        metrics.register(FlareMetrics.quotaRefusals)
         metrics.register(FlareMetrics.sharesEnded)
         metrics.register(FlareMetrics.trackerChanges)
         metrics.register(FlareMetrics.locateRequests)
@@ -202,25 +207,47 @@ public final class ShareService: Sendable {
 
     // MARK: Transitions
 
-    public func create(name: String?, durationSeconds: Double?) throws(ShareError) -> Created {
-        let duration: Int64
+    /// - Parameter owner: the key creating it, which will own it (nil: no key, as in tests and the demo); its limits
+    ///   apply, across instances.
+    public func create(name: String?, durationSeconds: Double?, owner: OwnerKeyRecord? = nil) throws(ShareError) -> Created {
+        var duration: Int64
         let cleanName: String
         do {
             duration = try policy.duration(requested: durationSeconds)
             cleanName = try policy.validName(name)
         } catch { throw .invalid(error.description) }
+        let limits = owner?.limits ?? .none
+        if let maximum = limits.maxDurationSeconds, duration > maximum {
+            // The server's default is shortened to the key's bound; a duration asked for is refused.
+            guard durationSeconds == nil else { throw refused(QuotaRefusal(limit: .maxDuration, value: maximum, retryAfterSeconds: nil)) }
+            duration = maximum
+        }
         let now = clock.now()
         let viewToken = Secret.generate()
         let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
-                          createdAt: now, expiresAt: now + duration * 1000)
+                          createdAt: now, expiresAt: now + duration * 1000, ownerKeyID: owner?.id)
+        let inserted: Result<Int64, QuotaRefusal>
+        do {
+            inserted = limits.maxLive != nil || limits.createsPerHour != nil
+                ? try store.insertShare(share, limits: limits, now: now)
+                : .success(try store.insertShare(share))
+        } catch { throw .storage(error.description) }
         let row: Int64
-        do { row = try store.insertShare(share) } catch { throw .storage(error.description) }
+        switch inserted {
+        case .success(let inserted): row = inserted
+        case .failure(let refusal): throw refused(refusal)
+        }
         registry.insert(StoredShare(row: row, share: share))
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
         logger.info("share \(share.id) created, expires in \(duration) s")
         return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share))
+    }
+
+    private func refused(_ refusal: QuotaRefusal) -> ShareError {
+        metrics.increment(FlareMetrics.quotaRefusals, labels: [("limit", refusal.limit.rawValue)])
+        return .quota(refusal)
     }
 
     /// Ends an active share now. Ending an ended share is not an error: the answer is its current state.
@@ -239,6 +266,11 @@ public final class ShareService: Sendable {
         let duration: Int64
         do { duration = try policy.duration(requested: durationSeconds) } catch { throw .invalid(error.description) }
         let expiresAt = clock.now() + duration * 1000
+        // The owning key's bound holds for the share's whole length, whoever extends it (the phone may).
+        if let maximum = keys.limits(ofOwner: snapshot.share.ownerKeyID)?.maxDurationSeconds,
+           expiresAt - snapshot.share.createdAt > maximum * 1000 {
+            throw refused(QuotaRefusal(limit: .maxDuration, value: maximum, retryAfterSeconds: nil))
+        }
         do { try store.updateExpiry(row: snapshot.row, expiresAt: expiresAt) } catch { throw .storage(error.description) }
         registry.updateExpiry(id, expiresAt: expiresAt)
         schedule(.expire(id), at: expiresAt)
@@ -342,6 +374,8 @@ public final class ShareService: Sendable {
         case .fixes(let fixes):
             let now = clock.now()
             for id in registry.record(rows: fixes, heardAt: now) { schedule(.tracker(id), at: now) }
+        case .ownerKey(let id):
+            keys.forget(id)
         case .resync:
             resync()
         }
@@ -661,32 +695,14 @@ public final class ShareService: Sendable {
         return registry.ingestContext(id)
     }
 
-    /// Shares newest first, after `position` (see `ShareStore.listShares`).
-    public func list(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(ShareError) -> [(row: Int64, lookup: ShareLookup)] {
+    /// Shares newest first, after `position` (see `ShareStore.listShares`); `owner`: only that key's.
+    public func list(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64? = nil) throws(ShareError) -> [(row: Int64, lookup: ShareLookup)] {
         let rows: [StoredShare]
-        do { rows = try store.listShares(state: state, after: position, limit: limit) } catch { throw .storage(error.description) }
+        do { rows = try store.listShares(state: state, after: position, limit: limit, owner: owner) } catch { throw .storage(error.description) }
         return rows.map { stored in
             (stored.row, registry.snapshot(stored.share.id).map(ShareLookup.live) ?? .historyDeleted(stored.share))
         }
     }
-
-    /// Whether `key` is a current owner key. Unknown or malformed keys cost one hash and one indexed lookup. A key
-    /// found is remembered for `ownerKeyMemoryMillis`: on a database server the lookup is a round trip, and an app
-    /// creating shares would pay it on every request. (Keys are never deleted today; when they can be, a deletion
-    /// must also clear this memory on every instance.)
-    public func isOwnerKey(_ key: String) -> Bool {
-        guard OwnerKey.isWellFormed(key) else { return false }
-        let hash = SecretHash(of: key)
-        let now = monotonicMillis()
-        if let until = knownOwnerKeys.withLock({ $0[hash] }), now < until { return true }
-        guard (try? store.ownerKeyExists(hash: hash)) ?? false else { return false }
-        knownOwnerKeys.withLock { known in
-            if known.count >= 1_000 { known.removeAll(keepingCapacity: true) }
-            known[hash] = now + Self.ownerKeyMemoryMillis
-        }
-        return true
-    }
-    static let ownerKeyMemoryMillis: Int64 = 10_000
 
     /// The view document of a share with history, rendered once per change of the share and then served from
     /// memory: rendering the trail's numbers dominated the view endpoint's CPU time, and a share changes far less

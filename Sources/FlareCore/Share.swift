@@ -19,10 +19,13 @@ public struct Share: Sendable, Equatable {
     /// When a link holder last asked the phone for a fresh position ("locate now"), and when it answered that request.
     public var locateRequestedAt: UnixMillis?
     public var locateAnsweredAt: UnixMillis?
+    /// The owner key that created it (its store id); shares made before keys owned shares belong to the first key.
+    public var ownerKeyID: Int64?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
-                tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil) {
+                tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
+                ownerKeyID: Int64? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -34,6 +37,7 @@ public struct Share: Sendable, Equatable {
         self.tracker = tracker
         self.locateRequestedAt = locateRequestedAt
         self.locateAnsweredAt = locateAnsweredAt
+        self.ownerKeyID = ownerKeyID
     }
 
     public var isActive: Bool { endedAt == nil }

@@ -60,9 +60,11 @@ extension Gateway {
             if let found, !found.share.isActive { return .failure(.shareEnded) }
             return .failure(.unauthorized)
         }
+        // Another key's share is as unknown as one that never existed.
+        if let found, !caller.sees(found.share) { return .failure(.shareNotFound) }
         // The owner may learn that a share existed; a device caller only ever holds an active share's token.
         guard let found, case .live(let snapshot) = found else {
-            return .failure(caller == .owner && found != nil ? .shareEnded : .shareNotFound)
+            return .failure(caller.key != nil && found != nil ? .shareEnded : .shareNotFound)
         }
         guard snapshot.share.isActive else { return .failure(.shareEnded) }
         let connection: OwnTracksConfiguration.Connection

@@ -7,15 +7,36 @@ import FoundationEssentials
 
 /// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
 /// person in trouble can end or prolong sharing from the phone.
+///
+/// A share belongs to the key that created it: a limited key reads and controls only its own, and for anyone
+/// else's gets exactly what it would get for a share that does not exist (404 `not_found`), also where the owner
+/// would hear 409 or 410. Admin keys see and control every share.
 extension Gateway {
-    enum Caller { case owner, device }
+    enum Caller: Equatable {
+        case owner(OwnerKeyRecord)
+        case device
+
+        var key: OwnerKeyRecord? {
+            if case .owner(let key) = self { return key }
+            return nil
+        }
+
+        /// Whether this caller may see `share` at all (a device token is checked against its share elsewhere).
+        func sees(_ share: Share) -> Bool { key.map { $0.owns(share) } ?? true }
+    }
 
     func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool) -> Caller? {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer ") else { return nil }
         let token = String(authorization.dropFirst("Bearer ".count))
-        if OwnerKey.isWellFormed(token) { return shares.isOwnerKey(token) ? .owner : nil }
+        if OwnerKey.isWellFormed(token) { return shares.keys.key(token).map(Caller.owner) }
         if allowDevice, let share, shares.authorizeDevice(token: token, for: share) { return .device }
         return nil
+    }
+
+    /// The owner key of the request, or the response for a request without a current one.
+    func ownerKey(_ request: HTTPRequest) -> Result<OwnerKeyRecord, APIError> {
+        guard let key = authenticate(request, share: nil, allowDevice: false)?.key else { return .failure(.unauthorized) }
+        return .success(key)
     }
 
     /// The request body as a `ShareRequest` (an empty body is an empty request). The content type is not checked:
@@ -38,11 +59,11 @@ extension Gateway {
     }
 
     func createShare(_ request: HTTPRequest) -> HTTPResponse {
-        guard authenticate(request, share: nil, allowDevice: false) == .owner else { return APIError.unauthorized.response }
+        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
         let body: ShareRequest
         do { body = try shareRequest(request) } catch { return error.response }
         do {
-            let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds)
+            let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds, owner: key)
             let id = created.share.id
             let base = configuration.publicURL
             var http = HTTPResponse.api(201, CreatedShare(
@@ -66,14 +87,21 @@ extension Gateway {
 
     func showShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard authenticate(request, share: id, allowDevice: false) == .owner else { return APIError.unauthorized.response }
-        guard let lookup = shares.share(id) else { return APIError.shareNotFound.response }
+        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
+        guard let lookup = shares.share(id), key.owns(lookup.share) else { return APIError.shareNotFound.response }
         return .api(200, Self.status(of: lookup))
     }
 
-    /// `GET /api/v1/shares`: newest first, in pages (see `FlareAPI.ShareList`).
+    /// `GET /api/v1/shares`: newest first, in pages (see `FlareAPI.ShareList`): the caller's own shares, or for an
+    /// admin key every share (`?key=ID`: that key's).
     func listShares(_ request: HTTPRequest) -> HTTPResponse {
-        guard authenticate(request, share: nil, allowDevice: false) == .owner else { return APIError.unauthorized.response }
+        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
+        var owner: Int64? = key.isAdmin ? nil : key.id
+        if let text = request.query["key"] {
+            guard let id = Int64(text), id > 0 else { return APIError.badRequest("invalid_key", "key must be a key id (flare keys list)").response }
+            // A limited key asking for another key's shares gets what it would for a key with none.
+            owner = key.isAdmin || id == key.id ? id : -1
+        }
         var state: ShareStateFilter?
         if let text = request.query["state"] {
             guard let parsed = ShareStateFilter(rawValue: text) else {
@@ -97,7 +125,7 @@ extension Gateway {
         }
         do {
             // One more than asked for says whether there is a next page without a second query.
-            let found = try shares.list(state: state, after: position, limit: limit + 1)
+            let found = try shares.list(state: state, after: position, limit: limit + 1, owner: owner)
             let page = found.prefix(limit)
             let next = found.count > limit ? page.last.map { ShareListCursor.encode(ShareListPosition(createdAt: $0.lookup.share.createdAt, row: $0.row)) } : nil
             return .api(200, ShareList(shares: page.map { Self.status(of: $0.lookup) }, nextCursor: next))
@@ -123,10 +151,11 @@ extension Gateway {
 
     func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard authenticate(request, share: id, allowDevice: true) != nil else {
+        guard let caller = authenticate(request, share: id, allowDevice: true) else {
             // An ended share refuses its device token; the answer stays 401 for a caller without the owner key.
             return APIError.unauthorized.response
         }
+        guard shares.share(id).map({ caller.sees($0.share) }) ?? true else { return APIError.shareNotFound.response }
         do {
             let share = try shares.stop(id)
             return .api(200, StoppedShare(shareID: id.rawValue, state: .ended, reason: share.endReason?.rawValue ?? EndReason.stopped.rawValue,
@@ -138,7 +167,8 @@ extension Gateway {
 
     func extendShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard authenticate(request, share: id, allowDevice: true) != nil else { return APIError.unauthorized.response }
+        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
+        guard shares.share(id).map({ caller.sees($0.share) }) ?? true else { return APIError.shareNotFound.response }
         let body: ShareRequest
         do { body = try shareRequest(request) } catch { return error.response }
         do {
@@ -154,6 +184,10 @@ extension Gateway {
         case .notFound: return APIError.shareNotFound.response
         case .ended: return APIError(status: 409, code: "share_ended", message: "the share has ended; create a new one").response
         case .invalid(let message): return APIError.badRequest("invalid_request", message).response
+        case .quota(let refusal):
+            var response = HTTPResponse.api(429, QuotaErrorBody(message: refusal.message, limit: refusal.limit.rawValue, value: refusal.value))
+            if let wait = refusal.retryAfterSeconds { response.headers.append(("Retry-After", String(wait))) }
+            return response
         case .storage(let message):
             logger.error("share operation failed: \(message)")
             return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",

@@ -10,8 +10,8 @@ import FoundationEssentials
 extension Gateway {
     func createWatchToken(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard authenticate(request, share: id, allowDevice: false) == .owner else { return APIError.unauthorized.response }
-        guard let share = shares.share(id)?.share else { return APIError.shareNotFound.response }
+        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
+        guard let share = shares.share(id)?.share, key.owns(share) else { return APIError.shareNotFound.response }
         guard share.isActive else { return shareErrorResponse(.ended) }
         return .api(201, WatchToken(shareID: id.rawValue, watchToken: shares.watchToken(for: share),
                                     mqttURL: configuration.mqttPublicURL, mqttUsername: id.rawValue,

@@ -115,6 +115,10 @@ public final class Gateway: Sendable {
         case ("shares", 4, "GET") where parts[2] == "owntracks": return ownTracksResource(request, id: parts[1], name: parts[3])
         case ("shares", 4, "POST") where parts[2] == "owntracks" && parts[3] == "http": return ownTracksHTTP(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
+        case ("keys", 1, "POST"): return createKey(request)
+        case ("keys", 1, "GET"): return listKeys(request)
+        case ("keys", 2, "DELETE"): return revokeKey(request, id: parts[1])
+        case ("keys", 1...2, _): return APIError.methodNotAllowed.response
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])

@@ -84,6 +84,7 @@ final class PostgresListener: Sendable {
         let body = notification.payload[notification.payload.index(after: space)...]
         switch notification.channel {
         case "flare_shares":
+            if body.hasPrefix("key:") { return Int64(body.dropFirst(4)).map(StoreChange.ownerKey) }
             return ShareID(String(body)).map(StoreChange.share)
         case "flare_fixes":
             // row,tst,lat,lon,acc,alt,vel,cog,batt,bs,conn;… (see `PostgresShareStore.announce`); without bs and

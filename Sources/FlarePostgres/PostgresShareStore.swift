@@ -21,6 +21,7 @@ public final class PostgresShareStore: ShareStore {
     private let listener = Mutex<PostgresListener?>(nil)
     /// For logs: the server and database, never the password.
     public let description: String
+    public let upgradedFromSchema: Int?
 
     /// The schema, one numbered step at a time (recorded in `flare_schema`); steps are only ever appended. A database
     /// made by an older release is brought up to date at open, under a lock, so instances starting together do it once.
@@ -92,6 +93,27 @@ public final class PostgresShareStore: ShareStore {
         CREATE TABLE tracker_marks (share BIGINT PRIMARY KEY, stream BIGINT NOT NULL, through BIGINT NOT NULL);
         CREATE TABLE tracker_handled (share BIGINT NOT NULL, stream BIGINT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (share, stream, seq));
         """,
+        // 7: a share belongs to the key that created it; keys are admin (every share) or limited. Keys made before
+        // this step were all-powerful and stay so (admin); shares made before it belong to the first key. A key's
+        // revocation is announced like a share's change, so that every instance stops accepting it at once.
+        """
+        ALTER TABLE owner_keys ADD COLUMN admin BOOLEAN NOT NULL DEFAULT true, ADD COLUMN max_live INTEGER,
+            ADD COLUMN max_duration_s BIGINT, ADD COLUMN creates_per_hour INTEGER, ADD COLUMN last_used_at BIGINT,
+            ADD COLUMN revoked_at BIGINT;
+        ALTER TABLE shares ADD COLUMN owner_key BIGINT;
+        UPDATE shares SET owner_key = (SELECT min(id) FROM owner_keys);
+        CREATE INDEX shares_owner ON shares(owner_key, created_at DESC, id DESC);
+        CREATE TABLE key_creations (key BIGINT NOT NULL, at BIGINT NOT NULL);
+        CREATE INDEX key_creations_key ON key_creations(key, at);
+        CREATE FUNCTION flare_notify_key() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.revoked_at IS DISTINCT FROM OLD.revoked_at THEN
+                PERFORM pg_notify('flare_shares', current_setting('application_name') || ' key:' || NEW.id);
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER owner_keys_changed AFTER UPDATE ON owner_keys FOR EACH ROW EXECUTE FUNCTION flare_notify_key();
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -103,11 +125,13 @@ public final class PostgresShareStore: ShareStore {
         self.url = url
         self.instance = instance
         pool = try PostgresPool(conninfo: url, applicationName: instance, size: max(2, connections))
-        try pool.with(operation: "migrate") { connection throws(StoreError) in try Self.migrate(connection) }
+        let found = try pool.with(operation: "migrate") { connection throws(StoreError) in try Self.migrate(connection) }
+        upgradedFromSchema = found > 0 && found < Self.schemaVersion ? found : nil
     }
 
-    private static func migrate(_ connection: PostgresConnection) throws(StoreError) {
-        try connection.transaction(operation: "migrate") { () throws(StoreError) in
+    /// Brings the database to today's schema; returns the version it had (0: a new database).
+    private static func migrate(_ connection: PostgresConnection) throws(StoreError) -> Int {
+        try connection.transaction(operation: "migrate") { () throws(StoreError) -> Int in
             // One instance migrates at a time; the others wait here and then find nothing to do.
             try connection.execute("SELECT pg_advisory_xact_lock(7418262035)", operation: "migrate")
             try connection.execute("CREATE TABLE IF NOT EXISTS flare_schema (version INTEGER NOT NULL)", operation: "migrate")
@@ -120,6 +144,7 @@ public final class PostgresShareStore: ShareStore {
                 try connection.executeScript(migrations[step], operation: "migrate to schema \(step + 1)")
                 try connection.execute("INSERT INTO flare_schema (version) VALUES ($1)", [String(step + 1)], operation: "migrate")
             }
+            return version
         }
     }
 
@@ -136,11 +161,44 @@ public final class PostgresShareStore: ShareStore {
 
     @discardableResult
     public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
-        try pool.with(operation: "insert share") { connection throws(StoreError) in
-            try connection.execute("""
-                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) RETURNING id
-                """, [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt)],
-                operation: "insert share").int64(0, 0)
+        try pool.with(operation: "insert share") { connection throws(StoreError) in try Self.insert(share, on: connection) }
+    }
+
+    private static func insert(_ share: Share, on connection: PostgresConnection) throws(StoreError) -> Int64 {
+        try connection.execute("""
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id
+            """, [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt),
+                  share.ownerKeyID.map { String($0) }],
+            operation: "insert share").int64(0, 0)
+    }
+
+    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal> {
+        guard let key = share.ownerKeyID else { return .success(try insertShare(share)) }
+        let operation = "insert share"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> Result<Int64, QuotaRefusal> in
+                // One creation per key at a time, across instances: the checks below see every earlier one.
+                try connection.execute("SELECT id FROM owner_keys WHERE id = $1 FOR UPDATE", [String(key)], operation: operation)
+                if let maxLive = limits.maxLive {
+                    let live = try connection.execute("SELECT count(*), min(expires_at) FROM shares WHERE owner_key = $1 AND ended_at IS NULL AND expires_at > $2",
+                                                      [String(key), String(now)], operation: operation)
+                    if live.int64(0, 0) >= Int64(maxLive) {
+                        let wait = live.optionalInt64(0, 1).map { Int(max(1, ($0 - now + 999) / 1000)) }
+                        return .failure(QuotaRefusal(limit: .maxLive, value: Int64(maxLive), retryAfterSeconds: wait))
+                    }
+                }
+                if let perHour = limits.createsPerHour {
+                    let recent = try connection.execute("SELECT count(*), min(at) FROM key_creations WHERE key = $1 AND at > $2",
+                                                        [String(key), String(now - 3_600_000)], operation: operation)
+                    if recent.int64(0, 0) >= Int64(perHour) {
+                        let wait = recent.optionalInt64(0, 1).map { Int(max(1, ($0 + 3_600_000 - now + 999) / 1000)) }
+                        return .failure(QuotaRefusal(limit: .createRate, value: Int64(perHour), retryAfterSeconds: wait))
+                    }
+                    try connection.execute("DELETE FROM key_creations WHERE key = $1 AND at <= $2", [String(key), String(now - 3_600_000)], operation: operation)
+                    try connection.execute("INSERT INTO key_creations (key, at) VALUES ($1, $2)", [String(key), String(now)], operation: operation)
+                }
+                return .success(try Self.insert(share, on: connection))
+            }
         }
     }
 
@@ -170,7 +228,7 @@ public final class PostgresShareStore: ShareStore {
 
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
-        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -184,7 +242,8 @@ public final class PostgresShareStore: ShareStore {
                     TrackerRecord(state: state, since: rows.int64(index, 10), reason: rows.text(index, 11),
                                   transport: rows.text(index, 12).flatMap(TrackerTransport.init(rawValue:)))
                 },
-                locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14))
+                locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
+                ownerKeyID: rows.optionalInt64(index, 15))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }
@@ -208,16 +267,20 @@ public final class PostgresShareStore: ShareStore {
             .first { $0.share.viewTokenHash.matches(viewTokenHash) }
     }
 
-    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare] {
+    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64?) throws(StoreError) -> [StoredShare] {
         var conditions: [String] = []
         var parameters: [String?] = [String(max(0, limit))]
+        if let owner {
+            parameters.append(String(owner))
+            conditions.append("owner_key = $\(parameters.count)")
+        }
         switch state {
         case .active?: conditions.append("ended_at IS NULL")
         case .ended?: conditions.append("ended_at IS NOT NULL")
         case nil: break
         }
         if let position {
-            conditions.append("(created_at, id) < ($2, $3)")
+            conditions.append("(created_at, id) < ($\(parameters.count + 1), $\(parameters.count + 2))")
             parameters += [String(position.createdAt), String(position.row)]
         }
         let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
@@ -366,17 +429,62 @@ public final class PostgresShareStore: ShareStore {
 
     // MARK: Owner keys
 
-    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
-        try changedRows("INSERT INTO owner_keys (key_hash, label, created_at) VALUES ($1, $2, $3)",
-                        [PostgresText.hex(hash.bytes), label, String(createdAt)], operation: "insert owner key")
+    @discardableResult
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 {
+        try pool.with(operation: "insert owner key") { connection throws(StoreError) in
+            try connection.execute("""
+                INSERT INTO owner_keys (key_hash, label, created_at, admin, max_live, max_duration_s, creates_per_hour)
+                VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id
+                """, [PostgresText.hex(hash.bytes), label, String(createdAt), admin ? "true" : "false", limits.maxLive.map { String($0) },
+                      limits.maxDurationSeconds.map { String($0) }, limits.createsPerHour.map { String($0) }],
+                operation: "insert owner key").int64(0, 0)
+        }
     }
 
-    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
-        try pool.with(operation: "check owner key") { connection throws(StoreError) in
-            let rows = try connection.execute("SELECT key_hash FROM owner_keys WHERE key_hash = $1", [PostgresText.hex(hash.bytes)],
-                                              operation: "check owner key")
-            return rows.count == 1 && SecretHash(bytes: rows.bytes(0, 0)).matches(hash)
+    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash"
+
+    private static func keys(_ rows: PostgresRows) -> [OwnerKeyRecord] {
+        (0..<rows.count).map { index in
+            OwnerKeyRecord(id: rows.int64(index, 0), label: rows.text(index, 1) ?? "", isAdmin: rows.bool(index, 2),
+                           limits: KeyLimits(maxLive: rows.optionalInt64(index, 3).map { Int($0) }, maxDurationSeconds: rows.optionalInt64(index, 4),
+                                             createsPerHour: rows.optionalInt64(index, 5).map { Int($0) }),
+                           createdAt: rows.int64(index, 6), lastUsedAt: rows.optionalInt64(index, 7), revokedAt: rows.optionalInt64(index, 8),
+                           liveShares: rows.columns > 10 ? Int(rows.int64(index, 10)) : 0)
         }
+    }
+
+    public func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord? {
+        try pool.with(operation: "check owner key") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT \(Self.keyColumns) FROM owner_keys WHERE key_hash = $1", [PostgresText.hex(hash.bytes)],
+                                              operation: "check owner key")
+            guard rows.count == 1, SecretHash(bytes: rows.bytes(0, 9)).matches(hash) else { return nil }
+            return Self.keys(rows).first
+        }
+    }
+
+    public func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord? {
+        try pool.with(operation: "read owner key") { connection throws(StoreError) in
+            Self.keys(try connection.execute("SELECT \(Self.keyColumns) FROM owner_keys WHERE id = $1", [String(id)], operation: "read owner key")).first
+        }
+    }
+
+    public func ownerKeys() throws(StoreError) -> [OwnerKeyRecord] {
+        try pool.with(operation: "list owner keys") { connection throws(StoreError) in
+            Self.keys(try connection.execute("""
+                SELECT \(Self.keyColumns), (SELECT count(*) FROM shares WHERE owner_key = owner_keys.id AND ended_at IS NULL)
+                FROM owner_keys ORDER BY id
+                """, operation: "list owner keys"))
+        }
+    }
+
+    @discardableResult
+    public func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool {
+        try changedRows("UPDATE owner_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL", [String(at), String(id)],
+                        operation: "revoke owner key") == 1
+    }
+
+    public func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError) {
+        try changedRows("UPDATE owner_keys SET last_used_at = $1 WHERE id = $2", [String(at), String(id)], operation: "note key use")
     }
 
     public func ownerKeyCount() throws(StoreError) -> Int {

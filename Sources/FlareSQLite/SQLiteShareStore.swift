@@ -9,6 +9,7 @@ import Foundation
 public final class SQLiteShareStore: ShareStore {
     private let database: Mutex<SQLiteDatabase>
     public let path: String
+    public let upgradedFromSchema: Int?
 
     /// The schema, one numbered step at a time: step N (1-based) takes a database at `user_version` N-1 to N.
     /// A database made by an older release is brought up to date at open; steps are only ever appended.
@@ -70,6 +71,21 @@ public final class SQLiteShareStore: ShareStore {
         CREATE TABLE IF NOT EXISTS tracker_handled (share INTEGER NOT NULL, stream INTEGER NOT NULL, seq INTEGER NOT NULL,
                                                     PRIMARY KEY (share, stream, seq)) WITHOUT ROWID;
         """,
+        // 7: a share belongs to the key that created it; keys are admin (every share) or limited. Keys made before
+        // this step were all-powerful and stay so (admin); shares made before it belong to the first key.
+        """
+        ALTER TABLE owner_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE owner_keys ADD COLUMN max_live INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN max_duration_s INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN creates_per_hour INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN last_used_at INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN revoked_at INTEGER;
+        ALTER TABLE shares ADD COLUMN owner_key INTEGER;
+        UPDATE shares SET owner_key = (SELECT min(id) FROM owner_keys);
+        CREATE INDEX IF NOT EXISTS shares_owner ON shares(owner_key, created_at DESC, id DESC);
+        CREATE TABLE IF NOT EXISTS key_creations (key INTEGER NOT NULL, at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS key_creations_key ON key_creations(key, at);
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -87,7 +103,8 @@ public final class SQLiteShareStore: ShareStore {
         // Fixes of many shares interleave, so each batch touches pages all over the fixes table: keep them in
         // memory (64 MiB) instead of re-reading them for every batch (SQLite's default is 2 MiB).
         try db.execute("PRAGMA cache_size=-65536")
-        try Self.migrate(db)
+        let found = try Self.migrate(db)
+        upgradedFromSchema = found > 0 && found < Int(Self.schemaVersion) ? found : nil
         // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
         // four times a second: each page is copied once however many commits rewrote it meanwhile. SQLite's own
         // checkpoint, run by the commit that crosses its threshold, stays on as a backstop at 10,000 pages, not
@@ -316,7 +333,8 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    private static func migrate(_ db: SQLiteDatabase) throws(StoreError) {
+    /// Brings the file to today's schema; returns the version it had (0: a new file).
+    private static func migrate(_ db: SQLiteDatabase) throws(StoreError) -> Int {
         let versionStatement = try db.statement("PRAGMA user_version")
         _ = try versionStatement.step()
         let version = versionStatement.int64(0)
@@ -332,24 +350,69 @@ public final class SQLiteShareStore: ShareStore {
                 try db.execute("PRAGMA user_version = \(step + 1)")
             }
         }
+        return Int(version)
     }
 
     // MARK: Shares
 
     @discardableResult
     public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("""
-                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)
-                """)
-            defer { statement.reset() }
-            statement.bind(1, share.id.rawValue)
-            statement.bind(2, share.viewTokenHash.bytes)
-            statement.bind(3, share.name)
-            statement.bind(4, share.createdAt)
-            statement.bind(5, share.expiresAt)
-            try statement.run()
-            return db.lastInsertRowID
+        try database.withLock { db throws(StoreError) in try Self.insert(share, into: db) }
+    }
+
+    private static func insert(_ share: Share, into db: SQLiteDatabase) throws(StoreError) -> Int64 {
+        let statement = try db.statement("""
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES (?, ?, ?, ?, ?, ?)
+            """)
+        defer { statement.reset() }
+        statement.bind(1, share.id.rawValue)
+        statement.bind(2, share.viewTokenHash.bytes)
+        statement.bind(3, share.name)
+        statement.bind(4, share.createdAt)
+        statement.bind(5, share.expiresAt)
+        statement.bind(6, share.ownerKeyID)
+        try statement.run()
+        return db.lastInsertRowID
+    }
+
+    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal> {
+        guard let key = share.ownerKeyID else { return .success(try insertShare(share)) }
+        return try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) -> Result<Int64, QuotaRefusal> in
+                if let maxLive = limits.maxLive {
+                    let live = try db.statement("SELECT count(*), min(expires_at) FROM shares WHERE owner_key = ?1 AND ended_at IS NULL AND expires_at > ?2")
+                    defer { live.reset() }
+                    live.bind(1, key)
+                    live.bind(2, now)
+                    _ = try live.step()
+                    if live.int64(0) >= Int64(maxLive) {
+                        let wait = live.optionalInt64(1).map { Int(max(1, ($0 - now + 999) / 1000)) }
+                        return .failure(QuotaRefusal(limit: .maxLive, value: Int64(maxLive), retryAfterSeconds: wait))
+                    }
+                }
+                if let perHour = limits.createsPerHour {
+                    let recent = try db.statement("SELECT count(*), min(at) FROM key_creations WHERE key = ?1 AND at > ?2")
+                    defer { recent.reset() }
+                    recent.bind(1, key)
+                    recent.bind(2, now - 3_600_000)
+                    _ = try recent.step()
+                    if recent.int64(0) >= Int64(perHour) {
+                        let wait = recent.optionalInt64(1).map { Int(max(1, ($0 + 3_600_000 - now + 999) / 1000)) }
+                        return .failure(QuotaRefusal(limit: .createRate, value: Int64(perHour), retryAfterSeconds: wait))
+                    }
+                    let prune = try db.statement("DELETE FROM key_creations WHERE key = ?1 AND at <= ?2")
+                    defer { prune.reset() }
+                    prune.bind(1, key)
+                    prune.bind(2, now - 3_600_000)
+                    try prune.run()
+                    let note = try db.statement("INSERT INTO key_creations (key, at) VALUES (?1, ?2)")
+                    defer { note.reset() }
+                    note.bind(1, key)
+                    note.bind(2, now)
+                    try note.run()
+                }
+                return .success(try Self.insert(share, into: db))
+            }
         }
     }
 
@@ -391,7 +454,7 @@ public final class SQLiteShareStore: ShareStore {
 
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
-        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -410,7 +473,8 @@ public final class SQLiteShareStore: ShareStore {
                               transport: statement.optionalString(12).flatMap(TrackerTransport.init(rawValue:)))
             },
             locateRequestedAt: statement.optionalInt64(13),
-            locateAnsweredAt: statement.optionalInt64(14))
+            locateAnsweredAt: statement.optionalInt64(14),
+            ownerKeyID: statement.optionalInt64(15))
         return StoredShare(row: statement.int64(0), share: share)
     }
 
@@ -448,8 +512,9 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare] {
+    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64?) throws(StoreError) -> [StoredShare] {
         var conditions: [String] = []
+        if owner != nil { conditions.append("owner_key = ?4") }
         switch state {
         case .active?: conditions.append("ended_at IS NULL")
         case .ended?: conditions.append("ended_at IS NOT NULL")
@@ -465,6 +530,7 @@ public final class SQLiteShareStore: ShareStore {
                 statement.bind(2, position.row)
             }
             statement.bind(3, Int64(max(0, limit)))
+            if let owner { statement.bind(4, owner) }
             var shares: [StoredShare] = []
             while try statement.step() {
                 if let share = Self.readShare(statement) { shares.append(share) }
@@ -601,24 +667,83 @@ public final class SQLiteShareStore: ShareStore {
 
     // MARK: Owner keys
 
-    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) {
+    @discardableResult
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 {
         try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("INSERT INTO owner_keys (key_hash, label, created_at) VALUES (?, ?, ?)")
+            let statement = try db.statement("""
+                INSERT INTO owner_keys (key_hash, label, created_at, admin, max_live, max_duration_s, creates_per_hour)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """)
             defer { statement.reset() }
             statement.bind(1, hash.bytes)
             statement.bind(2, label)
             statement.bind(3, createdAt)
+            statement.bind(4, Int64(admin ? 1 : 0))
+            statement.bind(5, limits.maxLive.map(Int64.init))
+            statement.bind(6, limits.maxDurationSeconds)
+            statement.bind(7, limits.createsPerHour.map(Int64.init))
             try statement.run()
+            return db.lastInsertRowID
         }
     }
 
-    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
+    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash"
+
+    private static func readKey(_ statement: SQLiteStatement) -> OwnerKeyRecord {
+        OwnerKeyRecord(id: statement.int64(0), label: statement.string(1), isAdmin: statement.int64(2) != 0,
+                       limits: KeyLimits(maxLive: statement.optionalInt64(3).map { Int($0) }, maxDurationSeconds: statement.optionalInt64(4),
+                                         createsPerHour: statement.optionalInt64(5).map { Int($0) }),
+                       createdAt: statement.int64(6), lastUsedAt: statement.optionalInt64(7), revokedAt: statement.optionalInt64(8))
+    }
+
+    public func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord? {
         try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT key_hash FROM owner_keys WHERE key_hash = ?")
+            let statement = try db.statement("SELECT \(Self.keyColumns) FROM owner_keys WHERE key_hash = ?")
             defer { statement.reset() }
             statement.bind(1, hash.bytes)
-            guard try statement.step() else { return false }
-            return SecretHash(bytes: statement.blob(0)).matches(hash)
+            guard try statement.step(), SecretHash(bytes: statement.blob(9)).matches(hash) else { return nil }
+            return Self.readKey(statement)
+        }
+    }
+
+    public func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT \(Self.keyColumns) FROM owner_keys WHERE id = ?")
+            defer { statement.reset() }
+            statement.bind(1, id)
+            return try statement.step() ? Self.readKey(statement) : nil
+        }
+    }
+
+    public func ownerKeys() throws(StoreError) -> [OwnerKeyRecord] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT \(Self.keyColumns), (SELECT count(*) FROM shares WHERE owner_key = owner_keys.id AND ended_at IS NULL)
+                FROM owner_keys ORDER BY id
+                """)
+            defer { statement.reset() }
+            var keys: [OwnerKeyRecord] = []
+            while try statement.step() {
+                var key = Self.readKey(statement)
+                key.liveShares = Int(statement.int64(10))
+                keys.append(key)
+            }
+            return keys
+        }
+    }
+
+    @discardableResult
+    public func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool {
+        try changedRows("UPDATE owner_keys SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL") { statement in
+            statement.bind(1, at)
+            statement.bind(2, id)
+        } == 1
+    }
+
+    public func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError) {
+        _ = try changedRows("UPDATE owner_keys SET last_used_at = ?1 WHERE id = ?2") { statement in
+            statement.bind(1, at)
+            statement.bind(2, id)
         }
     }
 

@@ -11,6 +11,23 @@ public func contiguousEnd(from through: Int64, over handled: [Int64]) -> Int64 {
     return end
 }
 
+extension ShareStore {
+    public func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare] {
+        try listShares(state: state, after: position, limit: limit, owner: nil)
+    }
+
+    /// Whether a current (not revoked) key with this hash exists.
+    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
+        try ownerKey(hash: hash).map { !$0.isRevoked } ?? false
+    }
+
+    /// An admin key with no limits (the kind every key was before keys owned shares).
+    @discardableResult
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) -> Int64 {
+        try insertOwnerKey(hash: hash, label: label, createdAt: createdAt, admin: true, limits: .none)
+    }
+}
+
 /// A share row and its store key.
 public struct StoredShare: Sendable, Equatable {
     public let row: Int64
@@ -69,6 +86,8 @@ public struct TrackerCondition: Sendable, Equatable {
 public enum StoreChange: Sendable {
     /// A share was created, extended, ended or purged: read it again.
     case share(ShareID)
+    /// An owner key was revoked: forget what is remembered of it.
+    case ownerKey(Int64)
     /// Fixes another instance stored (by share row; tracker ids left out), in commit order.
     case fixes([(shareRow: Int64, fix: Fix)])
     /// The feed was interrupted (the database restarted, the connection dropped): changes may have been missed, so
@@ -90,8 +109,13 @@ public enum StoreChange: Sendable {
 /// Calls may block (disk, network); every method is safe to call from any thread.
 public protocol ShareStore: Sendable {
     // MARK: Shares
+    /// Inserts a share (owned by `share.ownerKeyID`) without looking at any limit.
     @discardableResult
     func insertShare(_ share: Share) throws(StoreError) -> Int64
+    /// Inserts a share for a key with limits, in one transaction with the checks, so that the limits hold across
+    /// instances: at most `maxLive` live shares and `createsPerHour` creations in any hour (the creation is recorded
+    /// for the next check). The refusal says which limit and how long to wait.
+    func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal>
     func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError)
     /// Records the share's end. True only for the call that ended it: with several instances, exactly one of them
     /// announces the end (ended status, retained clear, revocation).
@@ -107,7 +131,8 @@ public protocol ShareStore: Sendable {
     /// The share whose view token has this hash (compared in constant time).
     func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare?
     /// Up to `limit` shares, newest first, starting after `position` (nil: from the newest).
-    func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int) throws(StoreError) -> [StoredShare]
+    /// `owner`: only that key's shares (nil: everyone's).
+    func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64?) throws(StoreError) -> [StoredShare]
 
     // MARK: Trackers and commands
     /// Records the share's tracker state, if the share is active, the state differs from the recorded one and
@@ -137,10 +162,22 @@ public protocol ShareStore: Sendable {
     func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)]
 
     // MARK: Owner keys
-    func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError)
-    /// Whether a key with this hash exists (compared in constant time).
-    func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool
+    /// Stores a key's hash, kind and limits; returns its id.
+    @discardableResult
+    func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64
+    /// The key with this hash (compared in constant time), revoked or not.
+    func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord?
+    func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord?
+    /// Every key, oldest first, each with how many live shares it owns.
+    func ownerKeys() throws(StoreError) -> [OwnerKeyRecord]
+    /// Revokes a key: it stops working; its shares run on. True only for the call that revoked it.
+    @discardableResult
+    func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool
+    /// Records when a key was last used (the caller calls it at most now and then per key).
+    func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError)
     func ownerKeyCount() throws(StoreError) -> Int
+    /// The schema version the store had when this process opened it, if it was older than today's (an upgrade ran).
+    var upgradedFromSchema: Int? { get }
 
     // MARK: Several instances
     /// Records that `process` runs as the instance with MQTT client id `clientID` (its persistent session on the

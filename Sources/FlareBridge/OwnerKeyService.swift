@@ -1,0 +1,93 @@
+public import FlareCore
+public import FlareStore
+import FlareSystem
+import Synchronization
+
+/// The one door to owner keys: making them (the key is returned once and only its hash kept), listing, revoking,
+/// and checking the one a request carries.
+///
+/// A check costs one hash and one indexed lookup. On a database server that is a round trip, and an app creating
+/// shares would pay it on every request, so with a shared store a key found is remembered for `memoryMillis`; a
+/// revocation reaches every instance through the store's change feed and is forgotten at once. With SQLite (one
+/// instance, the lookup a few microseconds) nothing is remembered, so a key revoked from the command line stops
+/// working at the next request.
+public final class OwnerKeyService: Sendable {
+    private let store: any ShareStore
+    private let clock: any WallClock
+    private let metrics: Metrics
+    private let logger: Logger
+    private let known = Mutex<[SecretHash: (key: OwnerKeyRecord, until: Int64)]>([:])
+    /// When each key's last use was written (at most once a minute per key).
+    private let usedNoted = Mutex<[Int64: Int64]>([:])
+    static let memoryMillis: Int64 = 10_000
+    static let usedNoteMillis: Int64 = 60_000
+
+    init(store: any ShareStore, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// The current (not revoked) key `text` is, if any.
+    public func key(_ text: String) -> OwnerKeyRecord? {
+        guard OwnerKey.isWellFormed(text) else { return nil }
+        let hash = SecretHash(of: text)
+        let now = monotonicMillis()
+        if store.isShared, let remembered = known.withLock({ $0[hash] }), now < remembered.until {
+            noteUse(remembered.key.id, now: now)
+            return remembered.key
+        }
+        guard let found = (try? store.ownerKey(hash: hash)) ?? nil, !found.isRevoked else { return nil }
+        if store.isShared {
+            known.withLock { known in
+                if known.count >= 1_000 { known.removeAll(keepingCapacity: true) }
+                known[hash] = (found, now + Self.memoryMillis)
+            }
+        }
+        noteUse(found.id, now: now)
+        return found
+    }
+
+    private func noteUse(_ id: Int64, now: Int64) {
+        let due = usedNoted.withLock { noted in
+            guard now - (noted[id] ?? Int64.min / 2) >= Self.usedNoteMillis else { return false }
+            noted[id] = now
+            return true
+        }
+        if due { try? store.noteOwnerKeyUsed(id: id, at: clock.now()) }
+    }
+
+    /// The limits of the key that owns a share (nil: none known, or no limits).
+    func limits(ofOwner id: Int64?) -> KeyLimits? {
+        guard let id else { return nil }
+        return (try? store.ownerKey(id: id))??.limits
+    }
+
+    /// Makes a key. Returns it (shown once) and its record.
+    public func create(label: String, admin: Bool, limits: KeyLimits) throws(StoreError) -> (key: String, record: OwnerKeyRecord) {
+        let key = OwnerKey.generate()
+        let now = clock.now()
+        let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: now, admin: admin, limits: limits)
+        logger.info("owner key \(id) created (\(admin ? "admin" : "limited"), label \"\(label)\")")
+        return (key, OwnerKeyRecord(id: id, label: label, isAdmin: admin, limits: limits, createdAt: now))
+    }
+
+    public func list() throws(StoreError) -> [OwnerKeyRecord] { try store.ownerKeys() }
+
+    public func find(id: Int64) throws(StoreError) -> OwnerKeyRecord? { try store.ownerKey(id: id) }
+
+    /// Revokes a key at once (on every instance: see the type's comment). Its live shares run on.
+    @discardableResult
+    public func revoke(id: Int64) throws(StoreError) -> Bool {
+        let revoked = try store.revokeOwnerKey(id: id, at: clock.now())
+        forget(id)
+        if revoked { logger.info("owner key \(id) revoked; its live shares run until they end") }
+        return revoked
+    }
+
+    /// Another instance revoked the key (the store's change feed).
+    func forget(_ id: Int64) {
+        known.withLock { known in known = known.filter { $0.value.key.id != id } }
+    }
+}

@@ -1,0 +1,124 @@
+import FlareAPI
+import FlareBridge
+import FlareCore
+import FlareHTTP
+import FlareSystem
+import FoundationEssentials
+
+/// Owner keys over HTTP: `POST /api/v1/keys` and `DELETE /api/v1/keys/{id}` for admin keys; `GET /api/v1/keys` lists
+/// every key for an admin, and only itself for a limited key. Never the key itself, except once in the creation's
+/// answer. A request with a key that is not current costs its address as an unknown link does, so guessing is cut
+/// off by the address limit (429).
+extension Gateway {
+    func createKey(_ request: HTTPRequest) -> HTTPResponse {
+        let admin: OwnerKeyRecord
+        switch adminKey(request) {
+        case .key(let key): admin = key
+        case .refused(let response): return response
+        }
+        let body: KeyRequest
+        do { body = try keyRequest(request) } catch { return error.response }
+        let limits = KeyLimits(maxLive: body.maxLive, maxDurationSeconds: body.maxDurationSeconds.map(Int64.init),
+                               createsPerHour: body.createRatePerHour)
+        do {
+            let (key, record) = try shares.keys.create(label: body.label ?? "", admin: body.admin ?? false, limits: limits)
+            logger.info("owner key \(record.id) created over HTTP by key \(admin.id)")
+            let enrollment = URL(string: configuration.publicURL).map { Enrollment(server: $0, key: key).link } ?? ""
+            return .api(201, CreatedKey(key: key, info: Self.info(record), enrollmentURL: enrollment))
+        } catch {
+            logger.error("cannot store a new owner key: \(error)")
+            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
+                            headers: [("Retry-After", "5")]).response
+        }
+    }
+
+    func listKeys(_ request: HTTPRequest) -> HTTPResponse {
+        guard case .success(let caller) = ownerKey(request) else { return unauthorizedOwner(request) }
+        do {
+            let keys = try shares.keys.list().filter { caller.isAdmin || $0.id == caller.id }
+            return .api(200, KeyList(keys: keys.map(Self.info)))
+        } catch {
+            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be read right now; retry",
+                            headers: [("Retry-After", "5")]).response
+        }
+    }
+
+    func revokeKey(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        let admin: OwnerKeyRecord
+        switch adminKey(request) {
+        case .key(let key): admin = key
+        case .refused(let response): return response
+        }
+        guard let id = Int64(text), id > 0 else { return APIError.notFound("no such key").response }
+        do {
+            guard try shares.keys.find(id: id) != nil else { return APIError.notFound("no such key").response }
+            try shares.keys.revoke(id: id)
+            logger.info("owner key \(id) revoked over HTTP by key \(admin.id)")
+            guard let record = try shares.keys.find(id: id) else { return APIError.notFound("no such key").response }
+            return .api(200, Self.info(record))
+        } catch {
+            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
+                            headers: [("Retry-After", "5")]).response
+        }
+    }
+
+    private enum AdminCheck {
+        case key(OwnerKeyRecord)
+        case refused(HTTPResponse)
+    }
+
+    private func adminKey(_ request: HTTPRequest) -> AdminCheck {
+        guard case .success(let key) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
+        guard key.isAdmin else {
+            return .refused(APIError(status: 403, code: "forbidden", message: "only an admin key may create or revoke keys").response)
+        }
+        return .key(key)
+    }
+
+    /// 401, charged to the caller's address like an unknown link (429 once that is used up).
+    private func unauthorizedOwner(_ request: HTTPRequest) -> HTTPResponse {
+        let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
+            peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+        if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: monotonicMillis()) {
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
+            return APIError.rateLimited(retryAfter: wait).response
+        }
+        return APIError.unauthorized.response
+    }
+
+    private func keyRequest(_ request: HTTPRequest) throws(APIError) -> KeyRequest {
+        if request.body.isEmpty { return KeyRequest() }
+        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
+            throw .badRequest("invalid_json", "the body must be a JSON object")
+        }
+        var parsed = KeyRequest()
+        if let label = object["label"], label != .null {
+            guard let text = label.stringValue, text.count <= 80, !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                throw .badRequest("invalid_label", "label must be text of at most 80 characters, without control characters")
+            }
+            parsed.label = text
+        }
+        if let admin = object["admin"], admin != .null {
+            guard case .bool(let flag) = admin else { throw .badRequest("invalid_admin", "admin must be true or false") }
+            parsed.admin = flag
+        }
+        func limit(_ name: String, maximum: Double) throws(APIError) -> Int? {
+            guard let value = object[name], value != .null else { return nil }
+            guard let number = value.doubleValue, number == number.rounded(), number >= 1, number <= maximum else {
+                throw .badRequest("invalid_\(name)", "\(name) must be a whole number from 1 to \(Int(maximum))")
+            }
+            return Int(number)
+        }
+        parsed.maxLive = try limit("max_live", maximum: 1_000_000)
+        parsed.maxDurationSeconds = try limit("max_duration_s", maximum: Double(shares.policy.maximumDurationSeconds))
+        parsed.createRatePerHour = try limit("create_rate_per_hour", maximum: 1_000_000)
+        return parsed
+    }
+
+    static func info(_ key: OwnerKeyRecord) -> KeyInfo {
+        KeyInfo(id: String(key.id), label: key.label, kind: key.isAdmin ? .admin : .limited, maxLive: key.limits.maxLive,
+                maxDurationSeconds: key.limits.maxDurationSeconds.map { Int($0) }, createRatePerHour: key.limits.createsPerHour,
+                createdAt: Date(unixMillis: key.createdAt), lastUsedAt: key.lastUsedAt.map(Date.init(unixMillis:)),
+                revokedAt: key.revokedAt.map(Date.init(unixMillis:)), liveShares: key.liveShares)
+    }
+}
