@@ -50,10 +50,21 @@ public final class FlareClient: Sendable {
     /// Per-request timeout.
     public let timeout: TimeInterval
 
+    /// A client for the server and key of an enrolment link (`flare://enroll?server=…&key=…`, from
+    /// `flare keys create --enroll` or `POST /api/v1/keys`), scanned once; nil if the text is not one. Keep the key in
+    /// the Keychain (docs/ios.md) and build the client from it afterwards.
+    public convenience init?(enrollmentLink: String, session: URLSession = .shared, retry: RetryPolicy = RetryPolicy(), timeout: TimeInterval = 15) {
+        guard let enrollment = Enrollment(link: enrollmentLink) else { return nil }
+        self.init(baseURL: enrollment.server, ownerKey: enrollment.key, session: session, retry: retry, timeout: timeout)
+    }
+
+    /// The key this client creates shares with (from an enrolment link, to be kept in the Keychain).
+    public var key: String? { ownerKey }
+
     /// - Parameters:
     ///   - baseURL: Flare's public address, e.g. `https://flare.example.org`.
-    ///   - ownerKey: needed to create shares and to read their status. See docs/ios.md for what it means to put
-    ///     one in a phone app.
+    ///   - ownerKey: needed to create shares and to read their status. A key for one phone sees only the shares it
+    ///     creates, within its limits (docs/ios.md).
     public init(baseURL: URL, ownerKey: String? = nil, session: URLSession = .shared, retry: RetryPolicy = RetryPolicy(), timeout: TimeInterval = 15) {
         self.baseURL = baseURL
         self.ownerKey = ownerKey

@@ -1,6 +1,7 @@
 import FlareAPI
 import FlareClient
 import FlareCore
+import FlareQR
 import FlareStores
 import FlareStore
 import Foundation
@@ -19,8 +20,9 @@ struct CommonOptions {
                                           "--qr", "--otrc",
                                           "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
                                           "--pattern", "--expect", "--timeout", "--report-every",
-                                          "--state", "--limit", "--cursor"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm"]
+                                          "--state", "--limit", "--cursor",
+                                          "--max-live", "--max-duration", "--create-rate", "--confirm-timeout"]
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -96,7 +98,12 @@ enum Commands {
           flare share owntracks ID [--qr FILE.png] [--otrc FILE] [--http]   provision the OwnTracks app: a QR code to scan,
                                                                             a config file, or (neither) the link itself;
                                                                             --http: the app's HTTP mode, where MQTT is blocked
-          flare keys create [--label LABEL]                                 a new owner key (printed once)
+          flare keys create [--label LABEL] [--admin]                       a new owner key (printed once); a limited key
+                      [--max-live N] [--max-duration SECONDS]         (the default) sees only the shares it creates,
+                      [--create-rate N/h] [--enroll] [--qr FILE.png]  within these limits; --enroll prints, --qr draws,
+                                                                      the link a phone scans to enrol with it
+          flare keys list [--json]                                          every key: kind, limits, last use, live shares
+          flare keys revoke ID                                              the key stops working; its shares run on
           flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
                       [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
                       [--speed M/S]                                   the built-in route (default)
@@ -132,6 +139,8 @@ enum Commands {
         case ("share", "extend"): return try shareExtend(options, id: try argument(words, 2, "share id"))
         case ("share", "owntracks"): return try shareOwnTracks(options, id: try argument(words, 2, "share id"))
         case ("keys", "create"): return try keysCreate(options)
+        case ("keys", "list"): return try keysList(options)
+        case ("keys", "revoke"): return try keysRevoke(options, id: try argument(words, 2, "key id"))
         case ("track", _): return try Tracker(options: options).run()
         case ("bench", _): return try Bench.run(options, words)
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
@@ -301,11 +310,100 @@ enum Commands {
         do { store = try Stores.open(location, instance: "flare-keys") } catch {
             throw CLIError("cannot open the store (\(location)): \(error)")
         }
+        let limits = KeyLimits(maxLive: try positive(options, "--max-live"), maxDurationSeconds: try positive(options, "--max-duration").map(Int64.init),
+                               createsPerHour: try rate(options))
+        let admin = options.switches.contains("--admin")
         let key = OwnerKey.generate()
-        try store.insertOwnerKey(hash: SecretHash(of: key), label: options.flags["--label"] ?? "cli", createdAt: SystemWallClock().now())
+        let label = options.flags["--label"] ?? "cli"
+        guard label.count <= 80, !label.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw CLIError("--label must be text of at most 80 characters")
+        }
+        let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: SystemWallClock().now(), admin: admin, limits: limits)
         print(key)
-        FileHandle.standardError.write(Data("owner key created; it is shown only this once and stored only as a hash\n".utf8))
+        FileHandle.standardError.write(Data("owner key \(id) created (\(admin ? "admin: it sees and controls every share" : "limited: it sees only the shares it creates")); it is shown only this once and stored only as a hash\n".utf8))
+        if options.switches.contains("--enroll") || options.flags["--qr"] != nil {
+            let server = options.shared("FLARE_PUBLIC_URL").isEmpty ? try options.serverURL() : options.shared("FLARE_PUBLIC_URL")
+            guard let url = URL(string: server), let scheme = url.scheme, ["http", "https"].contains(scheme) else {
+                throw CLIError("the enrolment link needs the server's public URL: set FLARE_PUBLIC_URL (or --server) to https://…")
+            }
+            let link = Enrollment(server: url, key: key).link
+            if options.switches.contains("--enroll") { print(link) }
+            if let file = options.flags["--qr"] {
+                let png = try QRCode(link).png()
+                guard FileManager.default.createFile(atPath: file, contents: Data(png), attributes: [.posixPermissions: 0o600]) else {
+                    throw CLIError("cannot write \(file)")
+                }
+                FileHandle.standardError.write(Data("enrolment QR code written to \(file) (it contains the key: show it to the phone, then delete it)\n".utf8))
+            }
+        }
         return 0
+    }
+
+    static func keysList(_ options: CommonOptions) throws -> Int32 {
+        let store = try openStore(options)
+        let keys = try store.ownerKeys()
+        if options.json {
+            let infos = keys.map { key in
+                KeyInfo(id: String(key.id), label: key.label, kind: key.isAdmin ? .admin : .limited, maxLive: key.limits.maxLive,
+                        maxDurationSeconds: key.limits.maxDurationSeconds.map { Int($0) }, createRatePerHour: key.limits.createsPerHour,
+                        createdAt: Date(timeIntervalSince1970: Double(key.createdAt) / 1000),
+                        lastUsedAt: key.lastUsedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) },
+                        revokedAt: key.revokedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) }, liveShares: key.liveShares)
+            }
+            try printJSON(KeyList(keys: infos))
+            return 0
+        }
+        print("ID    KIND     LIVE  LIMITS                          CREATED               LAST USED             LABEL")
+        for key in keys {
+            var limits: [String] = []
+            if let maxLive = key.limits.maxLive { limits.append("\(maxLive) live") }
+            if let duration = key.limits.maxDurationSeconds { limits.append("\(duration) s") }
+            if let rate = key.limits.createsPerHour { limits.append("\(rate)/h") }
+            let kind = key.isRevoked ? "revoked" : key.isAdmin ? "admin" : "limited"
+            let used = key.lastUsedAt.map { RFC3339.format(millis: $0) } ?? "never"
+            print("\(pad(String(key.id), 5)) \(pad(kind, 8)) \(pad(String(key.liveShares), 5)) \(pad(limits.isEmpty ? "-" : limits.joined(separator: ", "), 31)) \(pad(RFC3339.format(millis: key.createdAt), 21)) \(pad(used, 21)) \(key.label)")
+        }
+        return 0
+    }
+
+    static func keysRevoke(_ options: CommonOptions, id text: String) throws -> Int32 {
+        guard let id = Int64(text), id > 0 else { throw CLIError("a key id is a number (flare keys list shows them)") }
+        let store = try openStore(options)
+        guard let key = try store.ownerKey(id: id) else { throw CLIError("no key \(id) (flare keys list shows them)") }
+        if try store.revokeOwnerKey(id: id, at: SystemWallClock().now()) {
+            print("key \(id) (\(key.label)) revoked; its \(try store.ownerKeys().first { $0.id == id }?.liveShares ?? 0) live shares run until they end (an admin key can stop them)")
+        } else {
+            print("key \(id) (\(key.label)) was already revoked")
+        }
+        return 0
+    }
+
+    private static func openStore(_ options: CommonOptions) throws -> any ShareStore {
+        let location = try StoreLocation(url: options.environment["FLARE_STORE_URL"], dataDirectory: options.dataDirectory)
+        if case .sqlite(let path) = location, !FileManager.default.fileExists(atPath: path) {
+            throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir (or set FLARE_STORE_URL)")
+        }
+        do { return try Stores.open(location, instance: "flare-keys") } catch {
+            throw CLIError("cannot open the store (\(location)): \(error)")
+        }
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : text + String(repeating: " ", count: width - text.count)
+    }
+
+    private static func positive(_ options: CommonOptions, _ flag: String) throws -> Int? {
+        guard let text = options.flags[flag] else { return nil }
+        guard let value = Int(text), value >= 1 else { throw CLIError("\(flag) must be a whole number of 1 or more") }
+        return value
+    }
+
+    /// `--create-rate N/h` (or just N): creations per hour.
+    private static func rate(_ options: CommonOptions) throws -> Int? {
+        guard let text = options.flags["--create-rate"] else { return nil }
+        let number = text.hasSuffix("/h") ? String(text.dropLast(2)) : text
+        guard let value = Int(number), value >= 1 else { throw CLIError("--create-rate must look like 6/h (creations per hour)") }
+        return value
     }
 }
 

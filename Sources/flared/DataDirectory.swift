@@ -34,12 +34,22 @@ enum DataDirectory {
 
     /// On first start there is no owner key: make one and leave it for the operator in owner.key.
     static func ensureOwnerKey(in directory: String, store: any ShareStore, clock: any WallClock, logger: Logger) throws {
+        if let version = store.upgradedFromSchema, version < 7 { try sayKeysAreAdmin(store: store, logger: logger) }
         guard try store.ownerKeyCount() == 0 else { return }
         let key = OwnerKey.generate()
         let path = directory + "/owner.key"
         try writeSecretFile(path, key + "\n")
         try store.insertOwnerKey(hash: SecretHash(of: key), label: "first start", createdAt: clock.now())
         logger.info("created an owner key; it is in \(path) (use it as Authorization: Bearer, or with `flare share create`)")
+    }
+
+    /// Keys made before keys owned shares could read and control every share, and still can (admin keys): for
+    /// phones, limited keys should replace them. Said once, at the start that upgraded the store.
+    private static func sayKeysAreAdmin(store: any ShareStore, logger: Logger) throws {
+        let keys = try store.ownerKeys().filter { !$0.isRevoked }
+        guard !keys.isEmpty else { return }
+        let named = keys.map { "\($0.id) (\($0.label))" }.joined(separator: ", ")
+        logger.warning("owner keys now own the shares they create; the \(keys.count) keys made before are admin keys, which see and control every share: \(named). The shares made before belong to key \(keys[0].id). Give each phone a limited key instead (`flare keys create --label PHONE --max-live 1 --max-duration 86400 --create-rate 6/h --enroll`) and revoke its old one (`flare keys revoke ID`)")
     }
 
     /// The bridge's broker login. A password given directly wins; otherwise FLARE_MQTT_PASSWORD_FILE, or the

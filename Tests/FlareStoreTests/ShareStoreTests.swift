@@ -202,6 +202,40 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         index.reset()
     }
 
+    /// A file made by the release before keys owned shares (schema 4): its keys become admin keys, as powerful as
+    /// they were, its shares belong to the first key, and the store says it upgraded (flared logs it).
+    @Test func upgradesKeysAndSharesOfTheReleaseBeforeAccounts() throws {
+        let share = makeShare()
+        do {
+            let old = try SQLiteDatabase(path: path)
+            for step in 0..<4 { try old.execute(SQLiteShareStore.migrations[step]) }
+            try old.execute("PRAGMA user_version = 4")
+            for (hash, label) in [(SecretHash(of: "first"), "owner"), (SecretHash(of: "second"), "phone")] {
+                let key = try old.statement("INSERT INTO owner_keys (key_hash, label, created_at) VALUES (?, ?, 1)")
+                key.bind(1, hash.bytes)
+                key.bind(2, label)
+                try key.run()
+                key.reset()
+            }
+            let insert = try old.statement("INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)")
+            insert.bind(1, share.id.rawValue)
+            insert.bind(2, share.viewTokenHash.bytes)
+            insert.bind(3, share.name)
+            insert.bind(4, share.createdAt)
+            insert.bind(5, share.expiresAt)
+            try insert.run()
+            insert.reset()
+        }
+        let store = try SQLiteShareStore(path: path)
+        #expect(store.upgradedFromSchema == 4)
+        let keys = try store.ownerKeys()
+        #expect(keys.map(\.label) == ["owner", "phone"] && keys.allSatisfy { $0.isAdmin && $0.limits == .none })
+        #expect(keys.first?.liveShares == 1)
+        #expect(try store.share(id: share.id)?.share.ownerKeyID == keys.first?.id)
+        #expect(try store.ownerKeyExists(hash: SecretHash(of: "second")))
+        #expect(try SQLiteShareStore(path: path).upgradedFromSchema == nil)  // once
+    }
+
     @Test func refusesADatabaseFromANewerRelease() throws {
         do {
             let newer = try SQLiteDatabase(path: path)
@@ -379,6 +413,43 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
 }
 
 extension ShareStoreTests {
+    /// Keys with kinds and limits; the live-share and hourly limits checked in the insert's own transaction, from
+    /// two connections (two instances) alike; revocation; listing with live counts and by owner.
+    @Test(arguments: Engine.allCases) func keysOwnSharesWithinTheirLimits(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let admin = try store.insertOwnerKey(hash: SecretHash(of: "admin"), label: "admin", createdAt: 1, admin: true, limits: .none)
+        let limits = KeyLimits(maxLive: 2, maxDurationSeconds: 600, createsPerHour: 3)
+        let phone = try store.insertOwnerKey(hash: SecretHash(of: "phone"), label: "phone", createdAt: 2, admin: false, limits: limits)
+        #expect(try other.ownerKey(hash: SecretHash(of: "phone")) == OwnerKeyRecord(id: phone, label: "phone", isAdmin: false, limits: limits, createdAt: 2))
+        #expect(try store.ownerKey(hash: SecretHash(of: "nobody")) == nil)
+        let now: UnixMillis = 10_000_000
+        func share(_ owner: Int64, expiresIn: Int64 = 600_000) -> Share {
+            Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now, expiresAt: now + expiresIn, ownerKeyID: owner)
+        }
+        let first = try store.insertShare(share(phone, expiresIn: 300_000), limits: limits, now: now)
+        #expect((try? first.get()) != nil)
+        #expect((try? other.insertShare(share(phone), limits: limits, now: now + 1).get()) != nil)
+        // Two live: the third waits for the first to expire (300 s).
+        #expect(try store.insertShare(share(phone), limits: limits, now: now + 2) == .failure(QuotaRefusal(limit: .maxLive, value: 2, retryAfterSeconds: 300)))
+        let firstRow = try #require(try first.get())
+        try other.markEnded(row: firstRow, at: now + 3, reason: .stopped)
+        #expect((try? store.insertShare(share(phone), limits: limits, now: now + 4).get()) != nil)
+        // Three created this hour; the fourth may come an hour after the first.
+        try store.markEnded(row: try #require(try store.listShares(state: .active, after: nil, limit: 1, owner: phone).first).row, at: now + 5, reason: .stopped)
+        #expect(try other.insertShare(share(phone), limits: limits, now: now + 6) == .failure(QuotaRefusal(limit: .createRate, value: 3, retryAfterSeconds: 3600)))
+        #expect((try? store.insertShare(share(phone), limits: limits, now: now + 3_600_001).get()) != nil)
+        // Admin shares are not counted against the phone, and the listing says whose is whose.
+        try store.insertShare(share(admin))
+        #expect(try store.listShares(state: nil, after: nil, limit: 10, owner: phone).count == 4)
+        #expect(try store.listShares(state: nil, after: nil, limit: 10, owner: admin).count == 1)
+        #expect(try store.ownerKeys().map(\.liveShares) == [1, 2])
+        #expect(try other.revokeOwnerKey(id: phone, at: now))
+        #expect(try !store.revokeOwnerKey(id: phone, at: now + 1))
+        #expect(try store.ownerKey(id: phone)?.revokedAt == now && !store.ownerKeyExists(hash: SecretHash(of: "phone")))
+        try store.noteOwnerKeyUsed(id: admin, at: now + 7)
+        #expect(try other.ownerKey(id: admin)?.lastUsedAt == now + 7)
+    }
+
     /// A confirming tracker's mark: through the last number with no gap before it, whichever store connection (or
     /// instance) handled which message; a newer stream starts again, an older one is ignored.
     @Test(arguments: Engine.allCases) func trackerMarksMoveOverHandledRunsOnly(engine: Engine) throws {
