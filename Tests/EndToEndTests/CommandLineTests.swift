@@ -29,7 +29,8 @@ import Testing
         #expect(result.status == 1 && result.stderr.contains("FLARE_MAX_DURATION_S"))
         environment["FLARE_MAX_DURATION_S"] = nil
         // A database that is not there: one line naming the setting, never the password; nothing left running.
-        let closed = try FreePort.next()
+        let (refusing, closed) = try FreePort.refusing()
+        defer { close(refusing) }
         environment["FLARE_STORE_URL"] = "postgresql://flare:pa55word-x@127.0.0.1:\(closed)/flare"
         result = try runCommand(flared, [], environment: environment)
         #expect(result.status == 1, "\(result.stderr)")

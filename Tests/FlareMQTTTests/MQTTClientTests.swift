@@ -288,7 +288,8 @@ struct MQTTClientTests {
 
     @Test
     func unreachableBrokerIsReportedNotAwaited() throws {
-        let port = try FreePort.next()  // nothing listens there
+        let (refusing, port) = try FreePort.refusing()  // bound, never listening: refused for the whole test
+        defer { close(refusing) }
         let recorder = Recorder()
         var options = MQTTClient.Options(clientID: "nobody-home")
         options.port = port

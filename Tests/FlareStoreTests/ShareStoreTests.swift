@@ -345,7 +345,8 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
             return text.contains("SQLSTATE 23505") && text.contains("duplicate key") && !text.contains(share.id.rawValue)
         }
         // Nothing listens on this port: the error says so, and the password stays out of it.
-        let closed = try FreePort.next()
+        let (refusing, closed) = try FreePort.refusing()
+        defer { close(refusing) }
         #expect { try Stores.open(.postgresql(url: "postgresql://flare:s3cret-pw@127.0.0.1:\(closed)/flare"), instance: "test") } throws: { error in
             let text = "\(error)"
             return text.contains("connect failed") && text.contains("\(closed)") && !text.contains("s3cret-pw")

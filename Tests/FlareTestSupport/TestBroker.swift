@@ -130,9 +130,20 @@ public enum TempDirectory {
 public enum FreePort {
     /// Asks the kernel for a free loopback TCP port (bind to port 0, read it back, close).
     public static func next() throws -> Int {
+        let (fd, port) = try bound()
+        close(fd)
+        return port
+    }
+
+    /// A loopback port that refuses connections for as long as the returned socket stays open: bound, never
+    /// listening, so no other test's server can take it meanwhile (a closed free port can be taken at once).
+    public static func refusing() throws -> (socket: Int32, port: Int) { try bound() }
+
+    private static func bound() throws -> (Int32, Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket() failed") }
-        defer { close(fd) }
+        var keep = false
+        defer { if !keep { close(fd) } }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = 0
@@ -146,7 +157,8 @@ public enum FreePort {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
         guard named == 0 else { throw TestSupportError("getsockname() failed") }
-        return Int(UInt16(bigEndian: addr.sin_port))
+        keep = true
+        return (fd, Int(UInt16(bigEndian: addr.sin_port)))
     }
 
     /// Polls until something accepts TCP connections on 127.0.0.1:`port`, or the timeout passes.
