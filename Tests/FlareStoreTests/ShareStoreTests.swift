@@ -236,6 +236,29 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         #expect(try SQLiteShareStore(path: path).upgradedFromSchema == nil)  // once
     }
 
+    /// The same upgrade on PostgreSQL: a database left at schema 4 by the release before accounts.
+    @Test func upgradesAPostgreSQLDatabaseOfTheReleaseBeforeAccounts() throws {
+        let postgres = try TestPostgres.shared.get()
+        let url = try postgres.makeDatabase()
+        let share = makeShare()
+        var script = "CREATE TABLE flare_schema (version INTEGER NOT NULL);"
+        for step in 0..<4 { script += PostgresShareStore.migrations[step] + ";INSERT INTO flare_schema (version) VALUES (\(step + 1));" }
+        script += """
+            INSERT INTO owner_keys (key_hash, label, created_at) VALUES ('\(PostgresText.hex(SecretHash(of: "first").bytes))', 'owner', 1);
+            INSERT INTO owner_keys (key_hash, label, created_at) VALUES ('\(PostgresText.hex(SecretHash(of: "second").bytes))', 'phone', 2);
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at)
+                VALUES ('\(share.id.rawValue)', '\(PostgresText.hex(share.viewTokenHash.bytes))', '\(share.name)', \(share.createdAt), \(share.expiresAt));
+            """
+        _ = try postgres.query(url, script)
+        let store = try PostgresShareStore(url: url, instance: "test")
+        #expect(store.upgradedFromSchema == 4)
+        let keys = try store.ownerKeys()
+        #expect(keys.map(\.label) == ["owner", "phone"] && keys.allSatisfy { $0.isAdmin && $0.limits == .none })
+        #expect(try store.share(id: share.id)?.share.ownerKeyID == keys.first?.id)
+        #expect(try store.ownerKeyExists(hash: SecretHash(of: "second")))
+        #expect(try PostgresShareStore(url: url, instance: "test").upgradedFromSchema == nil)
+    }
+
     @Test func refusesADatabaseFromANewerRelease() throws {
         do {
             let newer = try SQLiteDatabase(path: path)
