@@ -254,6 +254,20 @@ def test_language_switcher(flare, viewer):
     wait_for(d, lambda drv: text(drv, '#status') == 'Live', 'back to English')
 
 
+def test_the_maps_buttons_are_reachable_by_assistive_technology(flare, viewer):
+    """The map is a labelled region: an element with role img would hide its zoom buttons from screen readers."""
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    area = d.find_element(By.ID, 'map')
+    assert area.get_attribute('role') == 'region' and area.get_attribute('aria-label')
+    assert d.execute_script("return document.querySelector('#map [role=img], #map[role=img]') === null")
+    zoom = d.find_elements(By.CSS_SELECTOR, '#map .leaflet-control-zoom-in')
+    assert zoom and zoom[0].get_attribute('aria-label'), 'the zoom buttons are there, with a name'
+
+
 def test_works_without_tiles(flare, viewer):
     share = flare.create()
     _, _, html = http_get(share.path)
