@@ -111,19 +111,60 @@ public struct ViewDocument: Codable, Sendable, Equatable {
     public let trail: [TrailPoint]
     /// Whether the phone is reporting; only while the share is active.
     public let tracker: TrackerReport?
+    /// The family's latest answers, oldest first (absent from servers before answers).
+    public let answers: [ShareAnswer]?
     /// The server's clock, so the page can say "2 minutes ago" right on a phone whose clock is off.
     @RFC3339Time public var serverTime: Date
 
     enum CodingKeys: String, CodingKey {
-        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, serverTime = "server_time"
+        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, answers, serverTime = "server_time"
     }
+}
+
+/// A family member's answer to the person who shared: in the view document, the live `answer` event, the MQTT
+/// topic `flare/v1/shares/{id}/answers` and `GET /api/v1/shares/{id}/answers`.
+public struct ShareAnswer: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable, CaseIterable {
+        case onMyWay = "on_my_way", calledEmergency = "called_emergency", cannotHelp = "cannot_help"
+    }
+    /// Increasing: ask for those after the last one you have (`?after=`).
+    public let id: String
+    public let kind: Kind
+    /// Text as typed, at most 40 characters; "" when none was given. Show it as text, never as markup.
+    public let name: String
+    @RFC3339Time public var at: Date
+
+    public init(id: String, kind: Kind, name: String, at: Date) {
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.at = at
+    }
+}
+
+/// `POST /api/v1/view/{view_token}/answers`: `{"kind":"on_my_way","name":"Mum"}` (name optional) → 201 `ShareAnswer`.
+public struct AnswerRequest: Codable, Sendable, Equatable {
+    public var kind: ShareAnswer.Kind
+    public var name: String?
+
+    public init(kind: ShareAnswer.Kind, name: String? = nil) {
+        self.kind = kind
+        self.name = name
+    }
+}
+
+/// `GET /api/v1/shares/{id}/answers?after=ID`.
+public struct ShareAnswerList: Codable, Sendable, Equatable {
+    public let answers: [ShareAnswer]
+    public init(answers: [ShareAnswer]) { self.answers = answers }
 }
 
 /// The events of `GET /api/v1/view/{view_token}/events` (Server-Sent Events): `status` (`LiveStatus`, first and
 /// after each extension), `tracker` (a `TrackerReport`, after `status` and on each change), `fix` (a
-/// `ReportedLocation`, each new last position) and `ended` (`LiveEnded`, last).
+/// `ReportedLocation`, each new last position), `answer` (a `ShareAnswer`, each new one) and `ended` (`LiveEnded`,
+/// last).
 public enum LiveEventName: String, Sendable, CaseIterable {
-    case status, tracker, fix, ended
+    case status, tracker, fix, ended, answer
 }
 
 /// `POST /api/v1/view/{view_token}/locate` → 202: the phone was asked for a fresh position.

@@ -311,6 +311,7 @@ public enum FlareMetrics {
     public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
     public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
     public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")
+    public static let answers = Metrics.Family("flare_answers_total", .counter, "Answers from the family, by kind.")
     public static let quotaRefusals = Metrics.Family("flare_quota_refusals_total", .counter, "Requests refused for being over their key's limits, by limit.")
     public static let sharesEnded = Metrics.Family("flare_shares_ended_total", .counter, "Shares ended, by reason.")
     public static let trackerChanges = Metrics.Family("flare_tracker_changes_total", .counter, "Tracker states recorded (live, stale, offline), by state.")

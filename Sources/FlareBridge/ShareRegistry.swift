@@ -9,6 +9,8 @@ public enum LiveEvent: Sendable, Equatable {
     case ended(reason: EndReason, at: UnixMillis)
     /// The tracker state, the battery it reports or a "locate now" request changed.
     case tracker(TrackerSummary)
+    /// A family member answered.
+    case answer(Answer)
 }
 
 /// Receives a share's live events, on the thread that caused them; must not block.
@@ -30,6 +32,8 @@ public struct ShareSnapshot: Sendable {
     public let viewers: Int
     /// When the share last heard from its tracker (a fix, an answer), or its creation.
     public let lastHeardAt: UnixMillis
+    /// The family's latest answers, oldest first (at most `ShareRegistry.answersKept`).
+    public let answers: [Answer]
     /// Changes whenever anything above changes; the key for `cachedView`.
     let version: UInt64
     /// The view document rendered for this version, if it was (see `ShareService.view(of:)`).
@@ -49,6 +53,7 @@ final class ShareRegistry: Sendable {
         var lastHeardAt: UnixMillis
         var transport: TrackerTransport?
         var subscribers: [Int: Subscriber] = [:]
+        var answers: [Answer] = []
         var version: UInt64 = 0
         /// The link holders' rendering of this version: rendering the trail's numbers dominated the view
         /// endpoint's CPU time, and a share changes far less often than its link is polled.
@@ -119,7 +124,7 @@ final class ShareRegistry: Sendable {
 
     private static func snapshot(_ entry: Entry) -> ShareSnapshot {
         ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count,
-                      lastHeardAt: entry.lastHeardAt, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
+                      lastHeardAt: entry.lastHeardAt, answers: entry.answers, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
     }
 
     /// Keeps the gateway's rendering of a snapshot, unless the share changed since that snapshot was taken.
@@ -289,6 +294,31 @@ final class ShareRegistry: Sendable {
             entry.trail.append(point)
         }
         if entry.trail.count > trailLength { entry.trail.removeFirst(entry.trail.count - trailLength) }
+    }
+
+    /// How many answers a share keeps in memory for its view document.
+    static let answersKept = 20
+
+    /// Takes in answers the store has (any order, any repeats); viewers hear of each new one. Returns the new ones.
+    @discardableResult
+    func addAnswers(_ id: ShareID, _ answers: [Answer]) -> [Answer] {
+        let (fresh, subscribers): ([Answer], [Subscriber]) = state.withLock { state in
+            guard var entry = state.entries[id] else { return ([], []) }
+            let known = entry.answers.last?.id ?? 0
+            let fresh = answers.filter { $0.id > known }.sorted { $0.id < $1.id }
+            guard !fresh.isEmpty else { return ([], []) }
+            entry.answers = Array((entry.answers + fresh).suffix(Self.answersKept))
+            entry.changed()
+            state.entries[id] = entry
+            return (fresh, entry.share.isActive ? Array(entry.subscribers.values) : [])
+        }
+        for answer in fresh { for subscriber in subscribers { subscriber(.answer(answer)) } }
+        return fresh
+    }
+
+    /// The id of the newest answer memory has for the share (0: none).
+    func lastAnswerID(_ id: ShareID) -> Int64 {
+        state.withLock { $0.entries[id]?.answers.last?.id ?? 0 }
     }
 
     public func updateExpiry(_ id: ShareID, expiresAt: UnixMillis) {

@@ -135,6 +135,7 @@ public final class ShareService: Sendable {
         self.logger = logger
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.quotaRefusals)
+        metrics.register(FlareMetrics.answers)
         metrics.register(FlareMetrics.sharesEnded)
         metrics.register(FlareMetrics.trackerChanges)
         metrics.register(FlareMetrics.locateRequests)
@@ -178,6 +179,7 @@ public final class ShareService: Sendable {
         for stored in try store.loadOpenShares() {
             let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
             registry.insert(stored, recentFixes: trail)
+            if stored.share.lastAnswerID != nil { takeAnswers(stored.share.id, row: stored.row) }
             let share = stored.share
             if share.isActive {
                 if share.expiresAt <= now {
@@ -410,9 +412,12 @@ public final class ShareService: Sendable {
         }
         guard let current = registry.snapshot(share.id) else {
             registry.insert(stored, recentFixes: (try? store.recentFixes(row: stored.row, limit: registry.trailLength)) ?? [])
+            if share.lastAnswerID != nil { takeAnswers(share.id, row: stored.row) }
             scheduleNext(for: share)
             return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
         }
+        // An answer stored by another instance: its viewers here hear of it too.
+        if let newest = share.lastAnswerID, newest > registry.lastAnswerID(share.id) { takeAnswers(share.id, row: stored.row) }
         if current.share.isActive, let reason = share.endReason, let endedAt = share.endedAt {
             registry.markEnded(share.id, reason: reason, at: endedAt)
             scheduler.withLock { $0?.cancel(.expire(share.id)) }
@@ -709,7 +714,7 @@ public final class ShareService: Sendable {
     /// often than its link is polled.
     public func view(of snapshot: ShareSnapshot) -> RenderedView {
         if let cached = snapshot.cachedView { return RenderedView(share: snapshot.share, body: cached) }
-        let body = ViewDocumentRenderer.body(share: snapshot.share, last: snapshot.last, trail: snapshot.trail)
+        let body = ViewDocumentRenderer.body(share: snapshot.share, last: snapshot.last, trail: snapshot.trail, answers: snapshot.answers)
         registry.cacheView(snapshot.share.id, version: snapshot.version, bytes: body)
         return RenderedView(share: snapshot.share, body: body)
     }
@@ -758,6 +763,55 @@ public final class ShareService: Sendable {
     public func isDeviceToken(_ token: String, of id: ShareID) -> Bool {
         guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id) else { return false }
         return verified.role == .device
+    }
+
+    // MARK: The family's answers
+
+    public enum AnswerRefusal: Error, Equatable {
+        case ended
+        case storage(String)
+    }
+
+    /// How many answers a share takes at most: a family answers a few times; a script that got the link does not
+    /// get to fill the store (the gateway limits the rate too).
+    static let answersPerShare = 200
+
+    /// A family member answers (`name` already validated, `Answer.validName`): stored with the share, shown to every
+    /// viewer of it on every instance (view document and live event), and sent to the phone on `…/answers` (QoS 1,
+    /// not retained; held for a phone whose session the broker keeps, until the share would have ended).
+    public func answer(_ snapshot: ShareSnapshot, kind: AnswerKind, name: String) throws(AnswerRefusal) -> Answer {
+        guard snapshot.share.isActive else { throw .ended }
+        let stored: Answer?
+        do {
+            guard try store.answers(row: snapshot.row, after: 0, limit: Self.answersPerShare).count < Self.answersPerShare else {
+                throw AnswerRefusal.storage("this share has taken all the answers it can")
+            }
+            stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now())
+        } catch let refusal as AnswerRefusal {
+            throw refusal
+        } catch {
+            throw .storage("\(error)")
+        }
+        guard let answer = stored else { throw .ended }
+        registry.addAnswers(snapshot.share.id, [answer])
+        let remaining = max(1, (snapshot.share.expiresAt - clock.now()) / 1000)
+        if !publisher.publish(topic: Topics.answers(snapshot.share.id), payload: answer.json, qos: 1, retain: false,
+                              expirySeconds: UInt32(clamping: remaining)) {
+            logger.warning("share \(snapshot.share.id): broker unavailable; an answer is stored and shown, and the phone gets it over HTTP")
+        }
+        metrics.increment(FlareMetrics.answers, labels: [("kind", kind.rawValue)])
+        logger.info("share \(snapshot.share.id): answered (\(kind.rawValue))")
+        return answer
+    }
+
+    /// A share's answers after `after`, oldest first, from the store (for the phone over HTTP).
+    public func answers(of row: Int64, after: Int64, limit: Int) throws(ShareError) -> [Answer] {
+        do { return try store.answers(row: row, after: after, limit: limit) } catch { throw .storage(error.description) }
+    }
+
+    private func takeAnswers(_ id: ShareID, row: Int64) {
+        guard let found = try? store.answers(row: row, after: registry.lastAnswerID(id), limit: Self.answersPerShare) else { return }
+        registry.addAnswers(id, Array(found.suffix(ShareRegistry.answersKept)))
     }
 
     // MARK: Confirming trackers

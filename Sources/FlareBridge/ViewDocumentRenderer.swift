@@ -6,7 +6,7 @@ import FlareCore
 /// Codable type, which keeps the two in step.
 enum ViewDocumentRenderer {
     /// The document without its closing `server_time` field and brace: the part that depends only on the share.
-    static func body(share: Share, last: Fix?, trail: [TrailPoint]) -> [UInt8] {
+    static func body(share: Share, last: Fix?, trail: [TrailPoint], answers: [Answer] = []) -> [UInt8] {
         var writer = JSONWriter(capacity: 256 + trail.count * 48)
         writer.beginObject()
         if share.isActive {
@@ -30,6 +30,10 @@ enum ViewDocumentRenderer {
             writer.endObject()
         }
         writer.endArray()
+        writer.key("answers")
+        writer.beginArray()
+        for answer in answers { answer.writeJSON(into: &writer) }
+        writer.endArray()
         if share.isActive {
             writer.key("tracker")
             TrackerSummary(share: share, last: last).writeJSON(into: &writer)
@@ -46,4 +50,22 @@ enum ViewDocumentRenderer {
 extension RenderedView {
     /// The whole document, closed with `server_time`.
     public func document(serverTime: UnixMillis) -> [UInt8] { ViewDocumentRenderer.closing(body, serverTime: serverTime) }
+}
+
+extension Answer {
+    /// `{"id":"…","kind":…,"name":…,"at":…}`: the view document's, the live event's and the MQTT message's form.
+    func writeJSON(into writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.field("id", String(id))
+        writer.field("kind", kind.rawValue)
+        writer.field("name", name)
+        writer.field("at", RFC3339.format(millis: at))
+        writer.endObject()
+    }
+
+    public var json: [UInt8] {
+        var writer = JSONWriter(capacity: 96)
+        writeJSON(into: &writer)
+        return writer.bytes
+    }
 }

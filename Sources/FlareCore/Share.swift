@@ -21,11 +21,13 @@ public struct Share: Sendable, Equatable {
     public var locateAnsweredAt: UnixMillis?
     /// The owner key that created it (its store id); shares made before keys owned shares belong to the first key.
     public var ownerKeyID: Int64?
+    /// The newest answer from the family (its id), if any: a change of it is a change of the share.
+    public var lastAnswerID: Int64?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
-                ownerKeyID: Int64? = nil) {
+                ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -38,6 +40,7 @@ public struct Share: Sendable, Equatable {
         self.locateRequestedAt = locateRequestedAt
         self.locateAnsweredAt = locateAnsweredAt
         self.ownerKeyID = ownerKeyID
+        self.lastAnswerID = lastAnswerID
     }
 
     public var isActive: Bool { endedAt == nil }

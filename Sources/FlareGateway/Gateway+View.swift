@@ -76,6 +76,8 @@ extension Gateway {
                 stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: expiresAt)))))
             case .tracker(let summary):
                 stream.send(Self.event(.tracker, summary.json))
+            case .answer(let answer):
+                stream.send(Self.event(.answer, answer.json))
             case .ended(let reason, let endedAt):
                 stream.send(Self.event(.ended, Self.encoded(LiveEnded(reason: reason.rawValue, endedAt: Date(unixMillis: endedAt)))))
                 stream.finish()

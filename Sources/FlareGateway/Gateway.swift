@@ -37,6 +37,8 @@ public final class Gateway: Sendable {
     /// OwnTracks HTTP mode, per share: far above a phone in move mode (one message every few seconds), enough for
     /// an Android phone sending the backlog it queued while offline, one message per request.
     let ownTracksHTTPLimiter = RateLimiter(rule: .init(ratePerSecond: 20, burst: 600))
+    /// Answers per address and share: 5 at once, then one every 10 s.
+    let answerLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5))
     let liveStreams: LiveStreams
     let parser: LocationPayloadParser
 
@@ -122,6 +124,8 @@ public final class Gateway: Sendable {
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
+        case ("view", 3, "POST") where parts[2] == "answers": return postAnswer(request, token: parts[1])
+        case ("shares", 3, "GET") where parts[2] == "answers": return listAnswers(request, id: parts[1])
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
         case ("shares", 4, _) where parts[2] == "owntracks" && parts[3] == "http": return APIError.methodNotAllowed.response
         default: return APIError.notFound("no such endpoint").response

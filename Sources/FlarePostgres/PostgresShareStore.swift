@@ -114,6 +114,13 @@ public final class PostgresShareStore: ShareStore {
         END $$;
         CREATE TRIGGER owner_keys_changed AFTER UPDATE ON owner_keys FOR EACH ROW EXECUTE FUNCTION flare_notify_key();
         """,
+        // 8: the family's answers, kept with the share and purged with its history. A new answer updates the share's
+        // `last_answer_id`, so the share trigger tells every instance to show it.
+        """
+        CREATE TABLE answers (id BIGSERIAL PRIMARY KEY, share BIGINT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, at BIGINT NOT NULL);
+        CREATE INDEX answers_share ON answers(share, id);
+        ALTER TABLE shares ADD COLUMN last_answer_id BIGINT;
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -217,7 +224,7 @@ public final class PostgresShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "purge history") { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers"] {
                     try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
                 }
                 return try connection.execute("UPDATE shares SET history_purged = true, name = '' WHERE id = $1 AND NOT history_purged",
@@ -228,7 +235,8 @@ public final class PostgresShareStore: ShareStore {
 
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
-        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
+        last_answer_id
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -243,7 +251,7 @@ public final class PostgresShareStore: ShareStore {
                                   transport: rows.text(index, 12).flatMap(TrackerTransport.init(rawValue:)))
                 },
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
-                ownerKeyID: rows.optionalInt64(index, 15))
+                ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }
@@ -579,6 +587,34 @@ public final class PostgresShareStore: ShareStore {
                     if end > 0, let mark = TrackerSequence(stream: stream, number: end) { marks.append((row, mark)) }
                 }
                 return marks
+            }
+        }
+    }
+
+    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer? {
+        let operation = "insert answer"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> Answer? in
+                let inserted = try connection.execute("""
+                    INSERT INTO answers (share, kind, name, at) SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM shares WHERE id = $1 AND ended_at IS NULL)
+                    RETURNING id
+                    """, [String(row), kind.rawValue, name, String(at)], operation: operation)
+                guard inserted.count == 1 else { return nil }
+                let id = inserted.int64(0, 0)
+                try connection.execute("UPDATE shares SET last_answer_id = $1 WHERE id = $2", [String(id), String(row)], operation: operation)
+                return Answer(id: id, kind: kind, name: name, at: at)
+            }
+        }
+    }
+
+    public func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer] {
+        try pool.with(operation: "read answers") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT id, kind, name, at FROM answers WHERE share = $1 AND id > $2 ORDER BY id LIMIT $3",
+                                              [String(row), String(after), String(max(0, limit))], operation: "read answers")
+            return (0..<rows.count).compactMap { index in
+                AnswerKind(rawValue: rows.text(index, 1) ?? "").map {
+                    Answer(id: rows.int64(index, 0), kind: $0, name: rows.text(index, 2) ?? "", at: rows.int64(index, 3))
+                }
             }
         }
     }

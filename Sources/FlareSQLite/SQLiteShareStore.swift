@@ -86,6 +86,12 @@ public final class SQLiteShareStore: ShareStore {
         CREATE TABLE IF NOT EXISTS key_creations (key INTEGER NOT NULL, at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS key_creations_key ON key_creations(key, at);
         """,
+        // 8: the family's answers to the person who shared, kept with the share and purged with its history.
+        """
+        CREATE TABLE IF NOT EXISTS answers (id INTEGER PRIMARY KEY, share INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS answers_share ON answers(share, id);
+        ALTER TABLE shares ADD COLUMN last_answer_id INTEGER;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -243,6 +249,46 @@ public final class SQLiteShareStore: ShareStore {
                 }
                 return marks
             }
+        }
+    }
+
+    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer? {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) -> Answer? in
+                let insert = try db.statement("""
+                    INSERT INTO answers (share, kind, name, at) SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM shares WHERE id = ?1 AND ended_at IS NULL)
+                    """)
+                defer { insert.reset() }
+                insert.bind(1, row)
+                insert.bind(2, kind.rawValue)
+                insert.bind(3, name)
+                insert.bind(4, at)
+                try insert.run()
+                guard db.changes == 1 else { return nil }
+                let id = db.lastInsertRowID
+                let mark = try db.statement("UPDATE shares SET last_answer_id = ?1 WHERE id = ?2")
+                defer { mark.reset() }
+                mark.bind(1, id)
+                mark.bind(2, row)
+                try mark.run()
+                return Answer(id: id, kind: kind, name: name, at: at)
+            }
+        }
+    }
+
+    public func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT id, kind, name, at FROM answers WHERE share = ?1 AND id > ?2 ORDER BY id LIMIT ?3")
+            defer { statement.reset() }
+            statement.bind(1, row)
+            statement.bind(2, after)
+            statement.bind(3, Int64(max(0, limit)))
+            var found: [Answer] = []
+            while try statement.step() {
+                guard let kind = AnswerKind(rawValue: statement.string(1)) else { continue }
+                found.append(Answer(id: statement.int64(0), kind: kind, name: statement.string(2), at: statement.int64(3)))
+            }
+            return found
         }
     }
 
@@ -437,7 +483,7 @@ public final class SQLiteShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)
@@ -454,7 +500,8 @@ public final class SQLiteShareStore: ShareStore {
 
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
-        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key
+        tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
+        last_answer_id
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -474,7 +521,8 @@ public final class SQLiteShareStore: ShareStore {
             },
             locateRequestedAt: statement.optionalInt64(13),
             locateAnsweredAt: statement.optionalInt64(14),
-            ownerKeyID: statement.optionalInt64(15))
+            ownerKeyID: statement.optionalInt64(15),
+            lastAnswerID: statement.optionalInt64(16))
         return StoredShare(row: statement.int64(0), share: share)
     }
 

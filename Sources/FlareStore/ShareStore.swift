@@ -147,6 +147,13 @@ public protocol ShareStore: Sendable {
     /// that is to hand the command out; any instance may.
     func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool
 
+    // MARK: Answers
+    /// Stores a family member's answer, if the share is active, and marks the share changed (its `lastAnswerID`), so
+    /// that every instance's viewers hear of it. Nil when the share is not active.
+    func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer?
+    /// A share's answers with an id above `after`, oldest first, at most `limit`.
+    func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer]
+
     // MARK: Fixes
     /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored).
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool]

@@ -127,6 +127,20 @@ import Testing
         #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM instances WHERE client_id = 'flared-b'") == "0")
     }
 
+    /// An answer given through one instance reaches the viewers of the other: the store's change feed tells it.
+    @Test func anAnswerGivenOnOneInstanceIsShownByTheOther() throws {
+        let cluster = try cluster()
+        let created = try cluster.a.request("POST", "/api/v1/shares", body: "{}", bearer: cluster.a.ownerKey)
+        let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
+        #expect(try cluster.b.request("GET", "/api/v1/view/\(token)").status == 200)  // B knows the share
+        let answered = try cluster.a.request("POST", "/api/v1/view/\(token)/answers", body: #"{"kind":"on_my_way","name":"Ben"}"#)
+        #expect(answered.status == 201, "\(answered.text)")
+        #expect(eventually(timeout: .seconds(5)) {
+            let view = try? cluster.b.request("GET", "/api/v1/view/\(token)")
+            return (view?.json?["answers"] as? [[String: Any]])?.first?["name"] as? String == "Ben"
+        })
+    }
+
     /// One instance keeps the broker's retained state (the store's lease); when it dies the other takes the job over,
     /// and when the broker then crashes (SIGKILL, nothing saved since it started), puts every share's retained status
     /// and last position back, whichever instance stored them.

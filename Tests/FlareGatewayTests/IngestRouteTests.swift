@@ -184,7 +184,8 @@ import Testing
         #expect(refused.status == 503 && refused.errorCode == "store_unavailable" && refused.header("Retry-After") == "5")
         lock.release()
         // The queued fix is written when the store is back; the client's retry is absorbed.
-        #expect(eventually(timeout: .seconds(15)) { (try? fixture.store.fixCount(row: snapshot.row)) == 1 })
+        // (The writer says it is healthy again just after the commit that made the row visible.)
+        #expect(eventually(timeout: .seconds(15)) { (try? fixture.store.fixCount(row: snapshot.row)) == 1 && fixture.ingestor.isStoreHealthy })
         #expect(fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst)).status == 202)
         #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
     }

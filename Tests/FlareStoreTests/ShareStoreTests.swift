@@ -496,3 +496,21 @@ extension ShareStoreTests {
         #expect(try store.recordHandledSequences([]).isEmpty)
     }
 }
+
+extension ShareStoreTests {
+    /// Answers go to active shares only, come back in order after an id, mark the share changed, and go with its history.
+    @Test(arguments: Engine.allCases) func answersAreKeptWithTheShareAndPurgedWithIt(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let row = try store.insertShare(makeShare())
+        let first = try #require(try store.insertAnswer(row: row, kind: .onMyWay, name: "Mum", at: 5))
+        let second = try #require(try other.insertAnswer(row: row, kind: .cannotHelp, name: "", at: 6))
+        #expect(second.id > first.id)
+        #expect(try store.answers(row: row, after: 0, limit: 10) == [first, second])
+        #expect(try store.answers(row: row, after: first.id, limit: 10) == [second])
+        #expect(try other.share(id: try #require(try store.loadOpenShares().first).share.id)?.share.lastAnswerID == second.id)
+        try store.markEnded(row: row, at: 7, reason: .stopped)
+        #expect(try store.insertAnswer(row: row, kind: .onMyWay, name: "late", at: 8) == nil)
+        try store.purgeHistory(row: row)
+        #expect(try store.answers(row: row, after: 0, limit: 10).isEmpty)
+    }
+}

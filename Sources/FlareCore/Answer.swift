@@ -1,0 +1,34 @@
+/// What a family member can answer the person who shared, in one tap.
+public enum AnswerKind: String, Sendable, CaseIterable {
+    case onMyWay = "on_my_way"
+    case calledEmergency = "called_emergency"
+    case cannotHelp = "cannot_help"
+}
+
+/// A family member's answer, as stored with the share (and purged with its history).
+public struct Answer: Sendable, Equatable {
+    /// Increasing in the order the store took them, across instances: a reader asks for those after the last it has.
+    public let id: Int64
+    public let kind: AnswerKind
+    /// As typed (at most `maximumNameLength` characters, never markup: pages show it as text); "" for none.
+    public let name: String
+    public let at: UnixMillis
+
+    public init(id: Int64, kind: AnswerKind, name: String, at: UnixMillis) {
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.at = at
+    }
+
+    public static let maximumNameLength = 40
+
+    /// The name to store, trimmed; nil when it is too long or holds control characters (refused, not cut).
+    public static func validName(_ text: String?) -> String? {
+        let trimmed = (text ?? "").trimmingWhitespace
+        guard trimmed.count <= maximumNameLength,
+              !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format && $0.value != 0x200D })
+        else { return nil }
+        return trimmed
+    }
+}

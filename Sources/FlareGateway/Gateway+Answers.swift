@@ -1,0 +1,88 @@
+import FlareAPI
+import FlareBridge
+import FlareCore
+import FlareHTTP
+import FlareSystem
+import FoundationEssentials
+
+/// The family answers the person who shared: `POST /api/v1/view/{view_token}/answers` for whoever holds the link,
+/// `GET /api/v1/shares/{id}/answers?after=ID` for the phone (device token) or the share's owner key.
+extension Gateway {
+    func postAnswer(_ request: HTTPRequest, token: String) -> HTTPResponse {
+        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
+        case .refused(let response):
+            return response
+        case .found(.historyDeleted):
+            return APIError.shareEnded.response
+        case .found(.live(let snapshot)):
+            guard snapshot.share.isActive else { return APIError.shareEnded.response }
+            let kind: AnswerKind, name: String
+            switch answerRequest(request) {
+            case .success(let parsed): (kind, name) = parsed
+            case .failure(let error): return error.response
+            }
+            // A few answers a minute per address and link: enough for a family, too few to bury the real ones.
+            let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
+                peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+            if let wait = answerLimiter.take(client + " " + snapshot.share.id.rawValue, nowMillis: monotonicMillis()) {
+                metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "answers")])
+                return APIError.rateLimited(retryAfter: wait).response
+            }
+            do {
+                return .api(201, Self.apiAnswer(try shares.answer(snapshot, kind: kind, name: name)))
+            } catch {
+                switch error {
+                case .ended: return APIError.shareEnded.response
+                case .storage(let message):
+                    logger.error("answer: \(message)")
+                    return APIError(status: 503, code: "store_unavailable", message: "cannot record the answer; retry",
+                                    headers: [("Retry-After", "2")]).response
+                }
+            }
+        }
+    }
+
+    func listAnswers(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
+        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
+        guard let lookup = shares.share(id), caller.sees(lookup.share), case .live(let snapshot) = lookup else {
+            return APIError.shareNotFound.response
+        }
+        var after: Int64 = 0
+        if let text = request.query["after"] {
+            guard let value = Int64(text), value >= 0 else {
+                return APIError.badRequest("invalid_after", "after must be the id of an answer you have").response
+            }
+            after = value
+        }
+        do {
+            let found = try shares.answers(of: snapshot.row, after: after, limit: 100)
+            return .api(200, ShareAnswerList(answers: found.map(Self.apiAnswer)))
+        } catch {
+            return shareErrorResponse(error)
+        }
+    }
+
+    private func answerRequest(_ request: HTTPRequest) -> Result<(AnswerKind, String), APIError> {
+        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
+            return .failure(.badRequest("invalid_json", "the body must be a JSON object"))
+        }
+        guard let kind = object["kind"]?.stringValue.flatMap(AnswerKind.init(rawValue:)) else {
+            return .failure(.badRequest("invalid_kind", "kind must be on_my_way, called_emergency or cannot_help"))
+        }
+        var name: String?
+        if let value = object["name"], value != .null {
+            guard let text = value.stringValue else { return .failure(.badRequest("invalid_name", "name must be text")) }
+            name = text
+        }
+        guard let clean = Answer.validName(name) else {
+            return .failure(.badRequest("invalid_name", "name must be at most \(Answer.maximumNameLength) characters, without control characters"))
+        }
+        return .success((kind, clean))
+    }
+
+    static func apiAnswer(_ answer: Answer) -> ShareAnswer {
+        ShareAnswer(id: String(answer.id), kind: ShareAnswer.Kind(rawValue: answer.kind.rawValue) ?? .onMyWay, name: answer.name,
+                    at: Date(unixMillis: answer.at))
+    }
+}
