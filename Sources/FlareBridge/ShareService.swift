@@ -778,7 +778,8 @@ public final class ShareService: Sendable {
 
     /// A family member answers (`name` already validated, `Answer.validName`): stored with the share, shown to every
     /// viewer of it on every instance (view document and live event), and sent to the phone on `…/answers` (QoS 1,
-    /// not retained; held for a phone whose session the broker keeps, until the share would have ended).
+    /// not retained). The broker keeps nothing for a device that is not connected (the auth plugin checks each
+    /// delivery against a connected client's token), so a phone that was away asks `GET …/answers?after=<last id>`.
     public func answer(_ snapshot: ShareSnapshot, kind: AnswerKind, name: String) throws(AnswerRefusal) -> Answer {
         guard snapshot.share.isActive else { throw .ended }
         let stored: Answer?

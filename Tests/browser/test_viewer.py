@@ -405,3 +405,47 @@ def test_offline_and_low_battery_in_chinese(flare, viewer):
     assert text(d, '#battery-note').startswith('电量')
     assert text(d, '#locate') == '请求最新位置'
     shot(d, 'viewer-offline-zh-CN.png')
+
+
+def test_answers_reach_every_viewer_and_the_phone(flare, viewer):
+    """Two family members on two browsers: one answers, the other sees it live; the phone gets it over MQTT with its
+    device token while connected, and over HTTP after being away; the name is text, never markup."""
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    topic = f'flare/v1/shares/{share.id}/answers'
+    live_phone = _device_client(share, '-q', '1', '-t', topic, '-C', '1', '-W', '20')
+    mum, dad = viewer(), viewer()
+    for d in (mum, dad):
+        d.get(share.url())
+        wait_coords(d, a)
+    mum.find_element(By.ID, 'answer-name').send_keys('Mum <b>x</b>')
+    mum.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="on_my_way"]').click()
+    line = re.compile(r'^Mum <b>x</b>: on my way · \d{1,2}:\d{2}')
+    wait_for(dad, lambda drv: line.match(text(drv, '#answers li')), 'the answer on the other viewer\'s page')
+    wait_for(mum, lambda drv: text(drv, '#answer-status').startswith('Sent'), 'the sender told it was sent')
+    assert dad.execute_script("return document.querySelector('#answers b') === null"), 'the name was shown as text'
+    out, _ = live_phone.communicate(timeout=25)
+    assert json.loads(out.strip())['kind'] == 'on_my_way' and json.loads(out.strip())['name'] == 'Mum <b>x</b>'
+    # A phone that was away asks for what it missed (the broker keeps nothing for a device that is not connected).
+    status, _, missed = http_get(f'/api/v1/shares/{share.id}/answers?after=0', headers={'Authorization': f'Bearer {share.device_token}'})
+    assert status == 200 and [x['name'] for x in json.loads(missed)['answers']] == ['Mum <b>x</b>']
+    # A reload shows it from the view document; once ended the buttons go and the answers stay.
+    dad.refresh()
+    wait_for(dad, lambda drv: line.match(text(drv, '#answers li')), 'the answer after a reload')
+    dad.execute_script("document.getElementById('answers-box').scrollIntoView({block: 'end'})")
+    shot(dad, 'viewer-answers.png')
+    flare.stop(share)
+    wait_for(dad, lambda drv: body_attr(drv, 'state') == 'ended', 'ended')
+    assert not dad.find_element(By.ID, 'answer-form').is_displayed()
+    assert line.match(text(dad, '#answers li'))
+
+
+def test_answers_in_chinese(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer(lang='zh-CN')
+    d.get(share.url())
+    wait_coords(d, a)
+    assert text(d, '.answer-buttons [data-kind="called_emergency"]') == '我已拨打急救电话'
+    d.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="called_emergency"]').click()
+    wait_for(d, lambda drv: re.match(r'^有人：已拨打急救电话 · ', text(drv, '#answers li')), 'the answer in Chinese')

@@ -164,6 +164,7 @@
     (Array.isArray(j.trail) ? j.trail : []).forEach(function (f) { newest = addFix(f) || newest; });
     if (j.last) newest = addFix(j.last) || newest;
     if (j.tracker) setTracker(j.tracker);
+    if (Array.isArray(j.answers)) j.answers.forEach(function (a) { addAnswer(a, false); });
     if (j.state === 'ended') {
       setEnded(j);
     } else {
@@ -171,6 +172,42 @@
       if (S.state === 'loading') S.state = 'active';
     }
     render(newest);
+  }
+
+  // The family's answers (ids increase), from the view, live events and this page; names are text, never markup.
+  function addAnswer(a, live) {
+    var L = S.answers = S.answers || [];
+    if (!a || typeof a.id !== 'string' || L.some(function (x) { return x.id === a.id; })) return;
+    L.push(a);
+    L.sort(function (x, y) { return x.id - y.id; });
+    if (L.length > 20) L.shift();
+    if (live && a.id !== S.ownAnswer) announce(answerText(a), false);
+    renderAnswers();
+  }
+  function answerText(a) {
+    return t('answer_line', { name: a.name || t('answer_someone'), what: t('answer_kind_' + a.kind), time: timeText(Date.parse(a.at)) });
+  }
+  function renderAnswers() {
+    var list = $('answers'), items = (S.answers || []).map(answerText);
+    if (items.join('\n') === Array.prototype.map.call(list.children, function (li) { return li.textContent; }).join('\n')) return;
+    list.textContent = '';
+    items.forEach(function (s) { list.appendChild(doc.createElement('li')).textContent = s; });
+  }
+  function sendAnswer(kind) {
+    var name = $('answer-name').value.trim().slice(0, 40), bs = doc.querySelectorAll('.answer-buttons button');
+    var busy = function (on) { Array.prototype.forEach.call(bs, function (b) { b.disabled = on; }); };
+    var say = function (s) { $('answer-status').hidden = !s; setText('answer-status', s); if (s) announce(s, false); };
+    try { localStorage.setItem('flare-answer-name', name); } catch (e) {}
+    busy(true);
+    fetch(API + '/answers', { method: 'POST', cache: 'no-store', credentials: 'same-origin',
+      headers: { Accept: 'application/json', 'Content-Type': 'application/json' }, body: JSON.stringify({ kind: kind, name: name }) })
+      .then(function (res) {
+        if (res.status === 201) return res.json().then(function (a) { S.ownAnswer = a.id; addAnswer(a); say(t('answer_sent')); });
+        if (res.status === 410) return refreshView();
+        say(res.status === 429 ? t('answer_too_soon', { s: parseInt(res.headers.get('Retry-After'), 10) || 10 }) : t('answer_failed'));
+      })
+      .catch(function () { say(t('answer_failed')); })
+      .then(function () { busy(false); });
   }
 
   function setTracker(d) {
@@ -333,6 +370,7 @@
       setTracker(d);
       render(false);
     });
+    src.addEventListener('answer', function (e) { addAnswer(parseJSON(e.data), true); });
     src.addEventListener('fix', function (e) {
       var d = parseJSON(e.data);
       if (!d || terminal()) return;
@@ -473,6 +511,7 @@
     if (text != null) setText(id, text);
   }
   function render(newest) {
+    renderAnswers();
     if (!i18nReady) return;  // called again once the strings are in
     body.setAttribute('data-state', S.state);
     var title = S.name ? t('title_named', { name: S.name }) : t('title');
@@ -630,6 +669,10 @@
     }
     $('copy').addEventListener('click', copyCoords);
     $('locate').addEventListener('click', locate);
+    Array.prototype.forEach.call(doc.querySelectorAll('.answer-buttons button'), function (b) {
+      b.addEventListener('click', function () { sendAnswer(b.getAttribute('data-kind')); });
+    });
+    try { $('answer-name').value = localStorage.getItem('flare-answer-name') || ''; } catch (e) {}
     $('follow').addEventListener('click', function () { setFollow(!S.follow); });
     var ready = loadLang(lang);
     try { initMap(); } catch (e) { map = null; body.setAttribute('data-tiles', 'none'); $('mapnote').hidden = false; }
