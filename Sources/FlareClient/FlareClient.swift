@@ -158,6 +158,43 @@ public final class FlareClient: Sendable {
         try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", bearer: deviceToken, encodable: location, expecting: 202, retry: retry)
     }
 
+    /// The family's answers after `after` (an answer's `id`; nil: from the first), oldest first: what a phone that
+    /// was away missed (the broker keeps nothing for a device that is not connected).
+    public func answers(_ shareID: String, deviceToken: String? = nil, after: String? = nil) async throws(FlareClientError) -> [ShareAnswer] {
+        let query = after.map { [("after", $0)] } ?? []
+        let data = try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/answers", query: query,
+                                  bearer: try credential(deviceToken), body: nil, expecting: 200, retry: retry)
+        return try Self.decode(ShareAnswerList.self, from: data, status: 200).answers
+    }
+
+    /// Every answer as it comes, from the first: asked for every `interval` seconds (HTTP only, so it works wherever
+    /// the phone can reach Flare), each yielded once. Ends when the share has ended (or the device token no longer
+    /// works), and with the task that iterates it.
+    public func answerUpdates(_ shareID: String, deviceToken: String, interval: TimeInterval = 10) -> AsyncThrowingStream<ShareAnswer, any Error> {
+        AsyncThrowingStream(ShareAnswer.self, bufferingPolicy: .unbounded) { continuation in
+            let task = Task {
+                var last: String?
+                while !Task.isCancelled {
+                    do {
+                        for answer in try await self.answers(shareID, deviceToken: deviceToken, after: last) {
+                            continuation.yield(answer)
+                            last = answer.id
+                        }
+                    } catch {
+                        // 401/404: the share ended (its device token stops working) or is gone: nothing more will come.
+                        if case FlareClientError.api(let refusal) = error, [401, 404, 410].contains(refusal.status) {
+                            continuation.finish()
+                            return
+                        }
+                    }
+                    try? await Task.sleep(nanoseconds: UInt64(max(1, interval) * 1_000_000_000))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
     /// One attempt, no retry: the reporter schedules its own.
     func reportOnce(_ location: Location, shareID: String, deviceToken: String) async throws(FlareClientError) -> IngestReceipt {
         try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", bearer: deviceToken, encodable: location, expecting: 202, retry: .none)

@@ -44,3 +44,32 @@ import Testing
         #expect(bad.status != 0 && bad.stderr.contains("--create-rate must look like 6/h"))
     }
 }
+
+/// The phone's side of the family's answers over HTTP: what it missed, and a sequence of them as they come.
+@Suite struct AnswerClientTests {
+    @Test func thePhoneReadsTheAnswersAndFollowsThemUntilTheShareEnds() async throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let owner = FlareClient(baseURL: URL(string: "http://127.0.0.1:\(flared.httpPort)")!, ownerKey: flared.ownerKey,
+                                retry: RetryPolicy(maxAttempts: 1), timeout: 5)
+        let share = try await owner.createShare()
+        let link = "/api/v1/view/\(share.shareURL.lastPathComponent)/answers"
+        #expect(try flared.request("POST", link, body: #"{"kind":"on_my_way","name":"Mum"}"#).status == 201)
+
+        let phone = FlareClient(baseURL: owner.baseURL, retry: RetryPolicy(maxAttempts: 1), timeout: 5)
+        let missed = try await phone.answers(share.shareID, deviceToken: share.deviceToken)
+        #expect(missed.map(\.name) == ["Mum"] && missed.first?.kind == .onMyWay)
+        #expect(try await phone.answers(share.shareID, deviceToken: share.deviceToken, after: missed.first?.id).isEmpty)
+
+        var seen: [String] = []
+        for try await answer in phone.answerUpdates(share.shareID, deviceToken: share.deviceToken, interval: 0.2) {
+            seen.append(answer.name)
+            if seen.count == 1 {
+                #expect(try flared.request("POST", link, body: #"{"kind":"called_emergency","name":"Dad"}"#).status == 201)
+            } else {
+                _ = try await owner.stopShare(share.shareID)
+            }
+        }
+        #expect(seen == ["Mum", "Dad"])  // and the sequence ended with the share
+    }
+}
