@@ -115,16 +115,20 @@ public struct ShareStatus: Codable, Sendable, Equatable {
     public let historyDeleted: Bool
     /// The last position (null when none, or once the history is deleted).
     @AlwaysPresent public var last: ReportedLocation?
-    /// Live viewers connected now.
+    /// Viewers watching now: `audience.watching` (every instance, by the pages' viewer ids), or this instance's live
+    /// streams where those are more (clients that send no viewer id). Kept for clients of the release before the
+    /// audience.
     public let viewers: Int
+    /// Who has seen the link (`GET /api/v1/shares/{id}` only; absent from listings).
+    public let audience: ShareAudience?
 
     enum CodingKeys: String, CodingKey {
         case shareID = "share_id", name, state, createdAt = "created_at", expiresAt = "expires_at", endedAt = "ended_at"
-        case reason, historyDeleted = "history_deleted", last, viewers
+        case reason, historyDeleted = "history_deleted", last, viewers, audience
     }
 
     public init(shareID: String, name: String, state: ShareState, createdAt: Date, expiresAt: Date, endedAt: Date?,
-                reason: String?, historyDeleted: Bool, last: ReportedLocation?, viewers: Int) {
+                reason: String?, historyDeleted: Bool, last: ReportedLocation?, viewers: Int, audience: ShareAudience? = nil) {
         self.shareID = shareID
         self.name = name
         self.state = state
@@ -135,6 +139,22 @@ public struct ShareStatus: Codable, Sendable, Equatable {
         self.historyDeleted = historyDeleted
         self.last = last
         self.viewers = viewers
+        self.audience = audience
+    }
+}
+
+/// Who has seen a share's link: when it was first opened, by how many distinct browsers, how many watch now.
+public struct ShareAudience: Codable, Sendable, Equatable {
+    @OptionalRFC3339Time public var firstOpenedAt: Date?
+    public let opened: Int
+    public let watching: Int
+
+    enum CodingKeys: String, CodingKey { case firstOpenedAt = "first_opened_at", opened, watching }
+
+    public init(firstOpenedAt: Date?, opened: Int, watching: Int) {
+        self.firstOpenedAt = firstOpenedAt
+        self.opened = opened
+        self.watching = watching
     }
 }
 

@@ -81,6 +81,8 @@ public final class ShareService: Sendable {
         case refusedSequences
         /// Publish a confirming tracker's mark held back by the once-a-second limit.
         case trackerMark(ShareID)
+        /// Say in the store that the viewers with a live stream here are still watching (see `watching`).
+        case audienceHeartbeat
     }
 
     public struct Created: Sendable {
@@ -110,6 +112,12 @@ public final class ShareService: Sendable {
     private let echoedPositions = Mutex<[ShareID: Int64]>([:])
     /// Fixes that came over HTTP while the broker was away, oldest first (see `publishHTTPFixes`).
     private let httpOutbox = Mutex<[(share: ShareID, fix: Fix)]>([])
+    /// Viewers with a live stream on this instance, per share (hash → streams), for the heartbeat in the store.
+    private let watchers = Mutex<[ShareID: [SecretHash: Int]]>([:])
+    /// When each viewer was last written to the store, and which viewer hashes each address added per share (the cap).
+    private let viewerNotes = Mutex<(seen: [SecretHash: Int64], byAddress: [String: Set<SecretHash>])>(([:], [:]))
+    /// The audience last published per share, so that an unchanged one is not published again.
+    private let publishedAudience = Mutex<[ShareID: Audience]>([:])
     /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
     private let refusedSequences = Mutex<[(share: ShareID, row: Int64, sequence: TrackerSequence)]>([])
     /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
@@ -162,6 +170,7 @@ public final class ShareService: Sendable {
         case .positionCheck(let id): checkRetainedPosition(id)
         case .refusedSequences: recordRefusedSequences()
         case .trackerMark(let id): publishHeldMark(id)
+        case .audienceHeartbeat: audienceHeartbeat()
         }
     }
 
@@ -339,6 +348,7 @@ public final class ShareService: Sendable {
         // Nothing of the share stays on the broker either.
         publish(topic: Topics.status(id), payload: [], expiry: nil)
         publish(topic: Topics.stored(id), payload: [], expiry: nil)
+        publish(topic: Topics.audience(id), payload: [], expiry: nil)
         logger.info("share \(id): history deleted")
     }
 
@@ -763,6 +773,99 @@ public final class ShareService: Sendable {
     public func isDeviceToken(_ token: String, of id: ShareID) -> Bool {
         guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id) else { return false }
         return verified.role == .device
+    }
+
+    // MARK: Who has seen the link
+
+    /// A viewer is watching while its page was seen within this long (its live stream's heartbeat is half of it).
+    static let watchingWindowMillis: Int64 = 75_000
+    static let heartbeatMillis: Int64 = 30_000
+    /// How many distinct viewer ids one address may add to one share (per instance): a script cannot inflate the count
+    /// and falsely reassure the person who shared.
+    static let viewersPerAddress = 5
+
+    /// The page's random viewer id (kept in its browser), well-formed: 16–64 base64url characters.
+    static func isViewerID(_ text: String) -> Bool {
+        (16...64).contains(text.utf8.count) && text.utf8.allSatisfy { byte in
+            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+        }
+    }
+
+    /// The hash the store keeps: of share and viewer id together, so that one browser cannot be linked across shares.
+    static func viewerHash(_ id: ShareID, viewer: String) -> SecretHash { SecretHash(of: id.rawValue + ":" + viewer) }
+
+    /// A page with viewer id `viewer` opened or polled the link (from `address`, used only for the cap and never
+    /// kept). Written to the store at most every `heartbeatMillis` per viewer; a new viewer publishes the audience.
+    public func viewerSeen(_ snapshot: ShareSnapshot, viewer: String, address: String) {
+        guard snapshot.share.isActive, Self.isViewerID(viewer) else { return }
+        let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
+        let now = monotonicMillis()
+        let due: Bool = viewerNotes.withLock { notes in
+            if let last = notes.seen[hash], now - last < Self.heartbeatMillis { return false }
+            let key = address + " " + snapshot.share.id.rawValue
+            var added = notes.byAddress[key] ?? []
+            if !added.contains(hash) {
+                guard added.count < Self.viewersPerAddress else { return false }
+                added.insert(hash)
+                if notes.byAddress.count >= 100_000 { notes.byAddress.removeAll(keepingCapacity: true) }
+                notes.byAddress[key] = added
+            }
+            if notes.seen.count >= 100_000 { notes.seen.removeAll(keepingCapacity: true) }
+            notes.seen[hash] = now
+            return true
+        }
+        guard due else { return }
+        let isNew = (try? store.noteViewer(row: snapshot.row, viewer: hash, at: clock.now())) ?? false
+        if isNew { publishAudience(snapshot) }
+    }
+
+    /// A live stream with this viewer id opened (true) or closed: while open, the viewer counts as watching, on
+    /// every instance, through the heartbeat this instance writes to the store.
+    public func watching(_ snapshot: ShareSnapshot, viewer: String, open: Bool) {
+        guard Self.isViewerID(viewer) else { return }
+        let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
+        let first = watchers.withLock { watchers -> Bool in
+            let wasEmpty = watchers.isEmpty
+            var streams = watchers[snapshot.share.id] ?? [:]
+            streams[hash, default: 0] += open ? 1 : -1
+            if streams[hash] ?? 0 <= 0 { streams[hash] = nil }
+            watchers[snapshot.share.id] = streams.isEmpty ? nil : streams
+            return wasEmpty && open
+        }
+        if first { schedule(.audienceHeartbeat, at: clock.now() + Self.heartbeatMillis) }
+        if !open { publishAudience(snapshot) }
+    }
+
+    private func audienceHeartbeat() {
+        let watched = watchers.withLock { $0 }
+        guard !watched.isEmpty else { return }
+        let now = clock.now()
+        for (id, streams) in watched {
+            guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { continue }
+            for hash in streams.keys { try? store.noteViewer(row: snapshot.row, viewer: hash, at: now) }
+            publishAudience(snapshot)
+        }
+        schedule(.audienceHeartbeat, at: now + Self.heartbeatMillis)
+    }
+
+    /// The share's audience, from the store (so every instance's viewers count).
+    public func audience(of snapshot: ShareSnapshot) -> Audience? {
+        try? store.audience(row: snapshot.row, watchingSince: clock.now() - Self.watchingWindowMillis)
+    }
+
+    /// The audience, retained on `…/audience` for the phone (its device token reads it), when it changed.
+    private func publishAudience(_ snapshot: ShareSnapshot) {
+        guard snapshot.share.isActive, let audience = audience(of: snapshot) else { return }
+        let changed = publishedAudience.withLock { published in
+            guard published[snapshot.share.id] != audience else { return false }
+            if published.count >= 100_000 { published.removeAll(keepingCapacity: true) }
+            published[snapshot.share.id] = audience
+            return true
+        }
+        guard changed else { return }
+        publish(topic: Topics.audience(snapshot.share.id), payload: audience.json,
+                expiry: UInt32(clamping: max(1, (snapshot.share.expiresAt - clock.now()) / 1000)))
     }
 
     // MARK: The family's answers

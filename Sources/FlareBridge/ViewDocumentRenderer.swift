@@ -69,3 +69,17 @@ extension Answer {
         return writer.bytes
     }
 }
+
+extension Audience {
+    /// `{"first_opened_at":"…"|null,"opened":N,"watching":N}`: the share status's `audience` and the retained MQTT topic's.
+    public var json: [UInt8] {
+        var writer = JSONWriter(capacity: 80)
+        writer.beginObject()
+        writer.key("first_opened_at")
+        if let firstOpenedAt { writer.string(RFC3339.format(millis: firstOpenedAt)) } else { writer.null() }
+        writer.field("opened", opened)
+        writer.field("watching", watching)
+        writer.endObject()
+        return writer.bytes
+    }
+}

@@ -96,10 +96,11 @@ public final class FlareClient: Sendable {
         return try Self.decode(ShareList.self, from: data, status: 200)
     }
 
-    /// The share's state, expiry, last position and viewer count (owner key).
-    public func share(_ shareID: String) async throws(FlareClientError) -> ShareStatus {
-        guard let ownerKey else { throw .missingCredential("reading a share needs an owner key") }
-        return try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))", bearer: ownerKey, body: nil, expecting: 200)
+    /// The share's state, last position and `audience` (who opened the link, who watches now). The phone may ask
+    /// with the share's `deviceToken`.
+    public func share(_ shareID: String, deviceToken: String? = nil) async throws(FlareClientError) -> ShareStatus {
+        guard deviceToken != nil || ownerKey != nil else { throw .missingCredential("reading a share needs an owner key or its device token") }
+        return try await call("GET", "api/v1/shares/\(try Self.pathComponent(shareID))", bearer: try credential(deviceToken), body: nil, expecting: 200)
     }
 
     /// Ends the share now. Pass the share's `deviceToken` to stop from the phone without the owner key.

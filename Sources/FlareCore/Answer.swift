@@ -32,3 +32,19 @@ public struct Answer: Sendable, Equatable {
         return trimmed
     }
 }
+
+/// Who has seen a share's link: when it was first opened, by how many distinct browsers, and how many watch now.
+/// Counted from a random viewer id each page keeps, stored only as a hash of (share, id).
+public struct Audience: Sendable, Equatable {
+    public var firstOpenedAt: UnixMillis?
+    public var opened: Int
+    public var watching: Int
+
+    public init(firstOpenedAt: UnixMillis?, opened: Int, watching: Int) {
+        self.firstOpenedAt = firstOpenedAt
+        self.opened = opened
+        self.watching = watching
+    }
+
+    public static let nobody = Audience(firstOpenedAt: nil, opened: 0, watching: 0)
+}

@@ -87,9 +87,12 @@ extension Gateway {
 
     func showShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
-        guard let lookup = shares.share(id), key.owns(lookup.share) else { return APIError.shareNotFound.response }
-        return .api(200, Self.status(of: lookup))
+        // The owner key, or the share's device token: the phone may ask who has seen its link.
+        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
+        guard let lookup = shares.share(id), caller.sees(lookup.share) else { return APIError.shareNotFound.response }
+        var audience: Audience?
+        if case .live(let snapshot) = lookup { audience = shares.audience(of: snapshot) }
+        return .api(200, Self.status(of: lookup, audience: audience))
     }
 
     /// `GET /api/v1/shares`: newest first, in pages (see `FlareAPI.ShareList`): the caller's own shares, or for an
@@ -134,7 +137,7 @@ extension Gateway {
         }
     }
 
-    static func status(of lookup: ShareLookup) -> ShareStatus {
+    static func status(of lookup: ShareLookup, audience: Audience? = nil) -> ShareStatus {
         let share = lookup.share
         var last: ReportedLocation?
         var viewers = 0
@@ -146,7 +149,8 @@ extension Gateway {
             shareID: share.id.rawValue, name: share.name, state: share.isActive ? .active : .ended,
             createdAt: Date(unixMillis: share.createdAt), expiresAt: Date(unixMillis: share.expiresAt),
             endedAt: share.endedAt.map(Date.init(unixMillis:)), reason: share.endReason?.rawValue,
-            historyDeleted: share.historyPurged, last: last, viewers: viewers)
+            historyDeleted: share.historyPurged, last: last, viewers: max(audience?.watching ?? 0, viewers),
+            audience: audience.map { ShareAudience(firstOpenedAt: $0.firstOpenedAt.map(Date.init(unixMillis:)), opened: $0.opened, watching: $0.watching) })
     }
 
     func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {

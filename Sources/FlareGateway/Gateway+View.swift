@@ -36,12 +36,21 @@ extension Gateway {
         return .found(found)
     }
 
-    /// `FlareAPI.ViewDocument`: 200 while active, 410 once ended.
+    /// The rate-limit key of the request's client (its address, or its network behind a trusted proxy).
+    func clientKey(_ request: HTTPRequest) -> String {
+        TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
+            peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+    }
+
+    /// `FlareAPI.ViewDocument`: 200 while active, 410 once ended. `?v=` is the page's viewer id (the audience).
     func viewJSON(_ request: HTTPRequest, token: String) -> HTTPResponse {
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
         case .refused(let response):
             return response
         case .found(let lookup):
+            if case .live(let snapshot) = lookup, let viewer = request.query["v"] {
+                shares.viewerSeen(snapshot, viewer: viewer, address: clientKey(request))
+            }
             let view = shares.view(of: lookup)
             return .json(view.share.isActive ? 200 : 410, view.document(serverTime: clock.now()))
         }
@@ -59,6 +68,8 @@ extension Gateway {
             return .json(410, shares.view(of: snapshot).document(serverTime: clock.now()))
         }
         let id = snapshot.share.id
+        let viewer = request.query["v"]
+        if let viewer { shares.viewerSeen(snapshot, viewer: viewer, address: clientKey(request)) }
         let stream = EventStream()
         stream.send(Array("retry: 3000\n\n".utf8))
         stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: snapshot.share.expiresAt)))))
@@ -89,9 +100,11 @@ extension Gateway {
             return .json(410, shares.view(of: shares.share(id) ?? .live(snapshot)).document(serverTime: clock.now()))
         }
         let streamID = liveStreams.add(stream)
+        if let viewer { shares.watching(snapshot, viewer: viewer, open: true) }
         stream.onClose { [shares, liveStreams] in
             shares.unsubscribe(id, subscription: subscription)
             liveStreams.remove(streamID)
+            if let viewer { shares.watching(snapshot, viewer: viewer, open: false) }
         }
         return HTTPResponse(status: 200, headers: [
             ("Content-Type", "text/event-stream"),

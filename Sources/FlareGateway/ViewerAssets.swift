@@ -26,6 +26,22 @@ public struct ViewerAssets: Sendable {
     /// Language tags that have a string table (`i18n/<tag>.json`), first is the default.
     let languages: [String]
 
+    /// The script and style sheet as served: without each line's indentation, blank lines and (scripts) lines that
+    /// are only a `//` comment. The comments are for the code's readers, not for a phone on a poor connection. Safe
+    /// for these files: no template literals or strings continued across lines (the browser tests run what is served).
+    static func compact(_ bytes: [UInt8], dropLineComments: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
+            let text = line.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+            if text.isEmpty { continue }
+            if dropLineComments, text.starts(with: Array("//".utf8)) { continue }
+            out.append(contentsOf: text)
+            out.append(UInt8(ascii: "\n"))
+        }
+        return out
+    }
+
     init(configuration: GatewayConfiguration, logger: Logger) throws(LoadError) {
         self.configuration = configuration
         let directory = configuration.viewerDirectory ?? Bundle.module.url(forResource: "Viewer", withExtension: nil)?.path
@@ -38,7 +54,8 @@ public struct ViewerAssets: Sendable {
             guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
                   let data = FileManager.default.contents(atPath: url.path) else { continue }
             let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
-            files["/viewer/" + relative] = Asset(bytes: Array(data), contentType: Self.contentType(of: relative))
+            let bytes = relative.hasSuffix(".js") || relative.hasSuffix(".css") ? Self.compact(Array(data), dropLineComments: relative.hasSuffix(".js")) : Array(data)
+            files["/viewer/" + relative] = Asset(bytes: bytes, contentType: Self.contentType(of: relative))
         }
         guard let page = files["/viewer/index.html"], let notFound = files["/viewer/notfound.html"] else {
             throw LoadError(description: "index.html or notfound.html is missing in \(directory)")

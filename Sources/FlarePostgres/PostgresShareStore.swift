@@ -121,6 +121,12 @@ public final class PostgresShareStore: ShareStore {
         CREATE INDEX answers_share ON answers(share, id);
         ALTER TABLE shares ADD COLUMN last_answer_id BIGINT;
         """,
+        // 9: who opened the link: a hash of (share, viewer id) per browser, never an address, and when it was last
+        // seen (any instance's live streams' heartbeat), purged with the share's history.
+        """
+        CREATE TABLE viewers (share BIGINT NOT NULL, viewer BYTEA NOT NULL, first_seen BIGINT NOT NULL, last_seen BIGINT NOT NULL,
+                              PRIMARY KEY (share, viewer));
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -224,7 +230,7 @@ public final class PostgresShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "purge history") { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers"] {
                     try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
                 }
                 return try connection.execute("UPDATE shares SET history_purged = true, name = '' WHERE id = $1 AND NOT history_purged",
@@ -604,6 +610,26 @@ public final class PostgresShareStore: ShareStore {
                 try connection.execute("UPDATE shares SET last_answer_id = $1 WHERE id = $2", [String(id), String(row)], operation: operation)
                 return Answer(id: id, kind: kind, name: name, at: at)
             }
+        }
+    }
+
+    @discardableResult
+    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool {
+        try pool.with(operation: "note viewer") { connection throws(StoreError) in
+            // xmax = 0: the row was inserted by this statement, not updated.
+            let rows = try connection.execute("""
+                INSERT INTO viewers (share, viewer, first_seen, last_seen) VALUES ($1, $2, $3, $3)
+                ON CONFLICT (share, viewer) DO UPDATE SET last_seen = GREATEST(viewers.last_seen, $3) RETURNING (xmax = 0)
+                """, [String(row), PostgresText.hex(viewer.bytes), String(at)], operation: "note viewer")
+            return rows.count == 1 && rows.bool(0, 0)
+        }
+    }
+
+    public func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience {
+        try pool.with(operation: "read audience") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT min(first_seen), count(*), count(*) FILTER (WHERE last_seen >= $2) FROM viewers WHERE share = $1",
+                                              [String(row), String(watchingSince)], operation: "read audience")
+            return Audience(firstOpenedAt: rows.optionalInt64(0, 0), opened: Int(rows.int64(0, 1)), watching: Int(rows.int64(0, 2)))
         }
     }
 

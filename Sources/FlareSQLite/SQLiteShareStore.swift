@@ -92,6 +92,12 @@ public final class SQLiteShareStore: ShareStore {
         CREATE INDEX IF NOT EXISTS answers_share ON answers(share, id);
         ALTER TABLE shares ADD COLUMN last_answer_id INTEGER;
         """,
+        // 9: who opened the link: a hash of (share, viewer id) per browser, never an address, and when it was last
+        // seen (the live streams' heartbeat), purged with the share's history.
+        """
+        CREATE TABLE IF NOT EXISTS viewers (share INTEGER NOT NULL, viewer BLOB NOT NULL, first_seen INTEGER NOT NULL,
+                                            last_seen INTEGER NOT NULL, PRIMARY KEY (share, viewer)) WITHOUT ROWID;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -273,6 +279,34 @@ public final class SQLiteShareStore: ShareStore {
                 try mark.run()
                 return Answer(id: id, kind: kind, name: name, at: at)
             }
+        }
+    }
+
+    @discardableResult
+    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool {
+        try database.withLock { db throws(StoreError) in
+            let insert = try db.statement("INSERT INTO viewers (share, viewer, first_seen, last_seen) VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO UPDATE SET last_seen = max(last_seen, ?3)")
+            defer { insert.reset() }
+            insert.bind(1, row)
+            insert.bind(2, viewer.bytes)
+            insert.bind(3, at)
+            try insert.run()
+            let first = try db.statement("SELECT first_seen FROM viewers WHERE share = ?1 AND viewer = ?2")
+            defer { first.reset() }
+            first.bind(1, row)
+            first.bind(2, viewer.bytes)
+            return try first.step() && first.int64(0) == at
+        }
+    }
+
+    public func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT min(first_seen), count(*), count(CASE WHEN last_seen >= ?2 THEN 1 END) FROM viewers WHERE share = ?1")
+            defer { statement.reset() }
+            statement.bind(1, row)
+            statement.bind(2, watchingSince)
+            _ = try statement.step()
+            return Audience(firstOpenedAt: statement.optionalInt64(0), opened: Int(statement.int64(1)), watching: Int(statement.int64(2)))
         }
     }
 
@@ -483,7 +517,7 @@ public final class SQLiteShareStore: ShareStore {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)

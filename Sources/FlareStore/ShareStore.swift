@@ -154,6 +154,13 @@ public protocol ShareStore: Sendable {
     /// A share's answers with an id above `after`, oldest first, at most `limit`.
     func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer]
 
+    // MARK: Audience
+    /// Records that a viewer (the hash of share and viewer id) has the link open now. True when it is new to the share.
+    @discardableResult
+    func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool
+    /// The share's audience: first opened, distinct viewers, and those seen since `watchingSince`.
+    func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience
+
     // MARK: Fixes
     /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored).
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool]

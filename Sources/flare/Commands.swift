@@ -247,7 +247,12 @@ enum Commands {
         if let ended = share.endedAt { print("  ended      \(RFC3339.format(ended)) (\(share.reason ?? ""))") }
         // The time only: positions stay off terminals and logs.
         print("  last fix   \(share.last.map { RFC3339.format($0.timestamp) } ?? "none")")
-        print("  viewers    \(share.viewers)")
+        if let audience = share.audience {
+            let first = audience.firstOpenedAt.map { ", first at \(RFC3339.format($0))" } ?? ""
+            print("  seen by    \(audience.opened)\(first); watching now \(audience.watching)")
+        } else {
+            print("  viewers    \(share.viewers)")
+        }
         return 0
     }
 

@@ -57,6 +57,10 @@ import Testing
         #expect(try flared.request("POST", link, body: #"{"kind":"on_my_way","name":"Mum"}"#).status == 201)
 
         let phone = FlareClient(baseURL: owner.baseURL, retry: RetryPolicy(maxAttempts: 1), timeout: 5)
+        // Seen by: the phone asks with its device token how many opened the link.
+        #expect(try await phone.share(share.shareID, deviceToken: share.deviceToken).audience?.opened == 0)
+        #expect(try flared.request("GET", "/api/v1/view/\(share.shareURL.lastPathComponent)?v=AAAAAAAAAAAAAAAAAAAAAA").status == 200)
+        #expect(try await phone.share(share.shareID, deviceToken: share.deviceToken).audience?.opened == 1)
         let missed = try await phone.answers(share.shareID, deviceToken: share.deviceToken)
         #expect(missed.map(\.name) == ["Mum"] && missed.first?.kind == .onMyWay)
         #expect(try await phone.answers(share.shareID, deviceToken: share.deviceToken, after: missed.first?.id).isEmpty)

@@ -221,14 +221,16 @@ import Testing
         }
     }
 
-    @Test func showingAShareWithoutTheOwnerKeyIsUnauthorized() throws {
+    /// The owner key or the share's own device token (the phone asks who has seen its link); nothing else.
+    @Test func showingAShareWithoutTheOwnerKeyOrItsDeviceTokenIsUnauthorized() throws {
         let fixture = try GatewayFixture()
-        let created = try fixture.createShare()
-        for bearer in [nil, OwnerKey.generate(), created.deviceToken] {
+        let created = try fixture.createShare(), other = try fixture.createShare()
+        for bearer in [nil, OwnerKey.generate(), other.deviceToken] {
             let reply = fixture.send("GET", "/api/v1/shares/\(created.shareID)", bearer: bearer)
             #expect(reply.status == 401)
             #expect(reply.errorCode == "unauthorized")
         }
+        #expect(fixture.send("GET", "/api/v1/shares/\(created.shareID)", bearer: created.deviceToken).status == 200)
     }
 
     @Test func anEndedShareWhoseHistoryIsDeletedShowsHistoryDeleted() throws {

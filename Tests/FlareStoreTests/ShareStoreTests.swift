@@ -514,3 +514,18 @@ extension ShareStoreTests {
         #expect(try store.answers(row: row, after: 0, limit: 10).isEmpty)
     }
 }
+
+extension ShareStoreTests {
+    @Test(arguments: Engine.allCases) func theAudienceCountsDistinctViewersAndWhoWatchesNow(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let row = try store.insertShare(makeShare())
+        #expect(try store.audience(row: row, watchingSince: 0) == .nobody)
+        #expect(try store.noteViewer(row: row, viewer: SecretHash(of: "a"), at: 1_000))
+        #expect(try !other.noteViewer(row: row, viewer: SecretHash(of: "a"), at: 5_000))
+        #expect(try other.noteViewer(row: row, viewer: SecretHash(of: "b"), at: 2_000))
+        #expect(try store.audience(row: row, watchingSince: 3_000) == Audience(firstOpenedAt: 1_000, opened: 2, watching: 1))
+        try store.markEnded(row: row, at: 6_000, reason: .stopped)
+        try store.purgeHistory(row: row)
+        #expect(try store.audience(row: row, watchingSince: 0) == .nobody)
+    }
+}

@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 import urllib.parse
 
 import pytest
@@ -449,3 +450,28 @@ def test_answers_in_chinese(flare, viewer):
     assert text(d, '.answer-buttons [data-kind="called_emergency"]') == '我已拨打急救电话'
     d.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="called_emergency"]').click()
     wait_for(d, lambda drv: re.match(r'^有人：已拨打急救电话 · ', text(drv, '#answers li')), 'the answer in Chinese')
+
+
+def test_seen_by_counts_each_browser_once(flare, viewer):
+    """Two browsers open the link, then the first reloads: opened 1, 2, 2, as the phone reads it with its token."""
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+
+    def opened():
+        status, _, body = http_get(f'/api/v1/shares/{share.id}', headers={'Authorization': f'Bearer {share.device_token}'})
+        assert status == 200, body
+        return json.loads(body)['audience']['opened']
+
+    first, second = viewer(), viewer()
+    counts = []
+    for d, expected in ((first, 1), (second, 2), (first, 2)):
+        if counts and d is first:
+            d.refresh()
+        else:
+            d.get(share.url())
+        wait_coords(d, a)
+        deadline = time.monotonic() + 10
+        while opened() != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        counts.append(opened())
+    assert counts == [1, 2, 2]

@@ -114,6 +114,20 @@
   var m = location.pathname.match(/^\/s\/([A-Za-z0-9_~.%-]+)\/?$/);
   var TOKEN = m ? m[1] : null;
   var API = TOKEN ? '/api/v1/view/' + TOKEN : null;
+  // A random id this browser keeps, so the person sharing learns how many opened the link (the server keeps only a
+  // hash of it with the share): '?v=' on the view and its live stream.
+  var Q = (function () {
+    try {
+      var v = localStorage.getItem('flare-viewer');
+      if (!/^[A-Za-z0-9_-]{22}$/.test(v || '')) {
+        var b = new Uint8Array(16);
+        crypto.getRandomValues(b);
+        v = btoa(String.fromCharCode.apply(null, b)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+        localStorage.setItem('flare-viewer', v);
+      }
+      return '?v=' + v;
+    } catch (e) { return ''; }
+  })();
   var S = {
     state: 'loading',   // loading | active | ended | notfound
     conn: 'connecting', // connecting | live | polling | reconnecting | closed
@@ -297,7 +311,7 @@
   function refreshView() {
     if (inflight) return inflight;
     var t0 = Date.now();
-    inflight = fetch(API, { cache: 'no-store', credentials: 'same-origin', headers: { Accept: 'application/json' } })
+    inflight = fetch(API + Q, { cache: 'no-store', credentials: 'same-origin', headers: { Accept: 'application/json' } })
       .then(function (res) {
         var t1 = Date.now();
         if (res.status === 429) {
@@ -341,7 +355,7 @@
 
   function openSSE() {
     stopLive();
-    var src = new EventSource(API + '/events');
+    var src = new EventSource(API + '/events' + Q);
     es = src;
     // Counted from the first failure, not re-armed by each retry: a stream that errors every few
     // seconds must still give way to polling.
