@@ -6,6 +6,17 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
 python=${PYTHON:-/usr/bin/python3}
 
+# axe-core 4 for the accessibility audit: the copy the PyPI wheel axe-playwright-python ships (the page's CSP refuses
+# injected scripts, so the tests run it through the DevTools protocol). Fetched once into .build/axe/.
+axe=$here/.build/axe/axe.min.js
+if [ ! -s "$axe" ]; then
+  wheel_dir=$(mktemp -d)
+  "$python" -m pip download --quiet --no-deps --disable-pip-version-check -d "$wheel_dir" axe-playwright-python==0.1.8
+  mkdir -p "$(dirname "$axe")"
+  "$python" -c 'import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0]); open(sys.argv[2], "wb").write(z.read("axe_playwright_python/axe.min.js"))' "$wheel_dir" "$axe"
+  rm -rf "$wheel_dir"
+fi
+
 free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work=$(mktemp -d /tmp/flare-browser.XXXXXX)
 export FLARE_DATA_DIR=$work/data

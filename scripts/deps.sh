@@ -12,7 +12,7 @@ packages+=(postgresql libpq-dev)
 # make chaos: a read-only store on a loop-mounted ext4 image.
 packages+=(e2fsprogs util-linux)
 if [ "${1:-}" = "--browser" ]; then
-  packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium)
+  packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium python3-pip)
 fi
 if [ "${1:-}" = "--bench" ]; then
   packages+=(wrk nginx-light python3-paho-mqtt)

@@ -475,3 +475,51 @@ def test_seen_by_counts_each_browser_once(flare, viewer):
             time.sleep(0.2)
         counts.append(opened())
     assert counts == [1, 2, 2]
+
+
+AXE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '.build', 'axe', 'axe.min.js')
+
+
+def axe_violations(d):
+    """axe-core 4's serious and critical findings, run through the DevTools protocol (the page's CSP refuses injected
+    scripts, and rightly so)."""
+    with open(AXE) as f:
+        source = f.read()
+    result = d.execute_cdp_cmd('Runtime.evaluate', {
+        'expression': source + ';axe.run(document,{resultTypes:["violations"]}).then(function(r){return JSON.stringify('
+                      'r.violations.map(function(v){return {id:v.id,impact:v.impact,nodes:v.nodes.map(function(n){return n.target.join(" ")})}}))})',
+        'awaitPromise': True, 'returnByValue': True})
+    found = json.loads(result['result']['value'])
+    return [v for v in found if v['impact'] in ('serious', 'critical')]
+
+
+def test_the_page_passes_an_accessibility_audit_live_and_ended(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    assert axe_violations(d) == []
+    flare.stop(share)
+    wait_for(d, lambda drv: body_attr(drv, 'state') == 'ended', 'ended')
+    assert axe_violations(d) == []
+
+
+def test_a_responder_sees_the_distance_and_can_read_the_position_to_a_dispatcher(flare, viewer):
+    share = flare.create()
+    a = flare.publish(share, dict(flare.fix(), lat=48.13715, lon=11.57612, acc=12))
+    d = viewer()
+    d.execute_cdp_cmd('Browser.grantPermissions', {'permissions': ['geolocation']})
+    # 1 km south of the person (0.009° of latitude).
+    d.execute_cdp_cmd('Emulation.setGeolocationOverride', {'latitude': 48.12815, 'longitude': 11.57612, 'accuracy': 5})
+    d.get(share.url())
+    wait_coords(d, a)
+    d.find_element(By.ID, 'distance').click()
+    wait_for(d, lambda drv: re.match(r'^1(\.0)? km from you, toward N \(0°\)$', text(drv, '#distance-text')), 'the distance and bearing')
+    assert d.find_element(By.ID, 'distance').get_attribute('aria-pressed') == 'true'
+    d.find_element(By.CSS_SELECTOR, '.dispatch summary').click()
+    assert text(d, '#dispatch-dec') == '48.13715, 11.57612'
+    assert text(d, '#dispatch-dms') == '48° 8′ 13.7″ N, 11° 34′ 34.0″ E'
+    assert text(d, '#dispatch-acc').startswith('Accuracy ±12 m, position from ')
+    d.execute_script("document.querySelector('.responder').scrollIntoView({block: 'center'})")
+    shot(d, 'viewer-responder.png')

@@ -207,6 +207,55 @@
     list.textContent = '';
     items.forEach(function (s) { list.appendChild(doc.createElement('li')).textContent = s; });
   }
+  // ---- responder ----
+  // "Show my distance": this browser's own position, used only here and never sent, gives distance and bearing.
+  function toggleDistance() {
+    var on = S.watchID == null;
+    $('distance').setAttribute('aria-pressed', on ? 'true' : 'false');
+    if (!on) {
+      navigator.geolocation.clearWatch(S.watchID);
+      S.watchID = null; S.me = null;
+      if (meMarker) meMarker.remove();
+      $('distance-text').hidden = true;
+      return;
+    }
+    S.meNote = t('distance_asking');
+    S.watchID = navigator.geolocation ? navigator.geolocation.watchPosition(function (p) {
+      S.me = { lat: p.coords.latitude, lon: p.coords.longitude };
+      S.meNote = null;
+      render(false);
+    }, function () { S.me = null; S.meNote = t('distance_denied'); render(false); }, { enableHighAccuracy: true, maximumAge: 10000 }) : -1;
+    if (S.watchID === -1) S.meNote = t('distance_denied');
+    render(false);
+  }
+  function renderDistance() {
+    var f = S.last, me = S.me, el = $('distance-text');
+    el.hidden = S.watchID == null;
+    if (el.hidden) return;
+    if (!me || !f) { setText('distance-text', S.meNote || ''); return; }
+    var r = Math.PI / 180, la1 = me.lat * r, la2 = f.lat * r, dl = (f.lon - me.lon) * r;
+    var h = Math.sin((la2 - la1) / 2) * Math.sin((la2 - la1) / 2) + Math.cos(la1) * Math.cos(la2) * Math.sin(dl / 2) * Math.sin(dl / 2);
+    var m = 12742000 * Math.asin(Math.min(1, Math.sqrt(h)));
+    var deg = (Math.atan2(Math.sin(dl) * Math.cos(la2), Math.cos(la1) * Math.sin(la2) - Math.sin(la1) * Math.cos(la2) * Math.cos(dl)) / r + 360) % 360;
+    setText('distance-text', t('distance_text', { d: accuracyText(m).replace(/^±\s?/, ''), dir: String(t('compass')).split(',')[Math.round(deg / 45) % 8], deg: Math.round(deg) }));
+    if (map && window.L) {
+      if (!meMarker) meMarker = window.L.circleMarker([me.lat, me.lon], { radius: 8, weight: 3, color: '#188038', fillOpacity: 0.5, interactive: false });
+      meMarker.setLatLng([me.lat, me.lon]).addTo(map);
+    }
+  }
+  // Degrees, minutes, seconds: what a dispatcher's form may ask for.
+  function dms(v, pos, neg) {
+    var s10 = Math.round(Math.abs(v) * 36000), d = Math.floor(s10 / 36000), m = Math.floor(s10 % 36000 / 600);
+    return d + '° ' + m + '′ ' + (s10 % 600 / 10).toFixed(1) + '″ ' + (v < 0 ? neg : pos);
+  }
+  function renderDispatch() {
+    var f = S.last;
+    if (!f) return;
+    setText('dispatch-dec', coordText(f));
+    setText('dispatch-dms', dms(f.lat, 'N', 'S') + ', ' + dms(f.lon, 'E', 'W'));
+    setText('dispatch-acc', t('dispatch_acc', { acc: f.acc != null ? accuracyText(f.acc) : '—', time: timeText(f.tst * 1000) }));
+  }
+
   function sendAnswer(kind) {
     var name = $('answer-name').value.trim().slice(0, 40), bs = doc.querySelectorAll('.answer-buttons button');
     var busy = function (on) { Array.prototype.forEach.call(bs, function (b) { b.disabled = on; }); };
@@ -437,7 +486,7 @@
   function parseJSON(s) { try { return JSON.parse(s); } catch (e) { return null; } }
 
   // ---- map ----
-  var map = null, marker = null, arrow = null, accCircle = null, trailLine = null, markerEl = null;
+  var map = null, marker = null, arrow = null, accCircle = null, trailLine = null, markerEl = null, meMarker = null;
   var tileLoads = 0, tileErrors = 0;
   function initMap() {
     var L = window.L;
@@ -526,6 +575,8 @@
   }
   function render(newest) {
     renderAnswers();
+    renderDistance();
+    renderDispatch();
     if (!i18nReady) return;  // called again once the strings are in
     body.setAttribute('data-state', S.state);
     var title = S.name ? t('title_named', { name: S.name }) : t('title');
@@ -683,6 +734,7 @@
     }
     $('copy').addEventListener('click', copyCoords);
     $('locate').addEventListener('click', locate);
+    $('distance').addEventListener('click', toggleDistance);
     Array.prototype.forEach.call(doc.querySelectorAll('.answer-buttons button'), function (b) {
       b.addEventListener('click', function () { sendAnswer(b.getAttribute('data-kind')); });
     });
