@@ -122,10 +122,10 @@ public final class BrokerStateKeeper: Sendable {
         }
     }
 
-    /// Holds the lease (renewing it every round while held; trying every second while not). True when held.
+    /// Holds the lease: renews it, or tries to take it, once a second (it lasts `leaseMillis`). True when held.
     private func holdLease(now: Int64) -> Bool {
         let (holding, attemptDue) = state.withLock { ($0.holding, now >= $0.nextLeaseAttemptAt) }
-        guard holding || attemptDue else { return false }
+        guard attemptDue else { return holding }
         state.withLock { $0.nextLeaseAttemptAt = now + 1_000 }
         let value: Int64?
         do {

@@ -843,7 +843,7 @@ public final class ShareService: Sendable {
         let now = clock.now()
         for (id, streams) in watched {
             guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { continue }
-            for hash in streams.keys { try? store.noteViewer(row: snapshot.row, viewer: hash, at: now) }
+            for hash in streams.keys { _ = try? store.noteViewer(row: snapshot.row, viewer: hash, at: now) }
             publishAudience(snapshot)
         }
         schedule(.audienceHeartbeat, at: now + Self.heartbeatMillis)

@@ -22,8 +22,7 @@ extension Gateway {
             case .failure(let error): return error.response
             }
             // A few answers a minute per address and link: enough for a family, too few to bury the real ones.
-            let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
-                peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+            let client = clientKey(request)
             if let wait = answerLimiter.take(client + " " + snapshot.share.id.rawValue, nowMillis: monotonicMillis()) {
                 metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "answers")])
                 return APIError.rateLimited(retryAfter: wait).response

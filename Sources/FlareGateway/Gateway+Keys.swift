@@ -77,8 +77,7 @@ extension Gateway {
 
     /// 401, charged to the caller's address like an unknown link (429 once that is used up).
     private func unauthorizedOwner(_ request: HTTPRequest) -> HTTPResponse {
-        let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
-            peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+        let client = clientKey(request)
         if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return APIError.rateLimited(retryAfter: wait).response

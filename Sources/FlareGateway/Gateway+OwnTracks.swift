@@ -102,8 +102,7 @@ extension Gateway {
               let found = shares.share(id), shares.isDeviceToken(token, of: id) else {
             // Wrong credentials cost the address as an unknown link token does; once its budget is spent, 429. (A
             // phone with the right ones is limited per share below, not per address: many share a carrier's.)
-            let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
-                peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+            let client = clientKey(request)
             if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: now) {
                 metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
                 return APIError.rateLimited(retryAfter: wait).response

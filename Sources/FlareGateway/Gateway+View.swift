@@ -15,8 +15,7 @@ extension Gateway {
 
     func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse) -> LinkLookup {
         let now = monotonicMillis()
-        let client = TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
-            peer: request.clientAddress, forwardedFor: request.headers["x-forwarded-for"]))
+        let client = clientKey(request)
         if let wait = addressLimiter.take(client, nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)

@@ -307,14 +307,7 @@ enum Commands {
     /// Writes straight into the store that flared uses, through the store protocol (SQLite allows the second writer;
     /// the key is usable at once). The one command that needs no running server: it makes the first keys.
     static func keysCreate(_ options: CommonOptions) throws -> Int32 {
-        let location = try StoreLocation(url: options.environment["FLARE_STORE_URL"], dataDirectory: options.dataDirectory)
-        if case .sqlite(let path) = location, !FileManager.default.fileExists(atPath: path) {
-            throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir (or set FLARE_STORE_URL)")
-        }
-        let store: any ShareStore
-        do { store = try Stores.open(location, instance: "flare-keys") } catch {
-            throw CLIError("cannot open the store (\(location)): \(error)")
-        }
+        let store = try openStore(options)
         let limits = KeyLimits(maxLive: try positive(options, "--max-live"), maxDurationSeconds: try positive(options, "--max-duration").map(Int64.init),
                                createsPerHour: try rate(options))
         let admin = options.switches.contains("--admin")
