@@ -42,14 +42,17 @@ public struct KeyInfo: Codable, Sendable, Equatable {
     public let lastUsedAt: Date?
     public let revokedAt: Date?
     public let liveShares: Int
+    /// Where its shares' events are sent, if it set a webhook (`PUT /api/v1/keys/{id}/webhook`); never the secret.
+    public let webhookURL: String?
 
     enum CodingKeys: String, CodingKey {
         case id, label, kind, maxLive = "max_live", maxDurationSeconds = "max_duration_s", createRatePerHour = "create_rate_per_hour"
         case createdAt = "created_at", lastUsedAt = "last_used_at", revokedAt = "revoked_at", liveShares = "live_shares"
+        case webhookURL = "webhook_url"
     }
 
     public init(id: String, label: String, kind: Kind, maxLive: Int?, maxDurationSeconds: Int?, createRatePerHour: Int?,
-                createdAt: Date, lastUsedAt: Date?, revokedAt: Date?, liveShares: Int) {
+                createdAt: Date, lastUsedAt: Date?, revokedAt: Date?, liveShares: Int, webhookURL: String? = nil) {
         self.id = id
         self.label = label
         self.kind = kind
@@ -60,6 +63,30 @@ public struct KeyInfo: Codable, Sendable, Equatable {
         self.lastUsedAt = lastUsedAt
         self.revokedAt = revokedAt
         self.liveShares = liveShares
+        self.webhookURL = webhookURL
+    }
+}
+
+/// `PUT /api/v1/keys/{id}/webhook`: where the key's shares' events are to go.
+public struct WebhookRequest: Codable, Sendable, Equatable {
+    public let url: String
+    public init(url: String) { self.url = url }
+}
+
+/// The answer to `PUT /api/v1/keys/{id}/webhook` (200): the signing secret, shown this once (Standard Webhooks:
+/// `whsec_` and base64). Setting the webhook again makes a new secret; the previous one keeps signing beside it for
+/// `previous_secret_valid_s`, so a receiver can move over without missing a delivery.
+public struct WebhookCreated: Codable, Sendable, Equatable {
+    public let url: String
+    public let secret: String
+    public let previousSecretValidSeconds: Int?
+
+    enum CodingKeys: String, CodingKey { case url, secret, previousSecretValidSeconds = "previous_secret_valid_s" }
+
+    public init(url: String, secret: String, previousSecretValidSeconds: Int?) {
+        self.url = url
+        self.secret = secret
+        self.previousSecretValidSeconds = previousSecretValidSeconds
     }
 }
 

@@ -21,9 +21,13 @@ public final class OwnerKeyService: Sendable {
     private let usedNoted = Mutex<[Int64: Int64]>([:])
     static let memoryMillis: Int64 = 10_000
     static let usedNoteMillis: Int64 = 60_000
+    private let sealer: WebhookSecretSealer
+    /// Webhook changes per key: each may resolve a host name, and a key has no reason to change it often.
+    private let webhookChanges = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 5), maximumKeys: 10_000)
 
-    init(store: any ShareStore, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    init(store: any ShareStore, sealer: WebhookSecretSealer, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
+        self.sealer = sealer
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -89,5 +93,54 @@ public final class OwnerKeyService: Sendable {
     /// Another instance revoked the key (the store's change feed).
     func forget(_ id: Int64) {
         known.withLock { known in known = known.filter { $0.value.key.id != id } }
+    }
+}
+
+// MARK: Webhooks
+
+extension OwnerKeyService {
+    public enum WebhookRefusal: Error, Equatable {
+        case invalid(WebhookURL.Problem)
+        case tooOften(retryAfterSeconds: Int)
+        case noSuchKey
+        case storage(String)
+    }
+
+    /// Sets the webhook of key `id` (asked by `caller`: the key itself or an admin), with a new secret returned this
+    /// once and kept sealed. The address rule follows the key whose shares' events go there: a limited key's URL must
+    /// resolve to public addresses only (checked now and before every delivery); an admin key's may point anywhere.
+    public func setWebhook(id: Int64, url text: String) throws(WebhookRefusal) -> (url: WebhookURL, secret: WebhookSecret, replaced: Bool) {
+        if let wait = webhookChanges.take("\(id)", nowMillis: monotonicMillis()) { throw .tooOften(retryAfterSeconds: wait) }
+        let url: WebhookURL
+        do { url = try WebhookURL(text) } catch { throw .invalid(error) }
+        let key: OwnerKeyRecord?
+        do { key = try store.ownerKey(id: id) } catch { throw .storage(error.description) }
+        guard let key, !key.isRevoked else { throw .noSuchKey }
+        if !key.isAdmin {
+            do { try HostResolver.checkPublic(url) } catch { throw .invalid(error) }
+        }
+        let secret = WebhookSecret.generate()
+        guard let sealed = sealer.seal(secret, ownerKey: id) else { throw .storage("cannot seal the secret") }
+        do {
+            guard try store.setKeyWebhook(id: id, url: url.text, sealedSecret: sealed, at: clock.now()) else { throw WebhookRefusal.noSuchKey }
+        } catch let refusal as WebhookRefusal {
+            throw refusal
+        } catch {
+            throw .storage("\(error)")
+        }
+        logger.info("owner key \(id): webhook set (host \(url.host))\(key.webhookURL == nil ? "" : "; the previous secret signs too for 24 h")")
+        return (url, secret, key.webhookURL != nil)
+    }
+
+    /// Removes key `id`'s webhook; events already waiting for it are dropped at their next attempt.
+    public func removeWebhook(id: Int64) throws(WebhookRefusal) {
+        do {
+            guard try store.setKeyWebhook(id: id, url: nil, sealedSecret: nil, at: clock.now()) else { throw WebhookRefusal.noSuchKey }
+        } catch let refusal as WebhookRefusal {
+            throw refusal
+        } catch {
+            throw .storage("\(error)")
+        }
+        logger.info("owner key \(id): webhook removed")
     }
 }

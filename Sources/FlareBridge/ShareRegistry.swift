@@ -184,7 +184,8 @@ final class ShareRegistry: Sendable {
                 if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
                     for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
                 }
-                if entry.share.isActive, changed.last != heard.share, trackerOutOfDate(entry, now: heard.heardAt) { changed.append(heard.share) }
+                if entry.share.isActive, changed.last != heard.share,
+                   trackerOutOfDate(entry, now: heard.heardAt) || Self.batteryFlagChange(entry) != nil { changed.append(heard.share) }
             }
         }
         for (subscriber, fix) in notifications { subscriber(.fix(fix)) }
@@ -221,6 +222,18 @@ final class ShareRegistry: Sendable {
         return trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now) != recorded
     }
 
+    private static func batteryFlagChange(_ entry: Entry) -> Bool? {
+        TrackerRules.batteryFlagChange(level: entry.last?.battery, status: entry.last?.batteryStatus, recordedLow: entry.share.batteryLowAt != nil)
+    }
+
+    /// Whether the battery the share's newest fix reports is to change its recorded flag: the new flag, with the level.
+    func batteryChange(_ id: ShareID) -> (row: Int64, low: Bool, level: Int)? {
+        state.withLock { state in
+            guard let entry = state.entries[id], entry.share.isActive, let low = Self.batteryFlagChange(entry), let level = entry.last?.battery else { return nil }
+            return (entry.row, low, level)
+        }
+    }
+
     /// A share's recorded tracker state and the one the rules give now.
     struct TrackerStates {
         let row: Int64
@@ -254,6 +267,7 @@ final class ShareRegistry: Sendable {
             current.tracker = share.tracker
             current.locateRequestedAt = share.locateRequestedAt
             current.locateAnsweredAt = share.locateAnsweredAt
+            current.batteryLowAt = share.batteryLowAt
         }
     }
 

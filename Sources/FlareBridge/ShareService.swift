@@ -125,15 +125,20 @@ public final class ShareService: Sendable {
     /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
     private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
+    /// Where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
+    private let eventDestinations: [EventDestination]
+    /// Told after an event is committed to the outbox (the deliverer wakes).
+    private let eventRecorded = Mutex<(@Sendable () -> Void)?>(nil)
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
     /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
-                policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger) {
+                policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
+                eventDestinations: [EventDestination] = [.mqtt]) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
-        self.keys = OwnerKeyService(store: store, clock: clock, metrics: metrics, logger: logger)
+        self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), clock: clock, metrics: metrics, logger: logger)
         self.registry = registry
         self.publisher = publisher
         self.tokenKey = tokenKey
@@ -141,6 +146,7 @@ public final class ShareService: Sendable {
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
+        self.eventDestinations = eventDestinations
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.quotaRefusals)
         metrics.register(FlareMetrics.answers)
@@ -152,6 +158,19 @@ public final class ShareService: Sendable {
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
+    }
+
+    /// Calls `wake` after each event committed to the outbox on this instance.
+    public func onEventRecorded(_ wake: @escaping @Sendable () -> Void) {
+        eventRecorded.withLock { $0 = wake }
+    }
+
+    /// The event as the store records it with its change.
+    private func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
+
+    /// The store committed an event with its change: the deliverer looks at the outbox now.
+    private func recorded(_ event: ShareEvent? = nil) {
+        eventRecorded.withLock { $0 }?()
     }
 
     private func schedule(_ job: Job, at deadline: UnixMillis) {
@@ -238,16 +257,18 @@ public final class ShareService: Sendable {
         let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
                           createdAt: now, expiresAt: now + duration * 1000, ownerKeyID: owner?.id)
         let inserted: Result<Int64, QuotaRefusal>
+        let started = ShareEvent.started(share)
         do {
             inserted = limits.maxLive != nil || limits.createsPerHour != nil
-                ? try store.insertShare(share, limits: limits, now: now)
-                : .success(try store.insertShare(share))
+                ? try store.insertShare(share, limits: limits, now: now, event: pending(started))
+                : .success(try store.insertShare(share, event: pending(started)))
         } catch { throw .storage(error.description) }
         let row: Int64
         switch inserted {
         case .success(let inserted): row = inserted
         case .failure(let refusal): throw refused(refusal)
         }
+        recorded(started)
         registry.insert(StoredShare(row: row, share: share))
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
@@ -282,7 +303,9 @@ public final class ShareService: Sendable {
            expiresAt - snapshot.share.createdAt > maximum * 1000 {
             throw refused(QuotaRefusal(limit: .maxDuration, value: maximum, retryAfterSeconds: nil))
         }
-        do { try store.updateExpiry(row: snapshot.row, expiresAt: expiresAt) } catch { throw .storage(error.description) }
+        let extended = ShareEvent.extended(id, at: clock.now(), expiresAt: expiresAt)
+        do { try store.updateExpiry(row: snapshot.row, expiresAt: expiresAt, event: pending(extended)) } catch { throw .storage(error.description) }
+        recorded(extended)
         registry.updateExpiry(id, expiresAt: expiresAt)
         schedule(.expire(id), at: expiresAt)
         guard let updated = registry.snapshot(id)?.share, updated.isActive else { throw .ended }
@@ -296,13 +319,15 @@ public final class ShareService: Sendable {
     func end(_ id: ShareID, reason: EndReason) -> Share? {
         guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return nil }
         let now = clock.now()
+        let endedEvent = ShareEvent.ended(id, at: now, reason: reason)
         do {
-            guard try store.markEnded(row: snapshot.row, at: now, reason: reason) else {
+            guard try store.markEnded(row: snapshot.row, at: now, reason: reason, event: pending(endedEvent)) else {
                 // Another instance ended it first (its expiry fired there too, or it was stopped there): that one
                 // announces the end; here memory follows the store.
                 if let stored = try store.share(id: id) { adopt(stored) }
                 return nil
             }
+            recorded(endedEvent)
         } catch {
             // Memory and broker still end it now: refusing fixes matters more than the row. The row is ended
             // again at the next start-up, since its expiry will have passed by then.
@@ -571,6 +596,7 @@ public final class ShareService: Sendable {
     /// False when the store could not be written.
     @discardableResult
     func updateTracker(_ id: ShareID, now: UnixMillis) -> Bool {
+        updateBattery(id, now: now)
         guard let tracker = registry.currentTracker(id, now: now), tracker.isActive, tracker.current != tracker.recorded else { return true }
         let condition = tracker.current.state == .stale
             ? TrackerCondition(from: .live, noFixReceivedAfter: tracker.lastHeardAt)
@@ -586,11 +612,32 @@ public final class ShareService: Sendable {
         recordTracker(id, row: tracker.row, offline, condition: TrackerCondition(noFixReceivedAfter: at))
     }
 
+    /// Records that the battery became low (with `tracker.battery_low`) or recovered, when the newest fix says so.
+    private func updateBattery(_ id: ShareID, now: UnixMillis) {
+        guard let change = registry.batteryChange(id) else { return }
+        let event = change.low ? ShareEvent.batteryLow(id, at: now, level: change.level) : nil
+        do {
+            guard try store.recordBatteryLow(row: change.row, lowSince: change.low ? now : nil, event: event.map(pending)) else {
+                if let stored = try store.share(id: id) { adopt(stored) }
+                return
+            }
+        } catch {
+            logger.warning("share \(id): cannot record its battery state (\(error))")
+            return
+        }
+        registry.updateTracker(id) { $0.batteryLowAt = change.low ? now : nil }
+        if let event {
+            recorded(event)
+            logger.info("share \(id): battery low")
+        }
+    }
+
     @discardableResult
     private func recordTracker(_ id: ShareID, row: Int64, _ record: TrackerRecord, condition: TrackerCondition) -> Bool {
         let recorded: Bool
+        let event = ShareEvent.tracker(id, record: record, before: registry.snapshot(id)?.share.tracker?.state)
         do {
-            recorded = try store.recordTracker(row: row, record, condition: condition)
+            recorded = try store.recordTracker(row: row, record, condition: condition, event: event.map(pending))
         } catch {
             // Tried again by the next fix or sweep.
             logger.warning("share \(id): cannot record its tracker state (\(error))")
@@ -602,6 +649,7 @@ public final class ShareService: Sendable {
             return true
         }
         registry.updateTracker(id) { $0.tracker = record }
+        if let event { self.recorded(event) }
         guard let share = registry.snapshot(id)?.share else { return true }
         publishStatus(of: share)
         metrics.increment(FlareMetrics.trackerChanges, labels: [("state", record.state.rawValue)])
@@ -641,8 +689,9 @@ public final class ShareService: Sendable {
         let now = clock.now()
         if let tracker = registry.currentTracker(id, now: now), tracker.current.state == .live { throw .trackerLive }
         let accepted: Bool
+        let event = ShareEvent.locateRequested(id, at: now)
         do {
-            accepted = try store.requestLocate(row: snapshot.row, at: now, minimumIntervalMillis: Self.locateIntervalMillis)
+            accepted = try store.requestLocate(row: snapshot.row, at: now, minimumIntervalMillis: Self.locateIntervalMillis, event: pending(event))
         } catch { throw .storage(error.description) }
         guard accepted else {
             let stored = (try? store.share(id: id)) ?? nil
@@ -652,6 +701,7 @@ public final class ShareService: Sendable {
             throw .tooSoon(retryAfterSeconds: Int(max(1, (waitMillis + 999) / 1000)))
         }
         registry.updateTracker(id) { $0.locateRequestedAt = now }
+        recorded(event)
         if !sendLocateRequest(id, askedAt: now) {
             unsentLocateRequests.withLock { $0[id] = now }
             logger.warning("share \(id): broker unavailable; the location request is kept and will be sent on reconnect")
@@ -816,8 +866,13 @@ public final class ShareService: Sendable {
             return true
         }
         guard due else { return }
-        let isNew = (try? store.noteViewer(row: snapshot.row, viewer: hash, at: clock.now())) ?? false
-        if isNew { publishAudience(snapshot) }
+        let at = clock.now()
+        // The first viewer of all (on any instance) is `share.opened`: the store records it in the same transaction.
+        let opened = snapshot.share.isActive ? ShareEvent.opened(snapshot.share.id, at: at) : nil
+        let isNew = (try? store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending))) ?? false
+        guard isNew else { return }
+        publishAudience(snapshot)
+        recorded()
     }
 
     /// A live stream with this viewer id opened (true) or closed: while open, the viewer counts as watching, on
@@ -890,7 +945,10 @@ public final class ShareService: Sendable {
             guard try store.answers(row: snapshot.row, after: 0, limit: Self.answersPerShare).count < Self.answersPerShare else {
                 throw AnswerRefusal.storage("this share has taken all the answers it can")
             }
-            stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now())
+            let id = snapshot.share.id, destinations = eventDestinations
+            stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now()) { answer in
+                PendingEvent(ShareEvent.answered(id, answer: answer), destinations: destinations)
+            }
         } catch let refusal as AnswerRefusal {
             throw refusal
         } catch {
@@ -898,6 +956,7 @@ public final class ShareService: Sendable {
         }
         guard let answer = stored else { throw .ended }
         registry.addAnswers(snapshot.share.id, [answer])
+        recorded()
         let remaining = max(1, (snapshot.share.expiresAt - clock.now()) / 1000)
         if !publisher.publish(topic: Topics.answers(snapshot.share.id), payload: answer.json, qos: 1, retain: false,
                               expirySeconds: UInt32(clamping: remaining)) {

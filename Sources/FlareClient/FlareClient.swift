@@ -151,6 +151,21 @@ public final class FlareClient: Sendable {
         return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/watch-tokens", bearer: ownerKey, body: nil, expecting: 201)
     }
 
+    /// Sets where the events of key `keyID`'s shares are POSTed (the key itself, or an admin key). The answer holds the
+    /// signing secret, once.
+    public func setWebhook(keyID: String, url: String) async throws(FlareClientError) -> WebhookCreated {
+        guard let ownerKey else { throw .missingCredential("setting a webhook needs an owner key") }
+        return try await call("PUT", "api/v1/keys/\(try Self.pathComponent(keyID))/webhook", bearer: ownerKey,
+                              encodable: WebhookRequest(url: url), expecting: 200, retry: RetryPolicy(maxAttempts: 1))
+    }
+
+    /// Stops sending key `keyID`'s shares' events anywhere.
+    public func removeWebhook(keyID: String) async throws(FlareClientError) {
+        guard let ownerKey else { throw .missingCredential("removing a webhook needs an owner key") }
+        _ = try await send("DELETE", "api/v1/keys/\(try Self.pathComponent(keyID))/webhook", query: [], bearer: ownerKey, body: nil,
+                           expecting: 204, retry: retry)
+    }
+
     // MARK: - Device API
 
     /// Reports one fix over HTTP ingest (`POST /api/v1/shares/{id}/locations`), retrying outages. For a stream of

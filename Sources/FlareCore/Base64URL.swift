@@ -35,6 +35,12 @@ public enum Base64URL {
 
     public static func encode(_ text: String) -> String { encode(Array(text.utf8)) }
 
+    /// Standard base64 (RFC 4648 §4, `+` `/` and `=` padding), as Standard Webhooks signatures and secrets use it.
+    public static func encodeStandard(_ bytes: [UInt8]) -> String {
+        let url = encode(bytes).replacingAll("-", with: "+").replacingAll("_", with: "/")
+        return url + String(repeating: "=", count: (4 - url.count % 4) % 4)
+    }
+
     /// Decodes unpadded base64url; nil for any character outside the alphabet or an impossible length.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         let input = Array(text.utf8)

@@ -36,6 +36,8 @@ public enum FlaredSettings {
         .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
         .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
+        .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
+        .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),
         .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),
     ]
 

@@ -76,6 +76,15 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// Replaces every series of a labelled gauge family at once (one per destination, say, whose set changes).
+    public func setSeries(_ family: Family, _ series: [(labels: [(String, String)], value: Double)]) {
+        register(family)
+        state.withLock { state in
+            state.values = state.values.filter { $0.key.family != family.name }
+            for (labels, value) in series { state.values[Series(family: family.name, labels: Self.render(labels: labels))] = value }
+        }
+    }
+
     public func value(_ family: Family, labels: [(String, String)] = []) -> Double {
         let series = Series(family: family.name, labels: Self.render(labels: labels))
         return state.withLock { state in

@@ -28,9 +28,11 @@ public struct OwnerKeyRecord: Sendable, Equatable {
     public var revokedAt: UnixMillis?
     /// Live shares it owns (filled in by listings only).
     public var liveShares: Int
+    /// Where its shares' events are sent, if it set a webhook.
+    public var webhookURL: String?
 
     public init(id: Int64, label: String, isAdmin: Bool, limits: KeyLimits, createdAt: UnixMillis,
-                lastUsedAt: UnixMillis? = nil, revokedAt: UnixMillis? = nil, liveShares: Int = 0) {
+                lastUsedAt: UnixMillis? = nil, revokedAt: UnixMillis? = nil, liveShares: Int = 0, webhookURL: String? = nil) {
         self.id = id
         self.label = label
         self.isAdmin = isAdmin
@@ -39,6 +41,7 @@ public struct OwnerKeyRecord: Sendable, Equatable {
         self.lastUsedAt = lastUsedAt
         self.revokedAt = revokedAt
         self.liveShares = liveShares
+        self.webhookURL = webhookURL
     }
 
     public var isRevoked: Bool { revokedAt != nil }

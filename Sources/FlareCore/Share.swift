@@ -23,11 +23,13 @@ public struct Share: Sendable, Equatable {
     public var ownerKeyID: Int64?
     /// The newest answer from the family (its id), if any: a change of it is a change of the share.
     public var lastAnswerID: Int64?
+    /// Since when the phone's battery is recorded as low (the `tracker.battery_low` event was sent then); nil: not low.
+    public var batteryLowAt: UnixMillis?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
-                ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil) {
+                ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -41,6 +43,7 @@ public struct Share: Sendable, Equatable {
         self.locateAnsweredAt = locateAnsweredAt
         self.ownerKeyID = ownerKeyID
         self.lastAnswerID = lastAnswerID
+        self.batteryLowAt = batteryLowAt
     }
 
     public var isActive: Bool { endedAt == nil }

@@ -27,6 +27,8 @@ public enum Topics {
     public static func answers(_ id: ShareID) -> String { prefix + id.rawValue + "/answers" }
     /// How many opened the link and how many watch it now (retained).
     public static func audience(_ id: ShareID) -> String { prefix + id.rawValue + "/audience" }
+    /// The share's lifecycle events for integrators (QoS 1, not retained; watch tokens read it): `ShareEvent`.
+    public static func events(_ id: ShareID) -> String { prefix + id.rawValue + "/events" }
     /// What Flare has stored of the tracker's fixes, for trackers that keep each fix until it is stored.
     public static func stored(_ id: ShareID) -> String { prefix + id.rawValue + "/stored" }
 

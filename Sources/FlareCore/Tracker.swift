@@ -89,6 +89,19 @@ public struct TrackerRules: Sendable {
         return TrackerRecord(state: .live, since: lastHeardAt, transport: transport ?? recorded.transport)
     }
 
+    /// The battery is recorded as low again only after it charged or reported over this: a level wavering around
+    /// 15 % sends one `tracker.battery_low`, not one per fix.
+    public static let batteryRecoveredPercent = 20
+
+    /// Whether the recorded battery flag (`recordedLow`) is to change, given the newest reading: true to record it
+    /// low, false to clear it, nil to leave it.
+    public static func batteryFlagChange(level: Int?, status: Int?, recordedLow: Bool) -> Bool? {
+        if !recordedLow { return isBatteryLow(level: level, status: status) ? true : nil }
+        let charging = status == BatteryStatus.charging.rawValue || status == BatteryStatus.full.rawValue
+        guard let level else { return nil }
+        return charging || level > batteryRecoveredPercent ? false : nil
+    }
+
     /// Whether a battery reading is worth saying: low and not being charged.
     public static func isBatteryLow(level: Int?, status: Int?) -> Bool {
         guard let level, level <= batteryLowPercent else { return false }

@@ -1,6 +1,6 @@
 internal import COpenSSL
 
-/// SHA-256, HMAC-SHA256, secure random bytes and constant-time comparison from OpenSSL libcrypto.
+/// SHA-256, HMAC-SHA256, AES-256-GCM, secure random bytes and constant-time comparison from OpenSSL libcrypto.
 /// The only importer of COpenSSL; everything else sees plain `[UInt8]`.
 public enum Crypto {
     public static func sha256(_ message: [UInt8]) -> [UInt8] {
@@ -45,5 +45,55 @@ public enum Crypto {
         return a.withUnsafeBytes { pa in
             b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0 }
         }
+    }
+
+    /// AES-256-GCM with a fresh 96-bit nonce: `nonce ‖ ciphertext ‖ 16-byte tag`. `context` is authenticated, not
+    /// encrypted (what the sealed bytes belong to, so they cannot be moved to another row). Nil only if OpenSSL fails.
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], context: [UInt8]) -> [UInt8]? {
+        precondition(key.count == 32, "AES-256 takes a 32-byte key")
+        guard let cipher = EVP_CIPHER_CTX_new() else { return nil }
+        defer { EVP_CIPHER_CTX_free(cipher) }
+        let nonce = randomBytes(12)
+        var output = [UInt8](repeating: 0, count: plaintext.count + 16)
+        var length: Int32 = 0, total = 0
+        guard EVP_EncryptInit_ex(cipher, EVP_aes_256_gcm(), nil, key, nonce) == 1 else { return nil }
+        if !context.isEmpty {
+            guard EVP_EncryptUpdate(cipher, nil, &length, context, Int32(context.count)) == 1 else { return nil }
+        }
+        let updated = output.withUnsafeMutableBufferPointer { out in
+            plaintext.isEmpty ? 1 : EVP_EncryptUpdate(cipher, out.baseAddress, &length, plaintext, Int32(plaintext.count))
+        }
+        guard updated == 1 else { return nil }
+        total = plaintext.isEmpty ? 0 : Int(length)
+        let finished = output.withUnsafeMutableBufferPointer { out in EVP_EncryptFinal_ex(cipher, out.baseAddress! + total, &length) }
+        guard finished == 1 else { return nil }
+        total += Int(length)
+        var tag = [UInt8](repeating: 0, count: 16)
+        guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { return nil }
+        return nonce + output.prefix(total) + tag
+    }
+
+    /// Opens what `seal` made with the same key and context; nil if anything was changed (or the key differs).
+    public static func open(_ sealed: [UInt8], key: [UInt8], context: [UInt8]) -> [UInt8]? {
+        guard key.count == 32, sealed.count >= 28, let cipher = EVP_CIPHER_CTX_new() else { return nil }
+        defer { EVP_CIPHER_CTX_free(cipher) }
+        let nonce = Array(sealed.prefix(12))
+        let body = Array(sealed[12..<(sealed.count - 16)])
+        var tag = Array(sealed.suffix(16))
+        var output = [UInt8](repeating: 0, count: body.count + 16)
+        var length: Int32 = 0, total = 0
+        guard EVP_DecryptInit_ex(cipher, EVP_aes_256_gcm(), nil, key, nonce) == 1 else { return nil }
+        if !context.isEmpty {
+            guard EVP_DecryptUpdate(cipher, nil, &length, context, Int32(context.count)) == 1 else { return nil }
+        }
+        if !body.isEmpty {
+            let updated = output.withUnsafeMutableBufferPointer { out in EVP_DecryptUpdate(cipher, out.baseAddress, &length, body, Int32(body.count)) }
+            guard updated == 1 else { return nil }
+            total = Int(length)
+        }
+        guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1 else { return nil }
+        let finished = output.withUnsafeMutableBufferPointer { out in EVP_DecryptFinal_ex(cipher, out.baseAddress! + total, &length) }
+        guard finished == 1 else { return nil }
+        return Array(output.prefix(total + Int(length)))
     }
 }

@@ -62,6 +62,68 @@ extension Gateway {
         }
     }
 
+    /// `PUT /api/v1/keys/{id}/webhook` `{"url": "…"}`: the key itself, or an admin, sets where its shares' events go;
+    /// the answer holds the signing secret, once.
+    func setWebhook(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        let id: Int64
+        switch webhookTarget(request, id: text) {
+        case .key(let target): id = target
+        case .refused(let response): return response
+        }
+        guard let object = (try? JSONValue.parse(request.body))?.objectValue, let url = object["url"]?.stringValue, object.count == 1 else {
+            return APIError.badRequest("invalid_webhook", "the body must be {\"url\": \"https://…\"}").response
+        }
+        do {
+            let set = try shares.keys.setWebhook(id: id, url: url)
+            return .api(200, WebhookCreated(url: set.url.text, secret: set.secret.text,
+                                            previousSecretValidSeconds: set.replaced ? Int(EventDeliverer.previousSecretMillis / 1000) : nil))
+        } catch {
+            return webhookRefusal(error)
+        }
+    }
+
+    /// `DELETE /api/v1/keys/{id}/webhook`: no more events for that key's shares (204).
+    func removeWebhook(_ request: HTTPRequest, id text: String) -> HTTPResponse {
+        let id: Int64
+        switch webhookTarget(request, id: text) {
+        case .key(let target): id = target
+        case .refused(let response): return response
+        }
+        do {
+            try shares.keys.removeWebhook(id: id)
+            return HTTPResponse(status: 204)
+        } catch {
+            return webhookRefusal(error)
+        }
+    }
+
+    /// The key whose webhook a request may change: its own, or any for an admin (others' ids answer 404, as shares do).
+    private enum WebhookTarget {
+        case key(Int64)
+        case refused(HTTPResponse)
+    }
+
+    private func webhookTarget(_ request: HTTPRequest, id text: String) -> WebhookTarget {
+        guard case .success(let caller) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
+        guard let id = Int64(text), id > 0, caller.isAdmin || caller.id == id else { return .refused(APIError.notFound("no such key").response) }
+        return .key(id)
+    }
+
+    private func webhookRefusal(_ refusal: OwnerKeyService.WebhookRefusal) -> HTTPResponse {
+        switch refusal {
+        case .invalid(let problem):
+            return APIError.badRequest(problem == .malformed ? "invalid_webhook" : "webhook_not_public", problem.description).response
+        case .tooOften(let wait):
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "webhook")])
+            return APIError.rateLimited(retryAfter: wait).response
+        case .noSuchKey:
+            return APIError.notFound("no such key").response
+        case .storage:
+            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
+                            headers: [("Retry-After", "5")]).response
+        }
+    }
+
     private enum AdminCheck {
         case key(OwnerKeyRecord)
         case refused(HTTPResponse)
@@ -118,6 +180,6 @@ extension Gateway {
         KeyInfo(id: String(key.id), label: key.label, kind: key.isAdmin ? .admin : .limited, maxLive: key.limits.maxLive,
                 maxDurationSeconds: key.limits.maxDurationSeconds.map { Int($0) }, createRatePerHour: key.limits.createsPerHour,
                 createdAt: Date(unixMillis: key.createdAt), lastUsedAt: key.lastUsedAt.map(Date.init(unixMillis:)),
-                revokedAt: key.revokedAt.map(Date.init(unixMillis:)), liveShares: key.liveShares)
+                revokedAt: key.revokedAt.map(Date.init(unixMillis:)), liveShares: key.liveShares, webhookURL: key.webhookURL)
     }
 }

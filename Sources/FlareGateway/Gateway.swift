@@ -120,7 +120,10 @@ public final class Gateway: Sendable {
         case ("keys", 1, "POST"): return createKey(request)
         case ("keys", 1, "GET"): return listKeys(request)
         case ("keys", 2, "DELETE"): return revokeKey(request, id: parts[1])
+        case ("keys", 3, "PUT") where parts[2] == "webhook": return setWebhook(request, id: parts[1])
+        case ("keys", 3, "DELETE") where parts[2] == "webhook": return removeWebhook(request, id: parts[1])
         case ("keys", 1...2, _): return APIError.methodNotAllowed.response
+        case ("keys", 3, _) where parts[2] == "webhook": return APIError.methodNotAllowed.response
         case ("view", 2, "GET"): return viewJSON(request, token: parts[1])
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])

@@ -127,6 +127,18 @@ public final class PostgresShareStore: ShareStore {
         CREATE TABLE viewers (share BIGINT NOT NULL, viewer BYTEA NOT NULL, first_seen BIGINT NOT NULL, last_seen BIGINT NOT NULL,
                               PRIMARY KEY (share, viewer));
         """,
+        // 10: the events outbox (each event once, and per destination when to try it next), when the battery was
+        // recorded low, and the keys' webhooks (their secrets sealed, never in clear).
+        """
+        CREATE TABLE events (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, share BIGINT NOT NULL, type TEXT NOT NULL,
+                             at BIGINT NOT NULL, body TEXT NOT NULL);
+        CREATE TABLE event_deliveries (event BIGINT NOT NULL, destination TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                                       next_at BIGINT NOT NULL, PRIMARY KEY (event, destination));
+        CREATE INDEX event_deliveries_due ON event_deliveries(next_at);
+        ALTER TABLE shares ADD COLUMN battery_low_at BIGINT;
+        ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT, ADD COLUMN webhook_secret BYTEA, ADD COLUMN webhook_previous_secret BYTEA,
+            ADD COLUMN webhook_rotated_at BIGINT;
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 
@@ -170,23 +182,143 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
+    /// Runs one writing statement and, if it changed a row and there is an event, records the event in the same
+    /// transaction; returns how many rows it changed.
+    @discardableResult
+    private func changedRows(_ sql: String, _ parameters: [String?], operation: String, event: PendingEvent?, shareRow: Int64) throws(StoreError) -> Int {
+        guard let event else { return try changedRows(sql, parameters, operation: operation) }
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> Int in
+                let changed = try connection.execute(sql, parameters, operation: operation).affected
+                if changed == 1 { try Self.record(event, shareRow: shareRow, on: connection) }
+                return changed
+            }
+        }
+    }
+
+    /// Puts an event in the outbox, for its destinations and the owning key's webhook, inside the caller's transaction:
+    /// one statement.
+    private static func record(_ pending: PendingEvent, shareRow: Int64, on connection: PostgresConnection) throws(StoreError) {
+        let event = pending.event
+        try connection.execute("""
+            WITH event AS (INSERT INTO events (event_id, share, type, at, body) VALUES ($1, $2, $3, $4, $5) RETURNING id)
+            INSERT INTO event_deliveries (event, destination, next_at)
+            SELECT event.id, destination, $4 FROM event, unnest($6::text[]) destination
+            UNION
+            SELECT event.id, 'key:' || k.id, $4 FROM event, shares s JOIN owner_keys k ON k.id = s.owner_key
+            WHERE s.id = $2 AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
+            """, [event.id, String(shareRow), event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),
+                  PostgresText.textArray(pending.destinations.map(\.name))], operation: "record event")
+    }
+
+    // MARK: Events
+
+    public func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] {
+        try pool.with(operation: "read events") { connection throws(StoreError) in
+            let rows = try connection.execute("""
+                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body
+                FROM event_deliveries d JOIN events e ON e.id = d.event JOIN shares s ON s.id = e.share
+                WHERE d.next_at <= $1 ORDER BY d.next_at, d.event LIMIT $2
+                """, [String(now), String(max(0, limit))], operation: "read events")
+            return (0..<rows.count).compactMap { index in
+                guard let destination = rows.text(index, 1).flatMap(EventDestination.init(name:)),
+                      let type = rows.text(index, 4).flatMap(ShareEventType.init(rawValue:)),
+                      let share = rows.text(index, 5).flatMap(ShareID.init) else { return nil }
+                return OutboxDelivery(row: rows.int64(index, 0), destination: destination, attempts: Int(rows.int64(index, 2)),
+                                      event: ShareEvent(id: rows.text(index, 3) ?? "", type: type, shareID: share, at: rows.int64(index, 6),
+                                                        body: Array((rows.text(index, 7) ?? "").utf8)))
+            }
+        }
+    }
+
+    public func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError) {
+        try pool.with(operation: "deliver event") { connection throws(StoreError) in
+            try connection.execute("""
+                WITH done AS (DELETE FROM event_deliveries WHERE event = $1 AND destination = $2 RETURNING event)
+                DELETE FROM events WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = $1 AND destination <> $2)
+                """, [String(row), destination.name], operation: "deliver event")
+        }
+    }
+
+    public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
+        guard let retryAt else { return try eventDelivered(row: row, destination: destination) }
+        try changedRows("UPDATE event_deliveries SET attempts = $1, next_at = $2 WHERE event = $3 AND destination = $4",
+                        [String(attempts), String(retryAt), String(row), destination.name], operation: "retry event")
+    }
+
+    public func outboxBacklog() throws(StoreError) -> [OutboxBacklog] {
+        try pool.with(operation: "read outbox") { connection throws(StoreError) in
+            let rows = try connection.execute("""
+                SELECT d.destination, count(*), min(e.at) FROM event_deliveries d JOIN events e ON e.id = d.event GROUP BY d.destination
+                """, operation: "read outbox")
+            return (0..<rows.count).compactMap { index in
+                rows.text(index, 0).flatMap(EventDestination.init(name:)).map {
+                    OutboxBacklog(destination: $0, waiting: Int(rows.int64(index, 1)), oldestAt: rows.int64(index, 2))
+                }
+            }
+        }
+    }
+
+    public func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool {
+        if let url, let sealedSecret {
+            return try changedRows("""
+                UPDATE owner_keys SET webhook_previous_secret = webhook_secret,
+                    webhook_rotated_at = CASE WHEN webhook_secret IS NULL THEN NULL ELSE $4::bigint END, webhook_url = $2, webhook_secret = $3
+                WHERE id = $1
+                """, [String(id), url, PostgresText.hex(sealedSecret), String(at)], operation: "set webhook") == 1
+        }
+        return try changedRows("""
+            UPDATE owner_keys SET webhook_url = NULL, webhook_secret = NULL, webhook_previous_secret = NULL, webhook_rotated_at = NULL WHERE id = $1
+            """, [String(id)], operation: "remove webhook") == 1
+    }
+
+    public func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? {
+        try pool.with(operation: "read webhook") { connection throws(StoreError) in
+            let rows = try connection.execute("""
+                SELECT webhook_url, webhook_secret, webhook_previous_secret, webhook_rotated_at FROM owner_keys
+                WHERE id = $1 AND webhook_url IS NOT NULL AND webhook_secret IS NOT NULL
+                """, [String(id)], operation: "read webhook")
+            guard rows.count == 1 else { return nil }
+            return KeyWebhook(url: rows.text(0, 0) ?? "", sealedSecret: rows.bytes(0, 1),
+                              previousSealedSecret: rows.text(0, 2) == nil ? nil : rows.bytes(0, 2), rotatedAt: rows.optionalInt64(0, 3))
+        }
+    }
+
     // MARK: Shares
 
     @discardableResult
-    public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
-        try pool.with(operation: "insert share") { connection throws(StoreError) in try Self.insert(share, on: connection) }
+    public func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64 {
+        try pool.with(operation: "insert share") { connection throws(StoreError) in try Self.insert(share, event: event, on: connection) }
     }
 
-    private static func insert(_ share: Share, on connection: PostgresConnection) throws(StoreError) -> Int64 {
-        try connection.execute("""
-            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id
-            """, [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt),
-                  share.ownerKeyID.map { String($0) }],
+    /// The share and its event in one statement: one round trip, as before events existed (creations share the
+    /// server's group commit).
+    private static func insert(_ share: Share, event pending: PendingEvent?, on connection: PostgresConnection) throws(StoreError) -> Int64 {
+        let parameters = [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt),
+                          share.ownerKeyID.map { String($0) }]
+        guard let pending else {
+            return try connection.execute("""
+                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id
+                """, parameters, operation: "insert share").int64(0, 0)
+        }
+        let event = pending.event
+        return try connection.execute("""
+            WITH share AS (INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id),
+            event AS (INSERT INTO events (event_id, share, type, at, body) SELECT $7, share.id, $8, $9, $10 FROM share RETURNING id),
+            deliveries AS (
+                INSERT INTO event_deliveries (event, destination, next_at)
+                SELECT event.id, destination, $9 FROM event, unnest($11::text[]) destination
+                UNION
+                SELECT event.id, 'key:' || k.id, $9 FROM event, owner_keys k
+                WHERE k.id = $6::bigint AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL)
+            SELECT id FROM share
+            """, parameters + [event.id, event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),
+                               PostgresText.textArray(pending.destinations.map(\.name))],
             operation: "insert share").int64(0, 0)
     }
 
-    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal> {
-        guard let key = share.ownerKeyID else { return .success(try insertShare(share)) }
+    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> {
+        guard let key = share.ownerKeyID else { return .success(try insertShare(share, event: event)) }
         let operation = "insert share"
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> Result<Int64, QuotaRefusal> in
@@ -210,20 +342,20 @@ public final class PostgresShareStore: ShareStore {
                     try connection.execute("DELETE FROM key_creations WHERE key = $1 AND at <= $2", [String(key), String(now - 3_600_000)], operation: operation)
                     try connection.execute("INSERT INTO key_creations (key, at) VALUES ($1, $2)", [String(key), String(now)], operation: operation)
                 }
-                return .success(try Self.insert(share, on: connection))
+                return .success(try Self.insert(share, event: event, on: connection))
             }
         }
     }
 
-    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
+    public func updateExpiry(row: Int64, expiresAt: UnixMillis, event: PendingEvent?) throws(StoreError) {
         try changedRows("UPDATE shares SET expires_at = $1 WHERE id = $2 AND ended_at IS NULL",
-                        [String(expiresAt), String(row)], operation: "update expiry")
+                        [String(expiresAt), String(row)], operation: "update expiry", event: event, shareRow: row)
     }
 
     @discardableResult
-    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool {
         try changedRows("UPDATE shares SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
-                        [String(endedAt), reason.rawValue, String(row)], operation: "end share") == 1
+                        [String(endedAt), reason.rawValue, String(row)], operation: "end share", event: event, shareRow: row) == 1
     }
 
     @discardableResult
@@ -242,7 +374,7 @@ public final class PostgresShareStore: ShareStore {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id
+        last_answer_id, battery_low_at
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -257,7 +389,8 @@ public final class PostgresShareStore: ShareStore {
                                   transport: rows.text(index, 12).flatMap(TrackerTransport.init(rawValue:)))
                 },
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
-                ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16))
+                ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16),
+                batteryLowAt: rows.optionalInt64(index, 17))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }
@@ -303,7 +436,7 @@ public final class PostgresShareStore: ShareStore {
 
     // MARK: Trackers and commands
 
-    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
+    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool {
         // As in the SQLite store: the fixes looked at are bounded by `tst` too, so the primary key's range is read.
         try changedRows("""
             UPDATE shares SET tracker_state = $1, tracker_since = $2, tracker_reason = $3, tracker_transport = COALESCE($4, tracker_transport)
@@ -312,14 +445,20 @@ public final class PostgresShareStore: ShareStore {
               AND ($6::text IS NULL OR tracker_state IS NULL OR tracker_state = $6)
               AND ($7::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM fixes WHERE share = $5 AND tst >= $7::bigint / 1000 - 3600 AND received_at > $7::bigint))
             """, [record.state.rawValue, String(record.since), record.reason, record.transport?.rawValue, String(row),
-                 condition.from?.rawValue, condition.noFixReceivedAfter.map { String($0) }], operation: "record tracker") == 1
+                 condition.from?.rawValue, condition.noFixReceivedAfter.map { String($0) }], operation: "record tracker", event: event, shareRow: row) == 1
     }
 
-    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
+    public func recordBatteryLow(row: Int64, lowSince: UnixMillis?, event: PendingEvent?) throws(StoreError) -> Bool {
+        try changedRows("""
+            UPDATE shares SET battery_low_at = $1::bigint WHERE id = $2 AND ended_at IS NULL AND (battery_low_at IS NULL) <> ($1::bigint IS NULL)
+            """, [lowSince.map { String($0) }, String(row)], operation: "record battery", event: event, shareRow: row) == 1
+    }
+
+    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64, event: PendingEvent?) throws(StoreError) -> Bool {
         try changedRows("""
             UPDATE shares SET locate_requested_at = $1
             WHERE id = $2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= $3)
-            """, [String(now), String(row), String(now - minimumIntervalMillis)], operation: "request location") == 1
+            """, [String(now), String(row), String(now - minimumIntervalMillis)], operation: "request location", event: event, shareRow: row) == 1
     }
 
     public func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool {
@@ -455,7 +594,7 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
-    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash"
+    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash, webhook_url"
 
     private static func keys(_ rows: PostgresRows) -> [OwnerKeyRecord] {
         (0..<rows.count).map { index in
@@ -463,7 +602,7 @@ public final class PostgresShareStore: ShareStore {
                            limits: KeyLimits(maxLive: rows.optionalInt64(index, 3).map { Int($0) }, maxDurationSeconds: rows.optionalInt64(index, 4),
                                              createsPerHour: rows.optionalInt64(index, 5).map { Int($0) }),
                            createdAt: rows.int64(index, 6), lastUsedAt: rows.optionalInt64(index, 7), revokedAt: rows.optionalInt64(index, 8),
-                           liveShares: rows.columns > 10 ? Int(rows.int64(index, 10)) : 0)
+                           liveShares: rows.columns > 11 ? Int(rows.int64(index, 11)) : 0, webhookURL: rows.text(index, 10))
         }
     }
 
@@ -597,7 +736,7 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
-    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer? {
+    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer? {
         let operation = "insert answer"
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> Answer? in
@@ -608,20 +747,36 @@ public final class PostgresShareStore: ShareStore {
                 guard inserted.count == 1 else { return nil }
                 let id = inserted.int64(0, 0)
                 try connection.execute("UPDATE shares SET last_answer_id = $1 WHERE id = $2", [String(id), String(row)], operation: operation)
-                return Answer(id: id, kind: kind, name: name, at: at)
+                let answer = Answer(id: id, kind: kind, name: name, at: at)
+                if let pending = event(answer) { try Self.record(pending, shareRow: row, on: connection) }
+                return answer
             }
         }
     }
 
-    @discardableResult
-    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool {
-        try pool.with(operation: "note viewer") { connection throws(StoreError) in
+    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool {
+        let operation = "note viewer"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
             // xmax = 0: the row was inserted by this statement, not updated.
-            let rows = try connection.execute("""
+            let note = """
                 INSERT INTO viewers (share, viewer, first_seen, last_seen) VALUES ($1, $2, $3, $3)
                 ON CONFLICT (share, viewer) DO UPDATE SET last_seen = GREATEST(viewers.last_seen, $3) RETURNING (xmax = 0)
-                """, [String(row), PostgresText.hex(viewer.bytes), String(at)], operation: "note viewer")
-            return rows.count == 1 && rows.bool(0, 0)
+                """
+            let parameters = [String(row), PostgresText.hex(viewer.bytes), String(at)]
+            guard let firstViewEvent else {
+                let rows = try connection.execute(note, parameters, operation: operation)
+                return rows.count == 1 && rows.bool(0, 0)
+            }
+            return try connection.transaction(operation: operation) { () throws(StoreError) -> Bool in
+                // The share's row locked first: two first viewers on two instances are counted one after the other.
+                try connection.execute("SELECT id FROM shares WHERE id = $1 FOR UPDATE", [String(row)], operation: operation)
+                let rows = try connection.execute(note, parameters, operation: operation)
+                let isNew = rows.count == 1 && rows.bool(0, 0)
+                if isNew, try connection.execute("SELECT count(*) FROM viewers WHERE share = $1", [String(row)], operation: operation).int64(0, 0) == 1 {
+                    try Self.record(firstViewEvent, shareRow: row, on: connection)
+                }
+                return isNew
+            }
         }
     }
 

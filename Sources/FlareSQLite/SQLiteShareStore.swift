@@ -98,6 +98,20 @@ public final class SQLiteShareStore: ShareStore {
         CREATE TABLE IF NOT EXISTS viewers (share INTEGER NOT NULL, viewer BLOB NOT NULL, first_seen INTEGER NOT NULL,
                                             last_seen INTEGER NOT NULL, PRIMARY KEY (share, viewer)) WITHOUT ROWID;
         """,
+        // 10: the events outbox (each event once, and per destination when to try it next), when the battery was
+        // recorded low, and the keys' webhooks (their secrets sealed, never in clear).
+        """
+        CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, event_id TEXT NOT NULL, share INTEGER NOT NULL, type TEXT NOT NULL,
+                                           at INTEGER NOT NULL, body BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS event_deliveries (event INTEGER NOT NULL, destination TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                                                     next_at INTEGER NOT NULL, PRIMARY KEY (event, destination)) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS event_deliveries_due ON event_deliveries(next_at);
+        ALTER TABLE shares ADD COLUMN battery_low_at INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT;
+        ALTER TABLE owner_keys ADD COLUMN webhook_secret BLOB;
+        ALTER TABLE owner_keys ADD COLUMN webhook_previous_secret BLOB;
+        ALTER TABLE owner_keys ADD COLUMN webhook_rotated_at INTEGER;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
     static let backstopCheckpointPages = 10_000
@@ -139,6 +153,154 @@ public final class SQLiteShareStore: ShareStore {
             bind(statement)
             try statement.run()
             return db.changes
+        }
+    }
+
+    /// Runs one writing statement and, if it changed a row and there is an event, records the event in the same
+    /// transaction; returns how many rows it changed.
+    @discardableResult
+    private func changedRows(_ sql: String, event: PendingEvent?, shareRow: Int64, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
+        guard let event else { return try changedRows(sql, bind) }
+        return try database.withLock { db throws(StoreError) in
+            let statement = try db.statement(sql)
+            defer { statement.reset() }
+            bind(statement)
+            return try db.transaction { () throws(StoreError) -> Int in
+                try statement.run()
+                let changed = db.changes
+                if changed == 1 { try Self.record(event, shareRow: shareRow, in: db) }
+                return changed
+            }
+        }
+    }
+
+    /// Puts an event in the outbox, for its destinations and the owning key's webhook, inside the caller's transaction.
+    private static func record(_ pending: PendingEvent, shareRow: Int64, in db: SQLiteDatabase) throws(StoreError) {
+        let event = pending.event
+        let insert = try db.statement("INSERT INTO events (event_id, share, type, at, body) VALUES (?1, ?2, ?3, ?4, ?5)")
+        defer { insert.reset() }
+        insert.bind(1, event.id)
+        insert.bind(2, shareRow)
+        insert.bind(3, event.type.rawValue)
+        insert.bind(4, event.at)
+        insert.bind(5, event.body)
+        try insert.run()
+        let row = db.lastInsertRowID
+        for destination in pending.destinations {
+            let deliver = try db.statement("INSERT OR IGNORE INTO event_deliveries (event, destination, next_at) VALUES (?1, ?2, ?3)")
+            defer { deliver.reset() }
+            deliver.bind(1, row)
+            deliver.bind(2, destination.name)
+            deliver.bind(3, event.at)
+            try deliver.run()
+        }
+        let key = try db.statement("""
+            INSERT OR IGNORE INTO event_deliveries (event, destination, next_at)
+            SELECT ?1, 'key:' || k.id, ?2 FROM shares s JOIN owner_keys k ON k.id = s.owner_key
+            WHERE s.id = ?3 AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
+            """)
+        defer { key.reset() }
+        key.bind(1, row)
+        key.bind(2, event.at)
+        key.bind(3, shareRow)
+        try key.run()
+    }
+
+    // MARK: Events
+
+    public func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body
+                FROM event_deliveries d JOIN events e ON e.id = d.event JOIN shares s ON s.id = e.share
+                WHERE d.next_at <= ?1 ORDER BY d.next_at, d.event LIMIT ?2
+                """)
+            defer { statement.reset() }
+            statement.bind(1, now)
+            statement.bind(2, Int64(max(0, limit)))
+            var due: [OutboxDelivery] = []
+            while try statement.step() {
+                guard let destination = EventDestination(name: statement.string(1)),
+                      let type = ShareEventType(rawValue: statement.string(4)), let share = ShareID(statement.string(5)) else { continue }
+                due.append(OutboxDelivery(row: statement.int64(0), destination: destination, attempts: Int(statement.int64(2)),
+                                          event: ShareEvent(id: statement.string(3), type: type, shareID: share, at: statement.int64(6), body: statement.blob(7))))
+            }
+            return due
+        }
+    }
+
+    public func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let delete = try db.statement("DELETE FROM event_deliveries WHERE event = ?1 AND destination = ?2")
+                defer { delete.reset() }
+                delete.bind(1, row)
+                delete.bind(2, destination.name)
+                try delete.run()
+                let event = try db.statement("DELETE FROM events WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = ?1)")
+                defer { event.reset() }
+                event.bind(1, row)
+                try event.run()
+            }
+        }
+    }
+
+    public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
+        guard let retryAt else { return try eventDelivered(row: row, destination: destination) }
+        _ = try changedRows("UPDATE event_deliveries SET attempts = ?1, next_at = ?2 WHERE event = ?3 AND destination = ?4") { statement in
+            statement.bind(1, Int64(attempts))
+            statement.bind(2, retryAt)
+            statement.bind(3, row)
+            statement.bind(4, destination.name)
+        }
+    }
+
+    public func outboxBacklog() throws(StoreError) -> [OutboxBacklog] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT d.destination, count(*), min(e.at) FROM event_deliveries d JOIN events e ON e.id = d.event GROUP BY d.destination
+                """)
+            defer { statement.reset() }
+            var backlog: [OutboxBacklog] = []
+            while try statement.step() {
+                guard let destination = EventDestination(name: statement.string(0)) else { continue }
+                backlog.append(OutboxBacklog(destination: destination, waiting: Int(statement.int64(1)), oldestAt: statement.int64(2)))
+            }
+            return backlog
+        }
+    }
+
+    public func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement(url == nil ? """
+                UPDATE owner_keys SET webhook_url = NULL, webhook_secret = NULL, webhook_previous_secret = NULL, webhook_rotated_at = NULL WHERE id = ?1
+                """ : """
+                UPDATE owner_keys SET webhook_previous_secret = webhook_secret, webhook_rotated_at = CASE WHEN webhook_secret IS NULL THEN NULL ELSE ?4 END,
+                                      webhook_url = ?2, webhook_secret = ?3 WHERE id = ?1
+                """)
+            defer { statement.reset() }
+            statement.bind(1, id)
+            if let url, let sealedSecret {
+                statement.bind(2, url)
+                statement.bind(3, sealedSecret)
+                statement.bind(4, at)
+            }
+            try statement.run()
+            return db.changes == 1
+        }
+    }
+
+    public func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT webhook_url, webhook_secret, webhook_previous_secret, webhook_rotated_at FROM owner_keys
+                WHERE id = ?1 AND webhook_url IS NOT NULL AND webhook_secret IS NOT NULL
+                """)
+            defer { statement.reset() }
+            statement.bind(1, id)
+            guard try statement.step() else { return nil }
+            return KeyWebhook(url: statement.string(0), sealedSecret: statement.blob(1),
+                              previousSealedSecret: statement.isNull(2) ? nil : statement.blob(2), rotatedAt: statement.optionalInt64(3))
         }
     }
 
@@ -258,7 +420,7 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer? {
+    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer? {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> Answer? in
                 let insert = try db.statement("""
@@ -277,26 +439,41 @@ public final class SQLiteShareStore: ShareStore {
                 mark.bind(1, id)
                 mark.bind(2, row)
                 try mark.run()
-                return Answer(id: id, kind: kind, name: name, at: at)
+                let answer = Answer(id: id, kind: kind, name: name, at: at)
+                if let pending = event(answer) { try Self.record(pending, shareRow: row, in: db) }
+                return answer
             }
         }
     }
 
-    @discardableResult
-    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool {
+    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
-            let insert = try db.statement("INSERT INTO viewers (share, viewer, first_seen, last_seen) VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO UPDATE SET last_seen = max(last_seen, ?3)")
-            defer { insert.reset() }
-            insert.bind(1, row)
-            insert.bind(2, viewer.bytes)
-            insert.bind(3, at)
-            try insert.run()
-            let first = try db.statement("SELECT first_seen FROM viewers WHERE share = ?1 AND viewer = ?2")
-            defer { first.reset() }
-            first.bind(1, row)
-            first.bind(2, viewer.bytes)
-            return try first.step() && first.int64(0) == at
+            guard let firstViewEvent else { return try Self.noteViewer(row: row, viewer: viewer, at: at, in: db) }
+            return try db.transaction { () throws(StoreError) -> Bool in
+                let isNew = try Self.noteViewer(row: row, viewer: viewer, at: at, in: db)
+                if isNew {
+                    let count = try db.statement("SELECT count(*) FROM viewers WHERE share = ?1")
+                    defer { count.reset() }
+                    count.bind(1, row)
+                    if try count.step(), count.int64(0) == 1 { try Self.record(firstViewEvent, shareRow: row, in: db) }
+                }
+                return isNew
+            }
         }
+    }
+
+    private static func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, in db: SQLiteDatabase) throws(StoreError) -> Bool {
+        let insert = try db.statement("INSERT INTO viewers (share, viewer, first_seen, last_seen) VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO UPDATE SET last_seen = max(last_seen, ?3)")
+        defer { insert.reset() }
+        insert.bind(1, row)
+        insert.bind(2, viewer.bytes)
+        insert.bind(3, at)
+        try insert.run()
+        let first = try db.statement("SELECT first_seen FROM viewers WHERE share = ?1 AND viewer = ?2")
+        defer { first.reset() }
+        first.bind(1, row)
+        first.bind(2, viewer.bytes)
+        return try first.step() && first.int64(0) == at
     }
 
     public func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience {
@@ -436,8 +613,15 @@ public final class SQLiteShareStore: ShareStore {
     // MARK: Shares
 
     @discardableResult
-    public func insertShare(_ share: Share) throws(StoreError) -> Int64 {
-        try database.withLock { db throws(StoreError) in try Self.insert(share, into: db) }
+    public func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64 {
+        try database.withLock { db throws(StoreError) in
+            guard let event else { return try Self.insert(share, into: db) }
+            return try db.transaction { () throws(StoreError) -> Int64 in
+                let row = try Self.insert(share, into: db)
+                try Self.record(event, shareRow: row, in: db)
+                return row
+            }
+        }
     }
 
     private static func insert(_ share: Share, into db: SQLiteDatabase) throws(StoreError) -> Int64 {
@@ -455,8 +639,8 @@ public final class SQLiteShareStore: ShareStore {
         return db.lastInsertRowID
     }
 
-    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal> {
-        guard let key = share.ownerKeyID else { return .success(try insertShare(share)) }
+    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> {
+        guard let key = share.ownerKeyID else { return .success(try insertShare(share, event: event)) }
         return try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> Result<Int64, QuotaRefusal> in
                 if let maxLive = limits.maxLive {
@@ -491,21 +675,23 @@ public final class SQLiteShareStore: ShareStore {
                     note.bind(2, now)
                     try note.run()
                 }
-                return .success(try Self.insert(share, into: db))
+                let row = try Self.insert(share, into: db)
+                if let event { try Self.record(event, shareRow: row, in: db) }
+                return .success(row)
             }
         }
     }
 
-    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) {
-        try changedRows("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL") { statement in
+    public func updateExpiry(row: Int64, expiresAt: UnixMillis, event: PendingEvent?) throws(StoreError) {
+        try changedRows("UPDATE shares SET expires_at = ? WHERE id = ? AND ended_at IS NULL", event: event, shareRow: row) { statement in
             statement.bind(1, expiresAt)
             statement.bind(2, row)
         }
     }
 
     @discardableResult
-    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
-        try changedRows("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL") { statement in
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool {
+        try changedRows("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL", event: event, shareRow: row) { statement in
             statement.bind(1, endedAt)
             statement.bind(2, reason.rawValue)
             statement.bind(3, row)
@@ -535,7 +721,7 @@ public final class SQLiteShareStore: ShareStore {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id
+        last_answer_id, battery_low_at
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -556,7 +742,8 @@ public final class SQLiteShareStore: ShareStore {
             locateRequestedAt: statement.optionalInt64(13),
             locateAnsweredAt: statement.optionalInt64(14),
             ownerKeyID: statement.optionalInt64(15),
-            lastAnswerID: statement.optionalInt64(16))
+            lastAnswerID: statement.optionalInt64(16),
+            batteryLowAt: statement.optionalInt64(17))
         return StoredShare(row: statement.int64(0), share: share)
     }
 
@@ -623,7 +810,7 @@ public final class SQLiteShareStore: ShareStore {
 
     // MARK: Trackers and commands
 
-    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
+    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool {
         // The fixes looked at for `noFixReceivedAfter` are bounded by `tst` as well, so that the primary key's range
         // is read, not every fix of a long share: a fix stamped an hour before it arrived does not count.
         try changedRows("""
@@ -632,7 +819,7 @@ public final class SQLiteShareStore: ShareStore {
               AND (tracker_state IS NOT ?1 OR tracker_transport IS NOT COALESCE(?4, tracker_transport))
               AND (?6 IS NULL OR tracker_state IS NULL OR tracker_state = ?6)
               AND (?7 IS NULL OR NOT EXISTS (SELECT 1 FROM fixes WHERE share = ?5 AND tst >= ?7 / 1000 - 3600 AND received_at > ?7))
-            """) { statement in
+            """, event: event, shareRow: row) { statement in
             statement.bind(1, record.state.rawValue)
             statement.bind(2, record.since)
             statement.bind(3, record.reason)
@@ -643,11 +830,20 @@ public final class SQLiteShareStore: ShareStore {
         } == 1
     }
 
-    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
+    public func recordBatteryLow(row: Int64, lowSince: UnixMillis?, event: PendingEvent?) throws(StoreError) -> Bool {
+        try changedRows("""
+            UPDATE shares SET battery_low_at = ?1 WHERE id = ?2 AND ended_at IS NULL AND (battery_low_at IS NULL) <> (?1 IS NULL)
+            """, event: event, shareRow: row) { statement in
+            statement.bind(1, lowSince)
+            statement.bind(2, row)
+        } == 1
+    }
+
+    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64, event: PendingEvent?) throws(StoreError) -> Bool {
         try changedRows("""
             UPDATE shares SET locate_requested_at = ?1
             WHERE id = ?2 AND ended_at IS NULL AND (locate_requested_at IS NULL OR locate_requested_at <= ?3)
-            """) { statement in
+            """, event: event, shareRow: row) { statement in
             statement.bind(1, now)
             statement.bind(2, row)
             statement.bind(3, now - minimumIntervalMillis)
@@ -769,13 +965,14 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash"
+    private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash, webhook_url"
 
     private static func readKey(_ statement: SQLiteStatement) -> OwnerKeyRecord {
         OwnerKeyRecord(id: statement.int64(0), label: statement.string(1), isAdmin: statement.int64(2) != 0,
                        limits: KeyLimits(maxLive: statement.optionalInt64(3).map { Int($0) }, maxDurationSeconds: statement.optionalInt64(4),
                                          createsPerHour: statement.optionalInt64(5).map { Int($0) }),
-                       createdAt: statement.int64(6), lastUsedAt: statement.optionalInt64(7), revokedAt: statement.optionalInt64(8))
+                       createdAt: statement.int64(6), lastUsedAt: statement.optionalInt64(7), revokedAt: statement.optionalInt64(8),
+                       webhookURL: statement.optionalString(10))
     }
 
     public func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord? {
@@ -807,7 +1004,7 @@ public final class SQLiteShareStore: ShareStore {
             var keys: [OwnerKeyRecord] = []
             while try statement.step() {
                 var key = Self.readKey(statement)
-                key.liveShares = Int(statement.int64(10))
+                key.liveShares = Int(statement.int64(11))
                 keys.append(key)
             }
             return keys

@@ -21,6 +21,31 @@ extension ShareStore {
         try ownerKey(hash: hash).map { !$0.isRevoked } ?? false
     }
 
+    // Without an event: as tests and tools that record none call them.
+    @discardableResult
+    public func insertShare(_ share: Share) throws(StoreError) -> Int64 { try insertShare(share, event: nil) }
+    public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal> {
+        try insertShare(share, limits: limits, now: now, event: nil)
+    }
+    public func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError) { try updateExpiry(row: row, expiresAt: expiresAt, event: nil) }
+    @discardableResult
+    public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool {
+        try markEnded(row: row, at: endedAt, reason: reason, event: nil)
+    }
+    public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool {
+        try recordTracker(row: row, record, condition: condition, event: nil)
+    }
+    public func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool {
+        try requestLocate(row: row, at: now, minimumIntervalMillis: minimumIntervalMillis, event: nil)
+    }
+    public func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer? {
+        try insertAnswer(row: row, kind: kind, name: name, at: at, event: { _ in nil })
+    }
+    @discardableResult
+    public func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool {
+        try noteViewer(row: row, viewer: viewer, at: at, firstViewEvent: nil)
+    }
+
     /// An admin key with no limits (the kind every key was before keys owned shares).
     @discardableResult
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) -> Int64 {
@@ -82,6 +107,65 @@ public struct TrackerCondition: Sendable, Equatable {
     }
 }
 
+/// An event to record in the outbox with the change it reports, in the same transaction, and only if the change is
+/// made: an event is never announced for a change that did not happen, nor lost for one that did. Besides
+/// `destinations`, the store adds the webhook of the key that owns the share, if that key has one.
+public struct PendingEvent: Sendable {
+    public let event: ShareEvent
+    public let destinations: [EventDestination]
+
+    public init(_ event: ShareEvent, destinations: [EventDestination]) {
+        self.event = event
+        self.destinations = destinations
+    }
+}
+
+/// One event waiting for one destination in the outbox.
+public struct OutboxDelivery: Sendable, Equatable {
+    /// The event's row in the store.
+    public let row: Int64
+    public let destination: EventDestination
+    /// Failed attempts so far.
+    public let attempts: Int
+    public let event: ShareEvent
+
+    public init(row: Int64, destination: EventDestination, attempts: Int, event: ShareEvent) {
+        self.row = row
+        self.destination = destination
+        self.attempts = attempts
+        self.event = event
+    }
+}
+
+/// How many events wait for a destination, and since when the oldest.
+public struct OutboxBacklog: Sendable, Equatable {
+    public let destination: EventDestination
+    public let waiting: Int
+    public let oldestAt: UnixMillis
+
+    public init(destination: EventDestination, waiting: Int, oldestAt: UnixMillis) {
+        self.destination = destination
+        self.waiting = waiting
+        self.oldestAt = oldestAt
+    }
+}
+
+/// A key's webhook: its URL and signing secrets, sealed (the store never holds a secret in clear; see
+/// `WebhookSecretSealer`). After a rotation the previous secret keeps signing for a while, next to the new one.
+public struct KeyWebhook: Sendable, Equatable {
+    public let url: String
+    public let sealedSecret: [UInt8]
+    public let previousSealedSecret: [UInt8]?
+    public let rotatedAt: UnixMillis?
+
+    public init(url: String, sealedSecret: [UInt8], previousSealedSecret: [UInt8]?, rotatedAt: UnixMillis?) {
+        self.url = url
+        self.sealedSecret = sealedSecret
+        self.previousSealedSecret = previousSealedSecret
+        self.rotatedAt = rotatedAt
+    }
+}
+
 /// What another instance changed in a shared store, as the store reports it after the change is committed.
 public enum StoreChange: Sendable {
     /// A share was created, extended, ended or purged: read it again.
@@ -111,16 +195,16 @@ public protocol ShareStore: Sendable {
     // MARK: Shares
     /// Inserts a share (owned by `share.ownerKeyID`) without looking at any limit.
     @discardableResult
-    func insertShare(_ share: Share) throws(StoreError) -> Int64
+    func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64
     /// Inserts a share for a key with limits, in one transaction with the checks, so that the limits hold across
     /// instances: at most `maxLive` live shares and `createsPerHour` creations in any hour (the creation is recorded
     /// for the next check). The refusal says which limit and how long to wait.
-    func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis) throws(StoreError) -> Result<Int64, QuotaRefusal>
-    func updateExpiry(row: Int64, expiresAt: UnixMillis) throws(StoreError)
+    func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal>
+    func updateExpiry(row: Int64, expiresAt: UnixMillis, event: PendingEvent?) throws(StoreError)
     /// Records the share's end. True only for the call that ended it: with several instances, exactly one of them
     /// announces the end (ended status, retained clear, revocation).
     @discardableResult
-    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason) throws(StoreError) -> Bool
+    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool
     /// Deletes an ended share's positions and its name; the row keeps only that it existed and when. True only for
     /// the call that purged it.
     @discardableResult
@@ -137,10 +221,13 @@ public protocol ShareStore: Sendable {
     // MARK: Trackers and commands
     /// Records the share's tracker state, if the share is active, the state differs from the recorded one and
     /// `condition` holds. True only for the call that recorded it: with several instances, the one that announces it.
-    func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition) throws(StoreError) -> Bool
+    func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool
+    /// Records that the phone's battery is low (`lowSince` set) or no longer so (nil), if the share is active and that
+    /// differs from what is recorded. True only for the call that recorded it.
+    func recordBatteryLow(row: Int64, lowSince: UnixMillis?, event: PendingEvent?) throws(StoreError) -> Bool
     /// A link holder asks the phone for a fresh position: recorded, if the share is active and no request was
     /// recorded in the last `minimumIntervalMillis`, which holds across instances. False when refused.
-    func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64) throws(StoreError) -> Bool
+    func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64, event: PendingEvent?) throws(StoreError) -> Bool
     /// The phone answered the last request, at `at`. True only for the first answer to a request.
     func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool
     /// For phones that report over HTTP: true once per request (made in the last `validForMillis`), for the call
@@ -150,14 +237,14 @@ public protocol ShareStore: Sendable {
     // MARK: Answers
     /// Stores a family member's answer, if the share is active, and marks the share changed (its `lastAnswerID`), so
     /// that every instance's viewers hear of it. Nil when the share is not active.
-    func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis) throws(StoreError) -> Answer?
+    func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer?
     /// A share's answers with an id above `after`, oldest first, at most `limit`.
     func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer]
 
     // MARK: Audience
-    /// Records that a viewer (the hash of share and viewer id) has the link open now. True when it is new to the share.
-    @discardableResult
-    func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis) throws(StoreError) -> Bool
+    /// Records that a viewer (the hash of share and viewer id) has the link open now. True when it is new to the share;
+    /// `firstViewEvent` is recorded when it is the share's first viewer.
+    func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool
     /// The share's audience: first opened, distinct viewers, and those seen since `watchingSince`.
     func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience
 
@@ -192,6 +279,20 @@ public protocol ShareStore: Sendable {
     func ownerKeyCount() throws(StoreError) -> Int
     /// The schema version the store had when this process opened it, if it was older than today's (an upgrade ran).
     var upgradedFromSchema: Int? { get }
+
+    // MARK: Events
+    /// Events due for delivery (`next attempt <= now`), oldest first, at most `limit`.
+    func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery]
+    /// The destination has the event: it leaves the outbox (and the event with its last destination).
+    func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError)
+    /// An attempt failed: try again at `retryAt`, or give up (nil) and drop it.
+    func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError)
+    /// What waits in the outbox, per destination.
+    func outboxBacklog() throws(StoreError) -> [OutboxBacklog]
+    /// Sets (or, with nil, removes) a key's webhook; setting one again makes the old secret the previous one.
+    /// False when there is no such key.
+    func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool
+    func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
 
     // MARK: Several instances
     /// Records that `process` runs as the instance with MQTT client id `clientID` (its persistent session on the

@@ -22,7 +22,7 @@ struct CommonOptions {
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor",
                                           "--max-live", "--max-duration", "--create-rate", "--confirm-timeout"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll"]
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -104,6 +104,11 @@ enum Commands {
                                                                       the link a phone scans to enrol with it
           flare keys list [--json]                                          every key: kind, limits, last use, live shares
           flare keys revoke ID                                              the key stops working; its shares run on
+          flare keys webhook ID URL | --remove                              POST the events of key ID's shares to URL
+                                                                            (Standard Webhooks); prints the signing
+                                                                            secret once; a limited key's URL must be
+                                                                            a public address
+          flare webhook-secret                                              a new secret for FLARE_WEBHOOK_SECRET
           flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
                       [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
                       [--speed M/S]                                   the built-in route (default)
@@ -141,6 +146,10 @@ enum Commands {
         case ("keys", "create"): return try keysCreate(options)
         case ("keys", "list"): return try keysList(options)
         case ("keys", "revoke"): return try keysRevoke(options, id: try argument(words, 2, "key id"))
+        case ("keys", "webhook"): return try keysWebhook(options, id: try argument(words, 2, "key id"), url: words.count > 3 ? words[3] : nil)
+        case ("webhook-secret", nil):
+            print(WebhookSecret.generate().text)
+            return 0
         case ("track", _): return try Tracker(options: options).run()
         case ("bench", _): return try Bench.run(options, words)
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
@@ -372,6 +381,26 @@ enum Commands {
             print("key \(id) (\(key.label)) revoked; its \(try store.ownerKeys().first { $0.id == id }?.liveShares ?? 0) live shares run until they end (an admin key can stop them)")
         } else {
             print("key \(id) (\(key.label)) was already revoked")
+        }
+        return 0
+    }
+
+    static func keysWebhook(_ options: CommonOptions, id: String, url: String?) throws -> Int32 {
+        let client = try ownerClient(options)
+        if options.switches.contains("--remove") {
+            guard url == nil else { throw CLIError("either a URL or --remove, not both") }
+            try call("cannot remove the webhook of key \(id)") { () async throws(FlareClientError) in try await client.removeWebhook(keyID: id) }
+            print("key \(id): no webhook; events already waiting for it are dropped")
+            return 0
+        }
+        guard let url else { throw CLIError("missing the webhook URL (or --remove) (see flare --help)") }
+        let created = try call("cannot set the webhook of key \(id)") { () async throws(FlareClientError) in
+            try await client.setWebhook(keyID: id, url: url)
+        }
+        if options.json { try printJSON(created) } else {
+            print("key \(id): events go to \(created.url)")
+            print("signing secret (shown once; keep it with the receiver): \(created.secret)")
+            if let valid = created.previousSecretValidSeconds { print("the previous secret keeps signing too for \(valid / 3600) h") }
         }
         return 0
     }

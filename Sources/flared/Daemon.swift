@@ -57,10 +57,16 @@ final class Daemon: Sendable {
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
+        let serverWebhook = try ServerWebhook.configured(config)
         let policy = try SharePolicy(config)
         let parser = try LocationPayloadParser(config)
+        let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: serverWebhook,
+                                       sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
+                                       logger: logger.with(label: "events"))
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
-                                  tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger.with(label: "shares"))
+                                  tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
+                                  logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations)
+        shares.onEventRecorded { deliverer.wake() }
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
@@ -123,6 +129,10 @@ final class Daemon: Sendable {
                 bridge.stop()
                 return true
             }),
+            .init("event delivery", start: { deliverer.start() }, stop: { _ in
+                deliverer.stop()
+                return true
+            }),
             .init("HTTP gateway", start: {
                 try server.start()
                 logger.info("HTTP gateway listening on port \(server.port)")
@@ -132,6 +142,7 @@ final class Daemon: Sendable {
                 return true
             }),
         ], logger: logger)
+        if let serverWebhook { logger.info("events go to the webhook at \(serverWebhook.url.host) as well") }
         logger.info("data in \(dataDirectory), store \(location); links as \(config.string("FLARE_PUBLIC_URL") ?? "")/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }
 

@@ -529,3 +529,94 @@ extension ShareStoreTests {
         #expect(try store.audience(row: row, watchingSince: 0) == .nobody)
     }
 }
+
+extension ShareStoreTests {
+    /// Each change records its event in the same transaction, and only if the change is made (by whichever of two
+    /// connections makes it); the outbox hands each event to each destination until it is delivered or given up.
+    @Test(arguments: Engine.allCases) func eventsAreRecordedWithTheirChangesOnlyAndLeaveTheOutboxWhenDelivered(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let destinations: [EventDestination] = [.mqtt, .serverWebhook]
+        func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: destinations) }
+        let share = makeShare(now: 1_000)
+        let row = try store.insertShare(share, event: pending(.started(share)))
+        // Two instances end it: one event.
+        #expect(try store.markEnded(row: row, at: 2_000, reason: .stopped, event: pending(.ended(share.id, at: 2_000, reason: .stopped))))
+        #expect(try !other.markEnded(row: row, at: 2_001, reason: .expired, event: pending(.ended(share.id, at: 2_001, reason: .expired))))
+        // A refused change records nothing either: an ended share takes no answer, and is not extended.
+        #expect(try other.insertAnswer(row: row, kind: .onMyWay, name: "x", at: 2_002) { PendingEvent(.answered(share.id, answer: $0), destinations: destinations) } == nil)
+        try other.updateExpiry(row: row, expiresAt: 9_000_000, event: pending(.extended(share.id, at: 2_003, expiresAt: 9_000_000)))
+
+        let due = try other.dueEvents(now: 10_000, limit: 10)
+        #expect(due.count == 4)
+        #expect(Set(due.map(\.destination)) == Set(destinations))
+        #expect(due.filter { $0.destination == .mqtt }.map(\.event.type) == [.started, .ended])
+        let started = try #require(due.first { $0.event.type == .started && $0.destination == .mqtt })
+        #expect(started.event.shareID == share.id && started.attempts == 0 && started.event.at == share.createdAt)
+        #expect(try JSONValue.parse(started.event.body).objectValue?["id"]?.stringValue == started.event.id)
+        // Not yet due before its time.
+        #expect(try store.dueEvents(now: share.createdAt - 1, limit: 10).isEmpty)
+        #expect(try store.outboxBacklog().first { $0.destination == .mqtt } == OutboxBacklog(destination: .mqtt, waiting: 2, oldestAt: share.createdAt))
+
+        // Delivered to one destination: still waiting for the other, with the same id.
+        try store.eventDelivered(row: started.row, destination: .mqtt)
+        let left = try store.dueEvents(now: 10_000, limit: 10)
+        #expect(left.count == 3)
+        let forServer = try #require(left.first { $0.row == started.row })
+        #expect(forServer.destination == .serverWebhook && forServer.event.id == started.event.id)
+        // A failure waits for its next attempt, counted; giving up drops it.
+        try store.eventFailed(row: forServer.row, destination: .serverWebhook, attempts: 1, retryAt: 20_000)
+        #expect(try store.dueEvents(now: 10_000, limit: 10).count == 2)
+        let retried = try #require(try store.dueEvents(now: 20_000, limit: 10).first { $0.row == started.row })
+        #expect(retried.attempts == 1)
+        try store.eventFailed(row: retried.row, destination: .serverWebhook, attempts: 2, retryAt: nil)
+        for delivery in try store.dueEvents(now: 20_000, limit: 10) { try store.eventDelivered(row: delivery.row, destination: delivery.destination) }
+        #expect(try store.dueEvents(now: .max, limit: 10).isEmpty)
+        #expect(try store.outboxBacklog().isEmpty)
+    }
+
+    /// A key's webhook adds its destination to its shares' events, keeps the secret sealed as given, and keeps the
+    /// previous secret after it is set again; the first viewer of a share is `share.opened`, once.
+    @Test(arguments: Engine.allCases) func keyWebhooksAndTheFirstViewerGetTheirEvents(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let key = try store.insertOwnerKey(hash: SecretHash(of: "k"), label: "phone", createdAt: 1, admin: false, limits: .none)
+        #expect(try store.keyWebhook(id: key) == nil)
+        #expect(try store.setKeyWebhook(id: key, url: "https://a.example/h", sealedSecret: [1, 2, 3], at: 10))
+        #expect(try store.keyWebhook(id: key) == KeyWebhook(url: "https://a.example/h", sealedSecret: [1, 2, 3], previousSealedSecret: nil, rotatedAt: nil))
+        #expect(try other.setKeyWebhook(id: key, url: "https://b.example/h", sealedSecret: [4, 5], at: 20))
+        #expect(try store.keyWebhook(id: key) == KeyWebhook(url: "https://b.example/h", sealedSecret: [4, 5], previousSealedSecret: [1, 2, 3], rotatedAt: 20))
+        #expect(try store.ownerKey(id: key)?.webhookURL == "https://b.example/h")
+        #expect(try !store.setKeyWebhook(id: 999, url: "https://b.example/h", sealedSecret: [4], at: 20))
+
+        var share = makeShare(now: 1_000)
+        share.ownerKeyID = key
+        let row = try store.insertShare(share, event: PendingEvent(.started(share), destinations: [.mqtt]))
+        let opened = { (at: UnixMillis) in PendingEvent(.opened(share.id, at: at), destinations: [.mqtt]) }
+        #expect(try store.noteViewer(row: row, viewer: SecretHash(of: "a"), at: 5_000, firstViewEvent: opened(5_000)))
+        #expect(try other.noteViewer(row: row, viewer: SecretHash(of: "b"), at: 6_000, firstViewEvent: opened(6_000)))
+        #expect(try !store.noteViewer(row: row, viewer: SecretHash(of: "a"), at: 7_000, firstViewEvent: opened(7_000)))
+        let due = try store.dueEvents(now: 10_000_000, limit: 10)
+        #expect(due.filter { $0.destination == .mqtt }.map(\.event.type) == [.started, .opened])
+        #expect(due.filter { $0.destination == .keyWebhook(key) }.map(\.event.type) == [.started, .opened])
+
+        // Removed, or the key revoked: its new events go to it no more.
+        #expect(try store.setKeyWebhook(id: key, url: nil, sealedSecret: nil, at: 30))
+        #expect(try store.keyWebhook(id: key) == nil)
+        try store.markEnded(row: row, at: 8_000, reason: .stopped, event: PendingEvent(.ended(share.id, at: 8_000, reason: .stopped), destinations: [.mqtt]))
+        #expect(try store.dueEvents(now: 10_000_000, limit: 10).filter { $0.event.type == .ended }.map(\.destination) == [.mqtt])
+    }
+
+    /// The battery flag is raised and cleared once each, by whichever connection sees it first.
+    @Test(arguments: Engine.allCases) func theBatteryFlagChangesOnceEachWay(engine: Engine) throws {
+        let store = try open(engine), other = try open(engine)
+        let share = makeShare()
+        let row = try store.insertShare(share)
+        let low = PendingEvent(.batteryLow(share.id, at: 5, level: 9), destinations: [.mqtt])
+        #expect(try store.recordBatteryLow(row: row, lowSince: 5, event: low))
+        #expect(try !other.recordBatteryLow(row: row, lowSince: 6, event: PendingEvent(.batteryLow(share.id, at: 6, level: 8), destinations: [.mqtt])))
+        #expect(try other.share(id: share.id)?.share.batteryLowAt == 5)
+        #expect(try other.recordBatteryLow(row: row, lowSince: nil, event: nil))
+        #expect(try !store.recordBatteryLow(row: row, lowSince: nil, event: nil))
+        #expect(try store.share(id: share.id)?.share.batteryLowAt == nil)
+        #expect(try store.dueEvents(now: 100, limit: 10).map(\.event.type) == [.batteryLow])
+    }
+}

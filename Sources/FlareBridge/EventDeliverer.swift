@@ -1,0 +1,426 @@
+public import FlareCore
+public import FlareStore
+import FlareCrypto
+import FlareSystem
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a webhook receiver answered: its HTTP status, or why there was none.
+public enum WebhookResponse: Sendable, Equatable {
+    case status(Int)
+    case failed(String)
+}
+
+/// Sends one webhook request. Implementations never follow redirects (a receiver could point flared anywhere).
+public protocol WebhookPosting: Sendable {
+    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse
+}
+
+/// The operator's webhook (`FLARE_WEBHOOK_URL`, `FLARE_WEBHOOK_SECRET`): every share's events, to any address.
+public struct ServerWebhook: Sendable {
+    public let url: WebhookURL
+    /// Every one signs each delivery (the new one first while receivers move over to it).
+    public let secrets: [WebhookSecret]
+
+    public init(url: WebhookURL, secrets: [WebhookSecret]) {
+        self.url = url
+        self.secrets = secrets
+    }
+}
+
+extension ServerWebhook {
+    /// FLARE_WEBHOOK_URL and FLARE_WEBHOOK_SECRET: nil when neither is set; either without the other is an error.
+    public static func configured(_ config: Configuration) throws(Configuration.ConfigurationError) -> ServerWebhook? {
+        let urlText = config.string("FLARE_WEBHOOK_URL") ?? ""
+        let secretText = config.string("FLARE_WEBHOOK_SECRET") ?? ""
+        if urlText.isEmpty && secretText.isEmpty { return nil }
+        guard !urlText.isEmpty else { throw Configuration.ConfigurationError("FLARE_WEBHOOK_SECRET is set but FLARE_WEBHOOK_URL is not") }
+        guard !secretText.isEmpty else {
+            throw Configuration.ConfigurationError("FLARE_WEBHOOK_URL is set but FLARE_WEBHOOK_SECRET is not: make one with `flare webhook-secret`")
+        }
+        let url: WebhookURL
+        do { url = try WebhookURL(urlText) } catch { throw Configuration.ConfigurationError("FLARE_WEBHOOK_URL: \(error)") }
+        guard let secrets = WebhookSecret.list(secretText) else {
+            throw Configuration.ConfigurationError("FLARE_WEBHOOK_SECRET must be whsec_ followed by 24 to 64 random bytes in base64 (several separated by spaces); make one with `flare webhook-secret`")
+        }
+        return ServerWebhook(url: url, secrets: secrets)
+    }
+}
+
+/// Keeps the keys' webhook secrets sealed in the store: AES-256-GCM under a key derived from the token key, which
+/// lives in the data directory (`token.key`, mode 0600) and never in the store, with the key's id as authenticated
+/// context. A copy of the database alone (a dump, a backup, a replica) does not reveal a secret, and a sealed secret
+/// moved to another key's row does not open.
+public struct WebhookSecretSealer: Sendable {
+    private let key: [UInt8]
+
+    public init(tokenKey: [UInt8]) {
+        key = Crypto.hmacSHA256(key: tokenKey, message: Array("flare webhook secrets v1".utf8))
+    }
+
+    public func seal(_ secret: WebhookSecret, ownerKey id: Int64) -> [UInt8]? {
+        Crypto.seal(secret.bytes, key: key, context: Array("key:\(id)".utf8))
+    }
+
+    public func open(_ sealed: [UInt8], ownerKey id: Int64) -> WebhookSecret? {
+        guard let bytes = Crypto.open(sealed, key: key, context: Array("key:\(id)".utf8)), WebhookSecret.byteRange.contains(bytes.count) else { return nil }
+        return WebhookSecret(bytes: bytes)
+    }
+}
+
+/// Which addresses a host name stands for, for the webhook address rule.
+public enum HostResolver {
+    /// Every address `getaddrinfo` gives for `host` (an IP literal gives itself); empty when it does not resolve.
+    public static func addresses(of host: String) -> [IPAddress] {
+        if let literal = IPAddress(host) { return [literal] }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &result) == 0, let first = result else { return [] }
+        defer { freeaddrinfo(first) }
+        var found: [IPAddress] = []
+        var entry: UnsafeMutablePointer<addrinfo>? = first
+        while let current = entry {
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+            if current.pointee.ai_family == AF_INET {
+                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
+                    var raw = address.pointee.sin_addr
+                    _ = inet_ntop(AF_INET, &raw, &text, socklen_t(text.count))
+                }
+            } else if current.pointee.ai_family == AF_INET6 {
+                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
+                    var raw = address.pointee.sin6_addr
+                    _ = inet_ntop(AF_INET6, &raw, &text, socklen_t(text.count))
+                }
+            }
+            if let address = IPAddress(String(cString: text)) { found.append(address) }
+            entry = current.pointee.ai_next
+        }
+        return found
+    }
+
+    /// Refuses a URL whose host is, or resolves to, any address that is not public (or that does not resolve).
+    public static func checkPublic(_ url: WebhookURL) throws(WebhookURL.Problem) {
+        let addresses = addresses(of: url.host)
+        guard !addresses.isEmpty else { throw .notPublic("nothing (it does not resolve)") }
+        if let inside = addresses.first(where: { !$0.isPublic }) { throw .notPublic(inside.text) }
+    }
+}
+
+extension IPAddress {
+    /// The address written out (`inet_ntop`).
+    public var text: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        var raw = bytes
+        _ = inet_ntop(isV6 ? AF_INET6 : AF_INET, &raw, &buffer, socklen_t(buffer.count))
+        return String(cString: buffer)
+    }
+}
+
+/// Delivers the store's outbox: every event at least once to each of its destinations (the MQTT events topic, the
+/// operator's webhook, the owning key's webhook), retried with exponential backoff for 24 h (`EventRetry`).
+///
+/// One instance delivers at a time: the holder of the store lease `leaseName` (renewed every second, taken over by
+/// another instance `leaseMillis` after its holder stops), so that several instances do not send each event several
+/// times. Events recorded on this instance wake it at once; those recorded elsewhere are found within a second.
+/// Deliveries run on a few threads of their own, one destination per thread at a time and in order within it: a
+/// receiver that is down or slow holds up only its own events, never ingest or the link endpoints, which only ever
+/// insert a row into the outbox.
+public final class EventDeliverer: @unchecked Sendable {
+    // @unchecked: `state` is only touched with `lock` held; everything else is immutable.
+    public static let leaseName = "event-delivery"
+    static let leaseMillis: Int64 = 10_000
+    static let workers = 4
+    static let batch = 500
+    public static let requestTimeout: Duration = .seconds(10)
+
+    private struct State {
+        var holding = false
+        var nextLeaseAttemptAt: Int64 = 0
+        var nextBacklogAt: Int64 = 0
+        /// Per destination, the deliveries handed to the workers and not yet done, in order.
+        var lanes: [EventDestination: [OutboxDelivery]] = [:]
+        var busy: Set<EventDestination> = []
+        /// (event row, destination) of everything in `lanes` or being sent, so that the next read skips them.
+        var inFlight: Set<InFlight> = []
+        var woken = false
+        var stopping = false
+        var readerFinished = false
+        /// Not joined: see `stop`.
+        var threads: [NamedThread] = []
+    }
+
+    private struct InFlight: Hashable {
+        let row: Int64
+        let destination: EventDestination
+    }
+
+    private let store: any ShareStore
+    private let publisher: any BrokerPublisher
+    private let poster: any WebhookPosting
+    private let serverWebhook: ServerWebhook?
+    private let sealer: WebhookSecretSealer
+    private let holder: String
+    private let clock: any WallClock
+    private let metrics: Metrics
+    private let logger: Logger
+    private let lock = ConditionLock(conditions: 2)
+    private var state = State()
+    private let warningLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 1024)
+
+    public init(store: any ShareStore, publisher: any BrokerPublisher, poster: any WebhookPosting, serverWebhook: ServerWebhook?,
+                sealer: WebhookSecretSealer, holder: String, clock: any WallClock, metrics: Metrics, logger: Logger) {
+        self.store = store
+        self.publisher = publisher
+        self.poster = poster
+        self.serverWebhook = serverWebhook
+        self.sealer = sealer
+        self.holder = holder
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+        metrics.register(FlareMetrics.eventDeliveries)
+        metrics.register(FlareMetrics.eventsWaiting)
+        metrics.register(FlareMetrics.eventsOldestWaiting)
+    }
+
+    /// Where this instance sends every new event besides the owning key's webhook: the events topic, and the
+    /// operator's webhook if there is one.
+    public var destinations: [EventDestination] { serverWebhook == nil ? [.mqtt] : [.mqtt, .serverWebhook] }
+
+    public func start() {
+        let reader = NamedThread.start(name: "flare-events") { [self] in
+            while !isStopping {
+                step()
+                lock.withLock {
+                    if !state.woken && !state.stopping { lock.wait(0, timeout: .milliseconds(1_000)) }
+                    state.woken = false
+                }
+            }
+            if lock.withLock({ state.holding }) { try? store.releaseLease(Self.leaseName, holder: holder) }
+            lock.withLock { state.readerFinished = true }
+        }
+        var threads = [reader]
+        for index in 0..<Self.workers {
+            threads.append(NamedThread.start(name: "flare-deliver-\(index)") { [self] in work() })
+        }
+        lock.withLock { state.threads = threads }
+    }
+
+    /// An event was recorded here: look at the outbox now rather than at the next second.
+    public func wake() {
+        lock.withLock {
+            state.woken = true
+            lock.signal(0)
+        }
+    }
+
+    /// Stops reading the outbox and lets the lease go. Waits a moment for that, but never for a store or a receiver
+    /// that does not answer (a shutdown must not hang on them): a delivery in progress ends by its timeout, whatever was
+    /// not delivered stays in the outbox for the next holder, and an unreleased lease runs out by itself.
+    public func stop() {
+        lock.withLock {
+            state.stopping = true
+            state.lanes.removeAll()
+            lock.broadcast(0)
+            lock.broadcast(1)
+        }
+        let deadline = monotonicMillis() + 1_000
+        while !lock.withLock({ state.readerFinished }) && monotonicMillis() < deadline { usleep(10_000) }
+    }
+
+    private var isStopping: Bool { lock.withLock { state.stopping } }
+
+    /// One round: hold the lease, publish the backlog gauges now and then, and hand the due deliveries to the workers.
+    /// Called by the reading thread every second or when woken (and by tests directly).
+    func step() {
+        let now = monotonicMillis()
+        guard holdLease(now: now) else { return }
+        if lock.withLock({ now >= state.nextBacklogAt }) {
+            lock.withLock { state.nextBacklogAt = now + 5_000 }
+            updateBacklogGauges()
+        }
+        let due: [OutboxDelivery]
+        do { due = try store.dueEvents(now: clock.now(), limit: Self.batch) } catch {
+            warn("read", "cannot read the events outbox (\(error)); trying again")
+            return
+        }
+        lock.withLock {
+            for delivery in due {
+                let key = InFlight(row: delivery.row, destination: delivery.destination)
+                guard !state.inFlight.contains(key) else { continue }
+                state.inFlight.insert(key)
+                state.lanes[delivery.destination, default: []].append(delivery)
+            }
+            lock.broadcast(1)
+        }
+    }
+
+    /// Delivers until every lane handed over is empty: for tests, which call `step` themselves.
+    func drain() {
+        while true {
+            let pending: (OutboxDelivery)? = lock.withLock {
+                guard let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty }) else { return nil }
+                state.lanes[destination] = Array(lane.dropFirst())
+                return lane[0]
+            }
+            guard let delivery = pending else { return }
+            deliver(delivery)
+            lock.withLock { _ = state.inFlight.remove(InFlight(row: delivery.row, destination: delivery.destination)) }
+        }
+    }
+
+    private func work() {
+        while true {
+            let next: OutboxDelivery? = lock.withLock {
+                while !state.stopping {
+                    if let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty && !state.busy.contains($0.key) }) {
+                        state.busy.insert(destination)
+                        state.lanes[destination] = lane.count == 1 ? nil : Array(lane.dropFirst())
+                        return lane[0]
+                    }
+                    lock.wait(1)
+                }
+                return nil
+            }
+            guard let delivery = next else { return }
+            deliver(delivery)
+            lock.withLock {
+                state.busy.remove(delivery.destination)
+                state.inFlight.remove(InFlight(row: delivery.row, destination: delivery.destination))
+                lock.broadcast(1)
+            }
+        }
+    }
+
+    /// Sends one event to one destination and records the outcome in the store.
+    func deliver(_ delivery: OutboxDelivery) {
+        let outcome = send(delivery)
+        let destination = delivery.destination.name
+        do {
+            switch outcome {
+            case .delivered:
+                try store.eventDelivered(row: delivery.row, destination: delivery.destination)
+                metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", "delivered")])
+            case .failed(let why), .dropped(let why):
+                let attempts = delivery.attempts + 1
+                var retryAt: UnixMillis? = nil
+                if case .failed = outcome {
+                    retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
+                }
+                try store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: attempts, retryAt: retryAt)
+                metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", retryAt == nil ? "given_up" : "failed")])
+                if let retryAt {
+                    warn(destination, "event \(delivery.event.type.rawValue) to \(destination): \(why); attempt \(attempts), next in \((retryAt - clock.now() + 999) / 1000) s")
+                } else {
+                    logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
+                }
+            }
+        } catch {
+            // The outcome is not recorded: the event is sent again (receivers drop repeats by its id).
+            warn("record", "cannot record an event delivery in the store (\(error))")
+        }
+    }
+
+    private enum Outcome {
+        case delivered
+        /// Worth trying again later.
+        case failed(String)
+        /// Never deliverable (the key's webhook is gone): dropped at once.
+        case dropped(String)
+    }
+
+    private func send(_ delivery: OutboxDelivery) -> Outcome {
+        let event = delivery.event
+        switch delivery.destination {
+        case .mqtt:
+            let published = publisher.publishAndWait(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false,
+                                                     expirySeconds: nil, timeout: Self.requestTimeout)
+            return published ? .delivered : .failed("the broker did not acknowledge it")
+        case .serverWebhook:
+            guard let serverWebhook else { return .dropped("no FLARE_WEBHOOK_URL is set on the delivering instance") }
+            return post(event, to: serverWebhook.url, secrets: serverWebhook.secrets)
+        case .keyWebhook(let id):
+            let webhook: KeyWebhook?
+            let key: OwnerKeyRecord?
+            do {
+                webhook = try store.keyWebhook(id: id)
+                key = try store.ownerKey(id: id)
+            } catch { return .failed("cannot read the key's webhook (\(error))") }
+            guard let webhook, let key, !key.isRevoked else { return .dropped("the key has no webhook any more") }
+            guard let url = try? WebhookURL(webhook.url), let secret = sealer.open(webhook.sealedSecret, ownerKey: id) else {
+                return .dropped("the key's webhook cannot be read (sealed with another token key?)")
+            }
+            var secrets = [secret]
+            if let previous = webhook.previousSealedSecret, let rotatedAt = webhook.rotatedAt,
+               clock.now() - rotatedAt < Self.previousSecretMillis, let old = sealer.open(previous, ownerKey: id) {
+                secrets.append(old)
+            }
+            if !key.isAdmin {
+                // Checked again at each delivery: the name may have been pointed inside since the URL was set.
+                do { try HostResolver.checkPublic(url) } catch { return .failed(error.description) }
+            }
+            return post(event, to: url, secrets: secrets)
+        }
+    }
+
+    /// After a key sets a new webhook secret, the old one keeps signing this long beside it.
+    public static let previousSecretMillis: Int64 = 86_400_000
+
+    private func post(_ event: ShareEvent, to url: WebhookURL, secrets: [WebhookSecret]) -> Outcome {
+        var headers = WebhookSignature.headers(id: event.id, timestamp: clock.now() / 1000, body: event.body, secrets: secrets)
+        headers.append(("content-type", "application/json"))
+        headers.append(("user-agent", "flared"))
+        switch poster.post(url: url.text, headers: headers, body: event.body, timeout: Self.requestTimeout) {
+        case .status(let status) where (200..<300).contains(status): return .delivered
+        case .status(let status): return .failed("the receiver answered \(status)")
+        case .failed(let why): return .failed(why)
+        }
+    }
+
+    private func holdLease(now: Int64) -> Bool {
+        let (holding, attemptDue) = lock.withLock { (state.holding, now >= state.nextLeaseAttemptAt) }
+        guard attemptDue else { return holding }
+        lock.withLock { state.nextLeaseAttemptAt = now + 1_000 }
+        let value: Int64?
+        do {
+            value = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis)
+        } catch {
+            warn("lease", "cannot renew the event-delivery lease (\(error))")
+            return holding
+        }
+        let held = value != nil
+        let changed = lock.withLock {
+            let changed = state.holding != held
+            state.holding = held
+            return changed
+        }
+        if changed { logger.info(held ? "delivering events" : "another instance delivers events now") }
+        if !held { updateBacklogGauges(clear: true) }
+        return held
+    }
+
+    private func updateBacklogGauges(clear: Bool = false) {
+        guard !clear else {
+            metrics.setSeries(FlareMetrics.eventsWaiting, [])
+            metrics.setSeries(FlareMetrics.eventsOldestWaiting, [])
+            return
+        }
+        guard let backlog = try? store.outboxBacklog() else { return }
+        let now = clock.now()
+        metrics.setSeries(FlareMetrics.eventsWaiting, backlog.map { ([("destination", $0.destination.name)], Double($0.waiting)) })
+        metrics.setSeries(FlareMetrics.eventsOldestWaiting, backlog.map { ([("destination", $0.destination.name)], Double(max(0, now - $0.oldestAt)) / 1000) })
+    }
+
+    private func warn(_ key: String, _ message: @autoclosure () -> String) {
+        if warningLimiter.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+    }
+}
+
+extension FlareMetrics {
+    public static let eventDeliveries = Metrics.Family("flare_event_deliveries_total", .counter, "Event delivery attempts, by destination (mqtt, server, key:<id>) and result (delivered, failed, given_up).")
+    public static let eventsWaiting = Metrics.Family("flare_events_waiting", .gauge, "Events in the outbox not yet delivered, by destination (on the delivering instance).")
+    public static let eventsOldestWaiting = Metrics.Family("flare_events_oldest_waiting_seconds", .gauge, "Age of the oldest undelivered event, by destination (on the delivering instance).")
+}

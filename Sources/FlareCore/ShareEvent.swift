@@ -1,0 +1,153 @@
+import FlareAPI
+import FlareCrypto
+
+/// What happened to a share, for integrators: published on `flare/v1/shares/{id}/events` and sent to webhooks.
+public enum ShareEventType: String, Sendable, CaseIterable {
+    case started = "share.started"
+    /// The link was opened for the first time.
+    case opened = "share.opened"
+    case answered = "share.answered"
+    case locateRequested = "share.locate_requested"
+    case extended = "share.extended"
+    case ended = "share.ended"
+    /// The broker delivered the tracker's last will: its connection was lost.
+    case trackerOffline = "tracker.offline"
+    /// No fix for longer than the stale limit (the only sign an HTTP-mode phone gives of stopping).
+    case trackerStale = "tracker.stale"
+    /// The first fix, and the first one after the tracker was offline or stale.
+    case trackerOnline = "tracker.online"
+    /// The phone reports ≤ 15 % and is not charging (once, until it charges or reports over 20 %).
+    case batteryLow = "tracker.battery_low"
+}
+
+/// One event, as it is recorded in the store's outbox in the same transaction as the change it reports, and
+/// delivered from there at least once to every destination: `id` is the same in every delivery, so a receiver drops
+/// repeats by it. The body holds no token and no coordinate: `{"id", "type", "share_id", "at", …}` and the few
+/// fields the type needs.
+public struct ShareEvent: Sendable, Equatable {
+    public let id: String
+    public let type: ShareEventType
+    public let shareID: ShareID
+    public let at: UnixMillis
+    /// The JSON body, exactly as every destination receives it (and as a webhook signature covers it).
+    public let body: [UInt8]
+
+    /// `msg_` and 128 random bits (base64url), the form Standard Webhooks suggests for message ids.
+    public static func newID() -> String { "msg_" + Base64URL.encode(Crypto.randomBytes(16)) }
+
+    public init(id: String, type: ShareEventType, shareID: ShareID, at: UnixMillis, body: [UInt8]) {
+        self.id = id
+        self.type = type
+        self.shareID = shareID
+        self.at = at
+        self.body = body
+    }
+
+    /// A new event; `details` writes the type's own fields after the common ones.
+    public init(_ type: ShareEventType, share: ShareID, at: UnixMillis, details: (inout JSONWriter) -> Void = { _ in }) {
+        let id = Self.newID()
+        var writer = JSONWriter(capacity: 192)
+        writer.beginObject()
+        writer.field("id", id)
+        writer.field("type", type.rawValue)
+        writer.field("share_id", share.rawValue)
+        writer.field("at", RFC3339.format(millis: at))
+        details(&writer)
+        writer.endObject()
+        self.init(id: id, type: type, shareID: share, at: at, body: writer.bytes)
+    }
+
+    public static func started(_ share: Share) -> ShareEvent {
+        ShareEvent(.started, share: share.id, at: share.createdAt) { $0.field("expires_at", RFC3339.format(millis: share.expiresAt)) }
+    }
+
+    public static func opened(_ id: ShareID, at: UnixMillis) -> ShareEvent { ShareEvent(.opened, share: id, at: at) }
+
+    /// The answer's kind and name: what the family said is what an integrator acts on.
+    public static func answered(_ id: ShareID, answer: Answer) -> ShareEvent {
+        ShareEvent(.answered, share: id, at: answer.at) { writer in
+            writer.key("answer")
+            writer.beginObject()
+            writer.field("id", answer.id)
+            writer.field("kind", answer.kind.rawValue)
+            writer.field("name", answer.name)
+            writer.endObject()
+        }
+    }
+
+    public static func locateRequested(_ id: ShareID, at: UnixMillis) -> ShareEvent { ShareEvent(.locateRequested, share: id, at: at) }
+
+    public static func extended(_ id: ShareID, at: UnixMillis, expiresAt: UnixMillis) -> ShareEvent {
+        ShareEvent(.extended, share: id, at: at) { $0.field("expires_at", RFC3339.format(millis: expiresAt)) }
+    }
+
+    public static func ended(_ id: ShareID, at: UnixMillis, reason: EndReason) -> ShareEvent {
+        ShareEvent(.ended, share: id, at: at) { $0.field("reason", reason.rawValue) }
+    }
+
+    /// The event a newly recorded tracker state is, if any: `before` is the state recorded until now (nil: none yet).
+    public static func tracker(_ id: ShareID, record: TrackerRecord, before: TrackerState?) -> ShareEvent? {
+        let type: ShareEventType
+        switch record.state {
+        case .offline: type = .trackerOffline
+        case .stale: type = .trackerStale
+        case .live:
+            guard before != .live else { return nil }
+            type = .trackerOnline
+        }
+        return ShareEvent(type, share: id, at: record.since) { writer in
+            if let reason = record.reason { writer.field("reason", reason) }
+            if let transport = record.transport { writer.field("transport", transport.rawValue) }
+        }
+    }
+
+    public static func batteryLow(_ id: ShareID, at: UnixMillis, level: Int) -> ShareEvent {
+        ShareEvent(.batteryLow, share: id, at: at) { $0.field("battery", level) }
+    }
+}
+
+/// Where an event goes. Every event goes to the MQTT events topic; to the server-wide webhook when one is set; and
+/// to the webhook of the key that owns the share when that key has one (the store adds that one itself, from the
+/// key's row, in the same transaction).
+public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
+    case mqtt
+    case serverWebhook
+    case keyWebhook(Int64)
+
+    /// How the store names it.
+    public var name: String {
+        switch self {
+        case .mqtt: "mqtt"
+        case .serverWebhook: "server"
+        case .keyWebhook(let id): "key:\(id)"
+        }
+    }
+
+    public init?(name: String) {
+        switch name {
+        case "mqtt": self = .mqtt
+        case "server": self = .serverWebhook
+        default:
+            guard name.hasPrefix("key:"), let id = Int64(name.dropFirst(4)), id > 0 else { return nil }
+            self = .keyWebhook(id)
+        }
+    }
+
+    public var description: String { name }
+}
+
+/// The retry schedule of an undelivered event: exponential from 5 s, doubling to at most an hour between attempts,
+/// given up 24 h after the event.
+public enum EventRetry {
+    public static let firstDelayMillis: Int64 = 5_000
+    public static let longestDelayMillis: Int64 = 3_600_000
+    public static let giveUpAfterMillis: Int64 = 86_400_000
+
+    /// When to try again after the `attempts`-th failure (1, 2, …) of an event made at `eventAt`; nil: give up.
+    public static func nextAttempt(after attempts: Int, now: UnixMillis, eventAt: UnixMillis) -> UnixMillis? {
+        let exponent = min(max(attempts - 1, 0), 20)
+        let delay = min(firstDelayMillis << Int64(exponent), longestDelayMillis)
+        guard now - eventAt < giveUpAfterMillis else { return nil }
+        return min(now + delay, eventAt + giveUpAfterMillis)
+    }
+}
