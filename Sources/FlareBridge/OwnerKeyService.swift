@@ -23,7 +23,7 @@ public final class OwnerKeyService: Sendable {
     static let usedNoteMillis: Int64 = 60_000
     private let sealer: WebhookSecretSealer
     /// Webhook changes per key: each may resolve a host name, and a key has no reason to change it often.
-    private let webhookChanges = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 5), maximumKeys: 10_000)
+    private let webhookChanges = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10), maximumKeys: 10_000)
 
     init(store: any ShareStore, sealer: WebhookSecretSealer, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
@@ -110,9 +110,9 @@ extension OwnerKeyService {
     /// once and kept sealed. The address rule follows the key whose shares' events go there: a limited key's URL must
     /// resolve to public addresses only (checked now and before every delivery); an admin key's may point anywhere.
     public func setWebhook(id: Int64, url text: String) throws(WebhookRefusal) -> (url: WebhookURL, secret: WebhookSecret, replaced: Bool) {
-        if let wait = webhookChanges.take("\(id)", nowMillis: monotonicMillis()) { throw .tooOften(retryAfterSeconds: wait) }
         let url: WebhookURL
         do { url = try WebhookURL(text) } catch { throw .invalid(error) }
+        if let wait = webhookChanges.take("\(id)", nowMillis: monotonicMillis()) { throw .tooOften(retryAfterSeconds: wait) }
         let key: OwnerKeyRecord?
         do { key = try store.ownerKey(id: id) } catch { throw .storage(error.description) }
         guard let key, !key.isRevoked else { throw .noSuchKey }

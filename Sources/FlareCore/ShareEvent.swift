@@ -14,7 +14,7 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case trackerOffline = "tracker.offline"
     /// No fix for longer than the stale limit (the only sign an HTTP-mode phone gives of stopping).
     case trackerStale = "tracker.stale"
-    /// The first fix, and the first one after the tracker was offline or stale.
+    /// The first fix after the tracker was offline or stale (a share's tracker counts as online from its creation).
     case trackerOnline = "tracker.online"
     /// The phone reports ≤ 15 % and is not charging (once, until it charges or reports over 20 %).
     case batteryLow = "tracker.battery_low"
@@ -92,7 +92,7 @@ public struct ShareEvent: Sendable, Equatable {
         case .offline: type = .trackerOffline
         case .stale: type = .trackerStale
         case .live:
-            guard before != .live else { return nil }
+            guard before == .offline || before == .stale else { return nil }
             type = .trackerOnline
         }
         return ShareEvent(type, share: id, at: record.since) { writer in

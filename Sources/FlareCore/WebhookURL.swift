@@ -39,7 +39,7 @@ public struct WebhookURL: Sendable, Equatable, CustomStringConvertible {
             if after.isEmpty { port = defaultPort }
             else if after.hasPrefix(":"), let number = Int(after.dropFirst()), (1...65535).contains(number) { port = number }
             else { throw .malformed }
-            guard IPAddress(host)?.isV6 == true else { throw .malformed }
+            guard host.contains(":"), IPAddress(host) != nil else { throw .malformed }
         } else if let colon = authority.firstIndex(of: ":") {
             host = String(authority[..<colon])
             guard let number = Int(authority[authority.index(after: colon)...]), (1...65535).contains(number) else { throw .malformed }

@@ -62,6 +62,14 @@ import Testing
         #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(a) } })
         #expect(try watcher.publish(Topics.location(a), #"{"lat":1,"lon":2}"#) == notAuthorized)
 
+        // Integrators follow the share's lifecycle events on their own topic.
+        let integrator = try fixture.client(a.rawValue, fixture.token(a, .watch))
+        #expect(integrator.waitForOutcome() == .connected)
+        #expect(try integrator.subscribe(Topics.events(a)))
+        #expect(try flared.publish(Topics.events(a), #"{"type":"share.opened"}"#) == nil)
+        #expect(eventually { integrator.messages.contains { $0.topic == Topics.events(a) } })
+        #expect(try integrator.publish(Topics.events(a), #"{"type":"share.ended"}"#) == notAuthorized)
+
         let other = try fixture.client(a.rawValue, fixture.token(a, .watch))
         #expect(other.waitForOutcome() == .connected)
         #expect(try other.subscribe(Topics.shareRoot(b) + "/#") == false)

@@ -191,3 +191,34 @@ import Testing
         #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM owner_keys WHERE label = 'ops'") == "1")
     }
 }
+
+extension ClusterTests {
+    /// Events made on either instance are delivered once, by the instance that holds the delivery lease; when it dies,
+    /// the other takes the lease over and delivers what waits, among it an event made while the receiver was away.
+    @Test func eventsOfBothInstancesAreDeliveredOnceAndSurviveTheDeliverersDeath() throws {
+        let secret = EventDeliveryTests.secret
+        let receiver = try WebhookReceiver(port: try FreePort.next(), secret: secret)
+        try receiver.start()
+        defer { receiver.stop() }
+        let cluster = try cluster(["FLARE_WEBHOOK_URL": "http://127.0.0.1:\(receiver.port)/flare", "FLARE_WEBHOOK_SECRET": secret])
+        let delivering = "delivering events"
+        #expect(eventually(timeout: .seconds(15)) { [cluster.a, cluster.b].filter { $0.log.contains(delivering) }.count == 1 })
+        let deliverer = cluster.a.log.contains(delivering) ? cluster.a : cluster.b
+        let other = deliverer === cluster.a ? cluster.b : cluster.a
+
+        let created = try other.request("POST", "/api/v1/shares", body: "{}", bearer: other.ownerKey)
+        let id = try #require(created.json?["share_id"] as? String)
+        let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
+        #expect(try deliverer.request("POST", "/api/v1/view/\(token)/answers", body: #"{"kind":"called_emergency"}"#).status == 201)
+        #expect(eventually(timeout: .seconds(10)) { receiver.types(of: id) == ["share.started", "share.answered"] }, "\(receiver.types(of: id))")
+
+        deliverer.kill()
+        receiver.stop()
+        #expect(try other.request("POST", "/api/v1/shares/\(id)/stop", bearer: other.ownerKey).status == 200)
+        try receiver.start()
+        #expect(eventually(timeout: .seconds(40)) { receiver.types(of: id) == ["share.started", "share.answered", "share.ended"] },
+                "\(receiver.types(of: id))\n\(other.log)")
+        #expect(other.log.contains(delivering))
+        #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
+    }
+}

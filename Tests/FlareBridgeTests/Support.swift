@@ -70,7 +70,7 @@ struct BridgeFixture {
     let key: [UInt8]
 
     init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
-         publisher: RecordingPublisher = RecordingPublisher()) throws {
+         publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt]) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
         self.publisher = publisher
@@ -80,7 +80,8 @@ struct BridgeFixture {
         let clock = StrictlyIncreasingClock()
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
-                               trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger)
+                               trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger,
+                               eventDestinations: eventDestinations)
         registry = service.registry
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock,
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))

@@ -68,7 +68,9 @@ import Testing
         #expect(ShareEvent.tracker(share, record: offline, before: .live)?.type == .trackerOffline)
         #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .stale, since: 10), before: .live)?.type == .trackerStale)
         #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .live, since: 10), before: .offline)?.type == .trackerOnline)
-        #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .live, since: 10), before: nil)?.type == .trackerOnline)
+        #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .live, since: 10), before: .stale)?.type == .trackerOnline)
+        // A new share's tracker is online from the start: its first fix (recorded only for its transport) says nothing new.
+        #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .live, since: 10, transport: .http), before: nil) == nil)
         // Live over HTTP after live over MQTT: the transport changed, the tracker did not come back.
         #expect(ShareEvent.tracker(share, record: TrackerRecord(state: .live, since: 10, transport: .http), before: .live) == nil)
     }

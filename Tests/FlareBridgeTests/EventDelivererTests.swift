@@ -1,0 +1,156 @@
+import FlareCore
+import FlareCrypto
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Synchronization
+import Testing
+@testable import FlareBridge
+
+/// Answers every webhook with the status it is set to, and keeps what it got.
+final class ScriptedPoster: WebhookPosting, @unchecked Sendable {
+    struct Request { let url: String; let headers: [(name: String, value: String)]; let body: [UInt8] }
+    private let state = Mutex<(requests: [Request], answer: WebhookResponse)>(([], .status(204)))
+    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse {
+        state.withLock { state in
+            state.requests.append(Request(url: url, headers: headers, body: body))
+            return state.answer
+        }
+    }
+    func answer(_ response: WebhookResponse) { state.withLock { $0.answer = response } }
+    var requests: [Request] { state.withLock { $0.requests } }
+}
+
+/// The outbox as the share service fills it and the deliverer empties it: tracker and battery events, retries with
+/// backoff, the lease, and what a key's webhook needs.
+@Suite struct EventDelivererTests {
+    let secret = WebhookSecret.generate()
+
+    func deliverer(_ fixture: BridgeFixture, poster: ScriptedPoster, holder: String = "a") throws -> EventDeliverer {
+        EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster,
+                       serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
+                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: holder, clock: SystemWallClock(), metrics: fixture.metrics,
+                       logger: Logger(label: "test", level: .error))
+    }
+
+    func eventTypes(_ fixture: BridgeFixture, _ id: ShareID) -> [String] {
+        fixture.publisher.messages.filter { $0.topic == Topics.events(id) }.compactMap { try? JSONValue.parse($0.payload).objectValue?["type"]?.stringValue }
+    }
+
+    @Test func trackerAndBatteryChangesAreEventsDeliveredToTheTopicAndTheWebhookOnce() throws {
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let poster = ScriptedPoster()
+        let deliverer = try deliverer(fixture, poster: poster)
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        let now = Int64(Date().timeIntervalSince1970)
+        // Low and not charging: once, however many fixes say so, until it charges or passes 20 %.
+        for (offset, battery) in [(0, 40), (1, 14), (2, 13), (3, 17), (4, 12)] {
+            send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now + Int64(offset)),"batt":\#(battery),"bs":1}"#)
+        }
+        #expect(eventually { (try? fixture.store.share(id: id))??.share.batteryLowAt != nil })
+        send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now + 5),"batt":12,"bs":2}"#)  // charging
+        #expect(eventually { (try? fixture.store.share(id: id))??.share.batteryLowAt == nil })
+        send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now + 6),"batt":11,"bs":1}"#)
+        #expect(eventually { (try? fixture.store.share(id: id))??.share.batteryLowAt != nil })
+        send(fixture, id, #"{"_type":"lwt"}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .offline })
+        send(fixture, id, #"{"_type":"location","lat":1.5,"lon":2,"tst":\#(now + 7),"batt":11,"bs":1}"#)
+        #expect(eventually { fixture.registry.snapshot(id)?.share.tracker?.state == .live })
+
+        let expected = ["share.started", "tracker.battery_low", "tracker.battery_low", "tracker.offline", "tracker.online"]
+        #expect(deliver(deliverer) { eventTypes(fixture, id).count >= expected.count && poster.requests.count >= expected.count })
+        #expect(eventTypes(fixture, id) == expected)
+        #expect(poster.requests.count == expected.count)
+        // Each webhook carries its event's id and a signature of exactly its body.
+        for request in poster.requests {
+            let headers = Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
+            let event = try #require(try JSONValue.parse(request.body).objectValue)
+            #expect(headers["webhook-id"] == event["id"]?.stringValue)
+            #expect(WebhookSignature.verify(id: headers["webhook-id"] ?? "", timestamp: Int64(headers["webhook-timestamp"] ?? "") ?? 0, body: request.body,
+                                            signatures: headers["webhook-signature"] ?? "", secret: secret, now: Int64(Date().timeIntervalSince1970)))
+            #expect(headers["content-type"] == "application/json")
+        }
+        #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
+        deliverer.step()
+        deliverer.drain()
+        #expect(poster.requests.count == expected.count)  // delivered once
+    }
+
+    @Test func aFailingReceiverIsRetriedWithBackoffWhileTheTopicGetsItsEventAtOnce() throws {
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let poster = ScriptedPoster()
+        poster.answer(.status(503))
+        let deliverer = try deliverer(fixture, poster: poster)
+        let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
+        #expect(deliver(deliverer) { poster.requests.count == 1 })
+        #expect(eventTypes(fixture, id) == ["share.started"])
+        let waiting = try #require(try fixture.store.dueEvents(now: .max, limit: 10).first)
+        #expect(waiting.destination == .serverWebhook && waiting.attempts == 1)
+        // Not due again before its backoff: another round sends nothing.
+        deliverer.step()
+        deliverer.drain()
+        #expect(poster.requests.count == 1)
+        #expect(fixture.metrics.value(FlareMetrics.eventDeliveries, labels: [("destination", "server"), ("result", "failed")]) == 1)
+
+        poster.answer(.status(200))
+        try fixture.store.eventFailed(row: waiting.row, destination: .serverWebhook, attempts: 1, retryAt: 0)  // its time comes
+        #expect(deliver(deliverer) { poster.requests.count == 2 })
+        #expect(Set(poster.requests.map { String(decoding: $0.body, as: UTF8.self) }).count == 1)  // the same event, the same id
+        #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
+    }
+
+    @Test func oneInstanceDeliversAtATime() throws {
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let first = ScriptedPoster(), second = ScriptedPoster()
+        let a = try deliverer(fixture, poster: first, holder: "a"), b = try deliverer(fixture, poster: second, holder: "b")
+        _ = try fixture.service.create(name: nil, durationSeconds: 600)
+        #expect(deliver(a, b) { first.requests.count + second.requests.count >= 1 })
+        #expect(first.requests.count == 1 && second.requests.isEmpty)
+    }
+
+    @Test func aKeysWebhookIsSignedWithItsSealedSecretAndDroppedWhenRemoved() throws {
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let poster = ScriptedPoster()
+        let deliverer = try deliverer(fixture, poster: poster)
+        let (_, key) = try fixture.service.keys.create(label: "admin", admin: true, limits: .none)
+        let set = try fixture.service.keys.setWebhook(id: key.id, url: "http://127.0.0.1:9/k")  // an admin key may point inside
+        // The store holds it sealed: neither the secret nor its base64 is in the row.
+        let stored = try #require(try fixture.store.keyWebhook(id: key.id))
+        #expect(stored.sealedSecret != set.secret.bytes && stored.sealedSecret.count == 12 + 32 + 16)
+        let owner = try #require(try fixture.store.ownerKey(id: key.id))
+        let id = try fixture.service.create(name: nil, durationSeconds: 600, owner: owner).share.id
+        #expect(deliver(deliverer) { poster.requests.count == 2 })
+        let toKey = try #require(poster.requests.first { $0.url == "http://127.0.0.1:9/k" })
+        let headers = Dictionary(toKey.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
+        #expect(WebhookSignature.verify(id: headers["webhook-id"] ?? "", timestamp: Int64(headers["webhook-timestamp"] ?? "") ?? 0, body: toKey.body,
+                                        signatures: headers["webhook-signature"] ?? "", secret: set.secret, now: Int64(Date().timeIntervalSince1970)))
+
+        // A limited key may not point inside, and a delivery checks again.
+        let (_, limited) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
+        #expect(throws: OwnerKeyService.WebhookRefusal.invalid(.notPublic("127.0.0.1"))) {
+            try fixture.service.keys.setWebhook(id: limited.id, url: "http://127.0.0.1:9/k")
+        }
+
+        try fixture.service.keys.removeWebhook(id: key.id)
+        _ = try fixture.service.stop(id)
+        #expect(deliver(deliverer) { poster.requests.count == 3 && (try? fixture.store.dueEvents(now: .max, limit: 10).isEmpty) == true })
+        #expect(poster.requests.filter { $0.url == "http://127.0.0.1:9/k" }.count == 1)
+        #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
+    }
+
+    /// Rounds of delivery until `done` holds (the fixture's clock, never reading the same millisecond twice, runs a
+    /// little ahead of the system's: an event is due a moment after it was made).
+    @discardableResult
+    func deliver(_ deliverers: EventDeliverer..., until done: () throws -> Bool) rethrows -> Bool {
+        try eventually(timeout: .seconds(5)) {
+            for deliverer in deliverers { deliverer.step() }
+            for deliverer in deliverers { deliverer.drain() }
+            return try done()
+        }
+    }
+
+    func send(_ fixture: BridgeFixture, _ id: ShareID, _ payload: String) {
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil)
+        #expect(fixture.ingestor.waitUntilStored())
+    }
+}
