@@ -134,10 +134,14 @@ public final class EventDeliverer: @unchecked Sendable {
     static let leaseMillis: Int64 = 10_000
     static let workers = 4
     static let batch = 500
+    /// The shortest time between two reads of the outbox: what a new event may wait before it is sent.
+    static let coalesceMillis: Int64 = 50
     public static let requestTimeout: Duration = .seconds(10)
 
     private struct State {
         var holding = false
+        /// The last lease renewal failed (the store is away or locked).
+        var storeFailing = false
         var nextLeaseAttemptAt: Int64 = 0
         var nextBacklogAt: Int64 = 0
         /// Per destination, the deliveries handed to the workers and not yet done, in order.
@@ -193,13 +197,19 @@ public final class EventDeliverer: @unchecked Sendable {
     public func start() {
         let reader = NamedThread.start(name: "flare-events") { [self] in
             while !isStopping {
+                let readAt = monotonicMillis()
                 step()
+                // Wakes within `coalesceMillis` of a read wait for the next: while events come fast (thousands of shares
+                // created a second), each read takes many, rather than one read (and one transaction) per event.
+                usleep(UInt32(max(0, Self.coalesceMillis - (monotonicMillis() - readAt)) * 1000))
                 lock.withLock {
-                    if !state.woken && !state.stopping { lock.wait(0, timeout: .milliseconds(1_000)) }
+                    if !state.woken && !state.stopping { lock.wait(0, timeout: .milliseconds(1_000 - Self.coalesceMillis)) }
                     state.woken = false
                 }
             }
-            if lock.withLock({ state.holding }) { try? store.releaseLease(Self.leaseName, holder: holder) }
+            // Let the lease go so that another instance takes the job at once (not when the store is failing: the lease
+            // then runs out by itself).
+            if lock.withLock({ state.holding && !state.storeFailing }) { try? store.releaseLease(Self.leaseName, holder: holder) }
             lock.withLock { state.readerFinished = true }
         }
         var threads = [reader]
@@ -260,67 +270,112 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// Delivers until every lane handed over is empty: for tests, which call `step` themselves.
     func drain() {
-        while true {
-            let pending: (OutboxDelivery)? = lock.withLock {
-                guard let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty }) else { return nil }
-                state.lanes[destination] = Array(lane.dropFirst())
-                return lane[0]
-            }
-            guard let delivery = pending else { return }
-            deliver(delivery)
-            lock.withLock { _ = state.inFlight.remove(InFlight(row: delivery.row, destination: delivery.destination)) }
+        while let (destination, batch) = lock.withLock({ takeBatch(busy: false) }) {
+            deliver(batch, to: destination)
+            finish(batch, of: destination)
         }
     }
 
     private func work() {
         while true {
-            let next: OutboxDelivery? = lock.withLock {
+            let next: (EventDestination, [OutboxDelivery])? = lock.withLock {
                 while !state.stopping {
-                    if let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty && !state.busy.contains($0.key) }) {
-                        state.busy.insert(destination)
-                        state.lanes[destination] = lane.count == 1 ? nil : Array(lane.dropFirst())
-                        return lane[0]
-                    }
+                    if let batch = takeBatch(busy: true) { return batch }
                     lock.wait(1)
                 }
                 return nil
             }
-            guard let delivery = next else { return }
-            deliver(delivery)
-            lock.withLock {
-                state.busy.remove(delivery.destination)
-                state.inFlight.remove(InFlight(row: delivery.row, destination: delivery.destination))
-                lock.broadcast(1)
-            }
+            guard let (destination, batch) = next else { return }
+            deliver(batch, to: destination)
+            finish(batch, of: destination)
         }
     }
 
-    /// Sends one event to one destination and records the outcome in the store.
-    func deliver(_ delivery: OutboxDelivery) {
-        let outcome = send(delivery)
-        let destination = delivery.destination.name
-        do {
-            switch outcome {
-            case .delivered:
-                try store.eventDelivered(row: delivery.row, destination: delivery.destination)
-                metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", "delivered")])
-            case .failed(let why), .dropped(let why):
-                let attempts = delivery.attempts + 1
-                var retryAt: UnixMillis? = nil
-                if case .failed = outcome {
-                    retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
-                }
-                try store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: attempts, retryAt: retryAt)
-                metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", retryAt == nil ? "given_up" : "failed")])
-                if let retryAt {
-                    warn(destination, "event \(delivery.event.type.rawValue) to \(destination): \(why); attempt \(attempts), next in \((retryAt - clock.now() + 999) / 1000) s")
-                } else {
-                    logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
+    /// The next lane's deliveries, up to `laneBatch` of them, in order (call with the lock held). `busy`: skip lanes a
+    /// worker is on, and mark this one so.
+    private func takeBatch(busy: Bool) -> (EventDestination, [OutboxDelivery])? {
+        guard let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty && !(busy && state.busy.contains($0.key)) }) else { return nil }
+        if busy { state.busy.insert(destination) }
+        let batch = Array(lane.prefix(Self.laneBatch))
+        state.lanes[destination] = lane.count > batch.count ? Array(lane.dropFirst(batch.count)) : nil
+        return (destination, batch)
+    }
+
+    private func finish(_ batch: [OutboxDelivery], of destination: EventDestination) {
+        lock.withLock {
+            state.busy.remove(destination)
+            for delivery in batch { state.inFlight.remove(InFlight(row: delivery.row, destination: destination)) }
+            lock.broadcast(1)
+        }
+    }
+
+    /// Deliveries one worker takes from a lane at once: the topic's are published back to back and acknowledged
+    /// together, and each batch's successes are recorded in one transaction.
+    static let laneBatch = 200
+
+    /// Sends a lane's events, in order, and records the outcomes in the store.
+    func deliver(_ batch: [OutboxDelivery], to destination: EventDestination) {
+        var delivered: [OutboxDelivery] = []
+        if destination == .mqtt {
+            // Published back to back, the last one waited for: the broker acknowledges a connection's QoS 1 messages in
+            // order, so its acknowledgement covers the batch (a batch cut by a lost connection is sent again whole).
+            var sent = true
+            for (index, delivery) in batch.enumerated() where sent {
+                let event = delivery.event
+                sent = index == batch.count - 1
+                    ? publisher.publishAndWait(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false,
+                                               expirySeconds: nil, timeout: Self.requestTimeout)
+                    : publisher.publish(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false, expirySeconds: nil)
+            }
+            if sent {
+                delivered = batch
+            } else {
+                for delivery in batch { failed(delivery, .failed("the broker did not acknowledge it")) }
+            }
+        } else {
+            for delivery in batch {
+                switch send(delivery) {
+                case .delivered: delivered.append(delivery)
+                case let outcome: failed(delivery, outcome)
                 }
             }
+        }
+        guard !delivered.isEmpty else { return }
+        do {
+            try store.eventsDelivered(delivered.map { ($0.row, $0.destination) })
+            metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination.name), ("result", "delivered")], by: Double(delivered.count))
         } catch {
-            // The outcome is not recorded: the event is sent again (receivers drop repeats by its id).
+            // Not recorded: these events are sent again (receivers drop repeats by their id).
+            warn("record", "cannot record event deliveries in the store (\(error))")
+        }
+    }
+
+    /// Records a failed attempt: the next one with backoff, or none after 24 h (or for an event that can never be
+    /// delivered).
+    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome) {
+        let destination = delivery.destination.name
+        let attempts = delivery.attempts + 1
+        var why = ""
+        var retryAt: UnixMillis? = nil
+        switch outcome {
+        case .delivered: return
+        case .failed(let reason):
+            why = reason
+            retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
+        case .dropped(let reason):
+            why = reason
+        }
+        do {
+            try store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: attempts, retryAt: retryAt)
+        } catch {
             warn("record", "cannot record an event delivery in the store (\(error))")
+            return
+        }
+        metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", retryAt == nil ? "given_up" : "failed")])
+        if let retryAt {
+            warn(destination, "event \(delivery.event.type.rawValue) to \(destination): \(why); attempt \(attempts), next in \((retryAt - clock.now() + 999) / 1000) s")
+        } else {
+            logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
         }
     }
 
@@ -336,9 +391,7 @@ public final class EventDeliverer: @unchecked Sendable {
         let event = delivery.event
         switch delivery.destination {
         case .mqtt:
-            let published = publisher.publishAndWait(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false,
-                                                     expirySeconds: nil, timeout: Self.requestTimeout)
-            return published ? .delivered : .failed("the broker did not acknowledge it")
+            return .failed("published by the batch")  // see `deliver`
         case .serverWebhook:
             guard let serverWebhook else { return .dropped("no FLARE_WEBHOOK_URL is set on the delivering instance") }
             return post(event, to: serverWebhook.url, secrets: serverWebhook.secrets)
@@ -389,12 +442,14 @@ public final class EventDeliverer: @unchecked Sendable {
             value = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis)
         } catch {
             warn("lease", "cannot renew the event-delivery lease (\(error))")
+            lock.withLock { state.storeFailing = true }
             return holding
         }
         let held = value != nil
         let changed = lock.withLock {
             let changed = state.holding != held
             state.holding = held
+            state.storeFailing = false
             return changed
         }
         if changed { logger.info(held ? "delivering events" : "another instance delivers events now") }

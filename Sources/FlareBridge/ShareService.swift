@@ -127,15 +127,16 @@ public final class ShareService: Sendable {
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
     /// Where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
     private let eventDestinations: [EventDestination]
-    /// Told after an event is committed to the outbox (the deliverer wakes).
-    private let eventRecorded = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
+    /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
+    private let eventRecorded: @Sendable () -> Void
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
     /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
-                eventDestinations: [EventDestination] = [.mqtt]) {
+                eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {}) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
         self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), clock: clock, metrics: metrics, logger: logger)
@@ -147,6 +148,7 @@ public final class ShareService: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.eventDestinations = eventDestinations
+        self.eventRecorded = eventRecorded
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.quotaRefusals)
         metrics.register(FlareMetrics.answers)
@@ -160,18 +162,11 @@ public final class ShareService: Sendable {
         self.scheduler.withLock { $0 = scheduler }
     }
 
-    /// Calls `wake` after each event committed to the outbox on this instance.
-    public func onEventRecorded(_ wake: @escaping @Sendable () -> Void) {
-        eventRecorded.withLock { $0 = wake }
-    }
-
     /// The event as the store records it with its change.
     private func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
 
     /// The store committed an event with its change: the deliverer looks at the outbox now.
-    private func recorded(_ event: ShareEvent? = nil) {
-        eventRecorded.withLock { $0 }?()
-    }
+    private func recorded(_ event: ShareEvent? = nil) { eventRecorded() }
 
     private func schedule(_ job: Job, at deadline: UnixMillis) {
         scheduler.withLock { $0?.schedule(job, at: deadline) }

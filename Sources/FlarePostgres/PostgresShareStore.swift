@@ -231,17 +231,25 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
-    public func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError) {
-        try pool.with(operation: "deliver event") { connection throws(StoreError) in
-            try connection.execute("""
-                WITH done AS (DELETE FROM event_deliveries WHERE event = $1 AND destination = $2 RETURNING event)
-                DELETE FROM events WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = $1 AND destination <> $2)
-                """, [String(row), destination.name], operation: "deliver event")
+    public func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) {
+        guard !deliveries.isEmpty else { return }
+        let operation = "deliver events"
+        let rows = PostgresText.textArray(deliveries.map { String($0.row) }), names = PostgresText.textArray(deliveries.map { $0.destination.name })
+        try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) in
+                try connection.execute("""
+                    DELETE FROM event_deliveries d USING unnest($1::bigint[], $2::text[]) AS done(event, destination)
+                    WHERE d.event = done.event AND d.destination = done.destination
+                    """, [rows, names], operation: operation)
+                try connection.execute("""
+                    DELETE FROM events e WHERE e.id = ANY($1::bigint[]) AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event = e.id)
+                    """, [rows], operation: operation)
+            }
         }
     }
 
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
-        guard let retryAt else { return try eventDelivered(row: row, destination: destination) }
+        guard let retryAt else { return try eventsDelivered([(row, destination)]) }
         try changedRows("UPDATE event_deliveries SET attempts = $1, next_at = $2 WHERE event = $3 AND destination = $4",
                         [String(attempts), String(retryAt), String(row), destination.name], operation: "retry event")
     }

@@ -31,6 +31,14 @@ final class SQLiteDatabase {
         sqlite3_busy_timeout(db, 5000)
     }
 
+    /// Runs `body` with a shorter wait for another connection's lock than the usual 5 s: for periodic jobs that try
+    /// again anyway (leases), which must not hold the store's one connection for seconds while a write is stuck.
+    func withBusyTimeout<T>(milliseconds: Int32, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        sqlite3_busy_timeout(handle, milliseconds)
+        defer { sqlite3_busy_timeout(handle, 5000) }
+        return try body()
+    }
+
     deinit {
         statements.removeAll()
         sqlite3_close_v2(handle)

@@ -186,24 +186,20 @@ public final class SQLiteShareStore: ShareStore {
         insert.bind(5, event.body)
         try insert.run()
         let row = db.lastInsertRowID
-        for destination in pending.destinations {
-            let deliver = try db.statement("INSERT OR IGNORE INTO event_deliveries (event, destination, next_at) VALUES (?1, ?2, ?3)")
-            defer { deliver.reset() }
-            deliver.bind(1, row)
-            deliver.bind(2, destination.name)
-            deliver.bind(3, event.at)
-            try deliver.run()
-        }
-        let key = try db.statement("""
+        // Every destination in one statement (the named ones, and the owning key's webhook if it has one).
+        let deliver = try db.statement("""
             INSERT OR IGNORE INTO event_deliveries (event, destination, next_at)
+            SELECT ?1, value, ?2 FROM json_each(?3)
+            UNION ALL
             SELECT ?1, 'key:' || k.id, ?2 FROM shares s JOIN owner_keys k ON k.id = s.owner_key
-            WHERE s.id = ?3 AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
+            WHERE s.id = ?4 AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
             """)
-        defer { key.reset() }
-        key.bind(1, row)
-        key.bind(2, event.at)
-        key.bind(3, shareRow)
-        try key.run()
+        defer { deliver.reset() }
+        deliver.bind(1, row)
+        deliver.bind(2, event.at)
+        deliver.bind(3, "[" + pending.destinations.map { "\"\($0.name)\"" }.joined(separator: ",") + "]")
+        deliver.bind(4, shareRow)
+        try deliver.run()
     }
 
     // MARK: Events
@@ -229,24 +225,31 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
-    public func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError) {
+    public func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) {
+        guard !deliveries.isEmpty else { return }
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
                 let delete = try db.statement("DELETE FROM event_deliveries WHERE event = ?1 AND destination = ?2")
                 defer { delete.reset() }
-                delete.bind(1, row)
-                delete.bind(2, destination.name)
-                try delete.run()
                 let event = try db.statement("DELETE FROM events WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = ?1)")
                 defer { event.reset() }
-                event.bind(1, row)
-                try event.run()
+                for delivery in deliveries {
+                    delete.reset()
+                    delete.bind(1, delivery.row)
+                    delete.bind(2, delivery.destination.name)
+                    try delete.run()
+                }
+                for row in Set(deliveries.map(\.row)) {
+                    event.reset()
+                    event.bind(1, row)
+                    try event.run()
+                }
             }
         }
     }
 
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
-        guard let retryAt else { return try eventDelivered(row: row, destination: destination) }
+        guard let retryAt else { return try eventsDelivered([(row, destination)]) }
         _ = try changedRows("UPDATE event_deliveries SET attempts = ?1, next_at = ?2 WHERE event = ?3 AND destination = ?4") { statement in
             statement.bind(1, Int64(attempts))
             statement.bind(2, retryAt)
@@ -301,6 +304,16 @@ public final class SQLiteShareStore: ShareStore {
             guard try statement.step() else { return nil }
             return KeyWebhook(url: statement.string(0), sealedSecret: statement.blob(1),
                               previousSealedSecret: statement.isNull(2) ? nil : statement.blob(2), rotatedAt: statement.optionalInt64(3))
+        }
+    }
+
+    private func leaseWrite(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement(sql)
+            defer { statement.reset() }
+            bind(statement)
+            try db.withBusyTimeout(milliseconds: Self.leaseBusyMillis) { () throws(StoreError) in try statement.run() }
+            return db.changes
         }
     }
 
@@ -503,8 +516,12 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
+    /// Lease calls wait at most this long for another connection's lock: the holder renews every second, and a renewal
+    /// stuck behind a locked file would hold this store's connection (and every caller behind it) for seconds.
+    static let leaseBusyMillis: Int32 = 200
+
     public func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? {
-        try database.withLock { db throws(StoreError) in
+        try database.withLock { db throws(StoreError) in try db.withBusyTimeout(milliseconds: Self.leaseBusyMillis) { () throws(StoreError) -> Int64? in
             let statement = try db.statement("""
                 INSERT INTO leases (name, holder, until) VALUES (?1, ?2, ?3)
                 ON CONFLICT (name) DO UPDATE SET holder = ?2, until = ?3 WHERE leases.holder = ?2 OR leases.until <= ?4
@@ -517,12 +534,12 @@ public final class SQLiteShareStore: ShareStore {
             statement.bind(4, now)
             guard try statement.step() else { return nil }
             return statement.int64(0)
-        }
+        } }
     }
 
     @discardableResult
     public func setLeaseValue(_ name: String, holder: String, value: Int64) throws(StoreError) -> Bool {
-        try changedRows("UPDATE leases SET value = ?3 WHERE name = ?1 AND holder = ?2") { statement in
+        try leaseWrite("UPDATE leases SET value = ?3 WHERE name = ?1 AND holder = ?2") { statement in
             statement.bind(1, name)
             statement.bind(2, holder)
             statement.bind(3, value)
@@ -530,7 +547,7 @@ public final class SQLiteShareStore: ShareStore {
     }
 
     public func releaseLease(_ name: String, holder: String) throws(StoreError) {
-        _ = try changedRows("UPDATE leases SET until = 0 WHERE name = ?1 AND holder = ?2") { statement in
+        _ = try leaseWrite("UPDATE leases SET until = 0 WHERE name = ?1 AND holder = ?2") { statement in
             statement.bind(1, name)
             statement.bind(2, holder)
         }

@@ -21,6 +21,10 @@ extension ShareStore {
         try ownerKey(hash: hash).map { !$0.isRevoked } ?? false
     }
 
+    public func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError) {
+        try eventsDelivered([(row, destination)])
+    }
+
     // Without an event: as tests and tools that record none call them.
     @discardableResult
     public func insertShare(_ share: Share) throws(StoreError) -> Int64 { try insertShare(share, event: nil) }
@@ -283,8 +287,9 @@ public protocol ShareStore: Sendable {
     // MARK: Events
     /// Events due for delivery (`next attempt <= now`), oldest first, at most `limit`.
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery]
-    /// The destination has the event: it leaves the outbox (and the event with its last destination).
-    func eventDelivered(row: Int64, destination: EventDestination) throws(StoreError)
+    /// The destinations have these events: they leave the outbox (and each event with its last destination), in one
+    /// transaction.
+    func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError)
     /// An attempt failed: try again at `retryAt`, or give up (nil) and drop it.
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError)
     /// What waits in the outbox, per destination.

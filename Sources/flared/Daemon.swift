@@ -65,8 +65,8 @@ final class Daemon: Sendable {
                                        logger: logger.with(label: "events"))
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
                                   tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
-                                  logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations)
-        shares.onEventRecorded { deliverer.wake() }
+                                  logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
+                                  eventRecorded: { deliverer.wake() })
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same

@@ -105,9 +105,12 @@ final class WebhookReceiver: @unchecked Sendable {
         // The same events, with the same ids, on the topic.
         #expect(eventually(timeout: .seconds(10)) { topic.events(of: id).count == expected.count }, "\(topic.events(of: id))")
         #expect(Set(topic.events(of: id).compactMap { $0["id"] as? String }) == Set(deliveries.map(\.id)))
-        let metrics = try flared.request("GET", "/metrics").text
-        #expect(metrics.contains(#"flare_event_deliveries_total{destination="server",result="delivered"} 6"#), "\(metrics)")
-        #expect(metrics.contains(#"flare_event_deliveries_total{destination="mqtt",result="delivered"} 6"#))
+        // Counted once recorded in the store, a moment after the receiver has them.
+        #expect(eventually(timeout: .seconds(5)) {
+            let metrics = (try? flared.request("GET", "/metrics").text) ?? ""
+            return metrics.contains(#"flare_event_deliveries_total{destination="server",result="delivered"} 6"#)
+                && metrics.contains(#"flare_event_deliveries_total{destination="mqtt",result="delivered"} 6"#)
+        }, "\((try? flared.request("GET", "/metrics").text) ?? "")")
     }
 
     /// The receiver is down: the event waits in the store's outbox through a SIGKILL of flared, and is delivered, with
