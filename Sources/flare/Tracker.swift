@@ -310,7 +310,8 @@ struct Tracker {
         status("done")
         finishing.store(true, ordering: .relaxed)
         client.disconnect()
-        log("sent \(stats.sent) fixes\(confirm ? ", all confirmed stored by Flare" : "")")
+        // A fix the library sent again by itself after a reconnection reached Flare as well: it counts as sent.
+        log("sent \(stats.sent + outbox.withLock { $0.confirmedUnacknowledged }) fixes\(confirm ? ", all confirmed stored by Flare" : "")")
         return 0
     }
 
@@ -331,6 +332,8 @@ struct Outbox: Sendable {
         let number: Int64
         var fix: Fix
         var sent = false
+        /// The broker acknowledged it once (`sent` goes back to false when it is to be sent again).
+        var acknowledged = false
     }
 
     let capacity: Int
@@ -340,6 +343,9 @@ struct Outbox: Sendable {
     private(set) var nextNumber: Int64 = 1
     private(set) var dropped = 0
     private(set) var confirmed = 0
+    /// Fixes Flare confirmed that the broker never acknowledged to this tracker: the MQTT library sent one again by
+    /// itself after a reconnection, after its publish had been given up for lost.
+    private(set) var confirmedUnacknowledged = 0
     var producerDone = false
 
     init(capacity: Int, stream: Int64?) {
@@ -381,13 +387,19 @@ struct Outbox: Sendable {
     /// caller passes the fix's stream too).
     mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) {
         guard sentStream == stream, let index = entries.firstIndex(where: { $0.number == number }) else { return }
-        if keep { entries[index].sent = true } else { entries.remove(at: index) }
+        if keep {
+            entries[index].sent = true
+            entries[index].acknowledged = true
+        } else {
+            entries.remove(at: index)
+        }
     }
 
     /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
     mutating func confirm(stream markStream: Int64, through: Int64) {
         guard markStream == stream else { return }
         let before = entries.count
+        confirmedUnacknowledged += entries.count { $0.number <= through && !$0.acknowledged }
         entries.removeAll { $0.number <= through }
         confirmed += before - entries.count
     }

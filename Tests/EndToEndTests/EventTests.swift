@@ -214,6 +214,14 @@ final class WebhookReceiver: @unchecked Sendable {
         #expect(try flared.request("POST", "/api/v1/shares/\(id)/stop", bearer: flared.ownerKey).status == 200)
         #expect(eventually(timeout: .seconds(10)) { receiver.types(of: id) == ["share.started", "share.ended"] })
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })  // the old secret's signature is among them
+        // The same from the command line: set (the secret printed once), then removed.
+        let cli = try flared.flare(["keys", "webhook", adminID, "http://127.0.0.1:\(receiverPort)/cli"])
+        #expect(cli.status == 0 && cli.stdout.contains("signing secret (shown once") && cli.stdout.contains("whsec_"), "\(cli.stdout)\(cli.stderr)")
+        #expect(cli.stdout.contains("the previous secret keeps signing too for 24 h"))
+        let refused = try flared.flare(["keys", "webhook", adminID, "ftp://example.org/"])
+        #expect(refused.status != 0 && refused.stderr.contains("http:// or https://"), "\(refused.stderr)")
+        let made = try flared.flare(["webhook-secret"])
+        #expect(made.status == 0 && made.stdout.hasPrefix("whsec_") && Data(base64Encoded: String(made.stdout.dropFirst(6)).trimmingCharacters(in: .whitespacesAndNewlines))?.count == 32)
         #expect(try flared.request("DELETE", "/api/v1/keys/\(adminID)/webhook", bearer: flared.ownerKey).status == 204)
         let last = try flared.request("POST", "/api/v1/shares", body: "{}", bearer: flared.ownerKey)
         let lastID = try #require(last.json?["share_id"] as? String)

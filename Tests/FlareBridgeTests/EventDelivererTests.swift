@@ -21,6 +21,19 @@ final class ScriptedPoster: WebhookPosting, @unchecked Sendable {
     var requests: [Request] { state.withLock { $0.requests } }
 }
 
+/// Answers every webhook 204, after `seconds`.
+final class SlowPoster: WebhookPosting, @unchecked Sendable {
+    private let seconds: Double
+    private let answered = Mutex(0)
+    init(seconds: Double) { self.seconds = seconds }
+    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse {
+        Thread.sleep(forTimeInterval: seconds)
+        answered.withLock { $0 += 1 }
+        return .status(204)
+    }
+    var count: Int { answered.withLock { $0 } }
+}
+
 /// The outbox as the share service fills it and the deliverer empties it: tracker and battery events, retries with
 /// backoff, the lease, and what a key's webhook needs.
 @Suite struct EventDelivererTests {
@@ -97,6 +110,26 @@ final class ScriptedPoster: WebhookPosting, @unchecked Sendable {
         #expect(deliver(deliverer) { poster.requests.count == 2 })
         #expect(Set(poster.requests.map { String(decoding: $0.body, as: UTF8.self) }).count == 1)  // the same event, the same id
         #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
+    }
+
+    /// A receiver that takes seconds to answer holds up only its own deliveries: the topic's events go out meanwhile,
+    /// and creating shares (which records their events) does not wait for it.
+    @Test func aSlowReceiverHoldsUpOnlyItsOwnDeliveries() throws {
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let poster = SlowPoster(seconds: 2)
+        let deliverer = EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster,
+                                       serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
+                                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: SystemWallClock(),
+                                       metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
+        deliverer.start()
+        defer { deliverer.stop() }
+        let started = ContinuousClock.now
+        var ids: [ShareID] = []
+        for _ in 0..<5 { ids.append(try fixture.service.create(name: nil, durationSeconds: 600).share.id) }
+        #expect(ContinuousClock.now - started < .seconds(1))
+        #expect(eventually(timeout: .seconds(1.5)) { ids.allSatisfy { eventTypes(fixture, $0) == ["share.started"] } })
+        #expect(poster.count < 5)  // the webhook is still on its first ones
+        #expect(eventually(timeout: .seconds(15)) { poster.count == 5 })
     }
 
     @Test func oneInstanceDeliversAtATime() throws {
