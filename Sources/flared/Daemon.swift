@@ -26,6 +26,9 @@ final class Daemon: Sendable {
         let clock = SystemWallClock()
         let metrics = Metrics()
 
+        // Checked before anything is created or opened: a bad setting leaves nothing half-started.
+        let serverWebhook = try ServerWebhook.configured(config)
+
         guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
         try DataDirectory.prepare(dataDirectory)
         let httpAddress = try config.hostPort("FLARE_HTTP_ADDR")
@@ -57,7 +60,6 @@ final class Daemon: Sendable {
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
-        let serverWebhook = try ServerWebhook.configured(config)
         let policy = try SharePolicy(config)
         let parser = try LocationPayloadParser(config)
         let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: serverWebhook,

@@ -28,6 +28,19 @@ import Testing
         result = try runCommand(flared, [], environment: environment)
         #expect(result.status == 1 && result.stderr.contains("FLARE_MAX_DURATION_S"))
         environment["FLARE_MAX_DURATION_S"] = nil
+        // A webhook without its secret, a bad URL, a bad secret: named, the secret never shown, nothing created.
+        let secretShown = "whsec_dG9vLXNob3J0LXNlY3JldA=="  // 16 bytes: too short
+        for (url, secret, says) in [("https://hooks.example.org/", nil, "FLARE_WEBHOOK_URL is set but FLARE_WEBHOOK_SECRET is not"),
+                                    ("ftp://hooks.example.org/", "whsec_" + Data(repeating: 7, count: 32).base64EncodedString(), "FLARE_WEBHOOK_URL: a webhook URL is http://"),
+                                    ("https://hooks.example.org/", secretShown, "FLARE_WEBHOOK_SECRET must be whsec_")] {
+            environment["FLARE_WEBHOOK_URL"] = url
+            environment["FLARE_WEBHOOK_SECRET"] = secret
+            result = try runCommand(flared, [], environment: environment)
+            #expect(result.status == 1 && result.stderr.contains(says) && !result.stderr.contains(secretShown), "\(result.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("owner.key").path))
+        environment["FLARE_WEBHOOK_URL"] = nil
+        environment["FLARE_WEBHOOK_SECRET"] = nil
         // A database that is not there: one line naming the setting, never the password; nothing left running.
         let (refusing, closed) = try FreePort.refusing()
         defer { close(refusing) }
