@@ -548,23 +548,56 @@ public final class PostgresShareStore: ShareStore {
     /// than by a trigger, which cost the database half as much again as the insert itself (15 ms for 8,192 fixes).
     private func announce(_ fixes: [PendingFix], on connection: PostgresConnection) throws(StoreError) {
         guard !fixes.isEmpty else { return }
-        func number<T>(_ value: T?, _ render: (T) -> String?) -> String { value.flatMap(render) ?? "" }
-        var chunks: [String?] = []
-        var chunk = ""
+        try connection.execute("SELECT pg_notify('flare_fixes', $1 || ' ' || chunk) FROM unnest($2::text[]) chunk",
+                               [instance, Self.announcement(fixes)], operation: "announce fixes")
+    }
+
+    /// The chunks as one text-array literal, `{"chunk","chunk",…}`, written byte by byte: nothing in a chunk needs
+    /// quoting (digits, signs, `.`, `e`, `,`, `;` and a connection letter), and building Strings here, then escaping
+    /// them character by character, was a quarter of the writer's time at 40,000 fixes/s.
+    static func announcement(_ fixes: [PendingFix]) -> String {
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(fixes.count * 96 + 8)
+        func integer(_ value: Int64) {
+            if value < 0 { bytes.append(UInt8(ascii: "-")) }
+            var magnitude = value.magnitude
+            let start = bytes.count
+            repeat {
+                bytes.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+                magnitude /= 10
+            } while magnitude > 0
+            bytes[start...].reverse()
+        }
+        func number(_ value: Double?) {
+            if let value, let text = PostgresText.double(value) { bytes.append(contentsOf: text.utf8) }
+        }
+        let comma = UInt8(ascii: ","), quote = UInt8(ascii: "\"")
         for (index, pending) in fixes.enumerated() {
             let fix = pending.fix
-            if index % 30 != 0 { chunk += ";" }
-            chunk += "\(pending.shareRow),\(fix.timestamp),\(number(fix.latitude, PostgresText.double)),\(number(fix.longitude, PostgresText.double)),"
-            chunk += "\(number(fix.accuracy, PostgresText.double)),\(number(fix.altitude, PostgresText.double)),"
-            chunk += "\(number(fix.velocity, PostgresText.double)),\(number(fix.course, PostgresText.double)),\(number(fix.battery) { String($0) }),"
-            chunk += "\(number(fix.batteryStatus) { String($0) }),\(fix.connection ?? "")"
-            if index % 30 == 29 || index == fixes.count - 1 {
-                chunks.append(chunk)
-                chunk = ""
+            if index % 30 == 0 {
+                if index > 0 { bytes += [quote, comma] }
+                bytes.append(quote)
+            } else {
+                bytes.append(UInt8(ascii: ";"))
+            }
+            integer(pending.shareRow); bytes.append(comma)
+            integer(fix.timestamp); bytes.append(comma)
+            number(fix.latitude); bytes.append(comma)
+            number(fix.longitude); bytes.append(comma)
+            number(fix.accuracy); bytes.append(comma)
+            number(fix.altitude); bytes.append(comma)
+            number(fix.velocity); bytes.append(comma)
+            number(fix.course); bytes.append(comma)
+            if let battery = fix.battery { integer(Int64(battery)) }
+            bytes.append(comma)
+            if let status = fix.batteryStatus { integer(Int64(status)) }
+            bytes.append(comma)
+            if let connection = fix.connection, connection.utf8.allSatisfy({ $0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z") }) {
+                bytes.append(contentsOf: connection.utf8)
             }
         }
-        try connection.execute("SELECT pg_notify('flare_fixes', $1 || ' ' || chunk) FROM unnest($2::text[]) chunk",
-                               [instance, PostgresText.textArray(chunks)], operation: "announce fixes")
+        bytes += [quote, UInt8(ascii: "}")]
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {

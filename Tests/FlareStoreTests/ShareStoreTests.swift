@@ -620,3 +620,32 @@ extension ShareStoreTests {
         #expect(try store.dueEvents(now: 100, limit: 10).map(\.event.type) == [.batteryLow])
     }
 }
+
+extension ShareStoreTests {
+    /// What one instance announces of the fixes it stored is what another reads back, exactly, 30 fixes to a
+    /// notification, also for negative numbers, missing fields and every double's last digit.
+    @Test func announcedFixesReadBackExactly() throws {
+        var fixes: [PendingFix] = []
+        for index in 0..<61 {
+            let fix = index % 2 == 0
+                ? Fix(latitude: -33.868_820_123_456_78 + Double(index) * 1e-7, longitude: 151.209_295_987_654_3, timestamp: 1_800_000_000 + Int64(index),
+                      accuracy: 4.5, altitude: -12.25, velocity: 0.1 + 0.2, course: 359.999, battery: 7, batteryStatus: 1, connection: "m")
+                : Fix(latitude: 0, longitude: -0.000_001, timestamp: -5)
+            fixes.append(PendingFix(shareRow: Int64(index % 3) + 1, fix: fix, receivedAt: 0))
+        }
+        let literal = PostgresShareStore.announcement(fixes)
+        #expect(literal.hasPrefix("{\"") && literal.hasSuffix("\"}"))
+        let chunks = literal.dropFirst(2).dropLast(2).components(separatedBy: "\",\"")
+        #expect(chunks.count == 3)
+        var read: [(shareRow: Int64, fix: Fix)] = []
+        for chunk in chunks {
+            guard case .fixes(let some)? = PostgresListener.change(from: ("flare_fixes", "other " + chunk), instance: "me") else {
+                Issue.record("unreadable: \(chunk)")
+                continue
+            }
+            read += some
+        }
+        #expect(read.map(\.shareRow) == fixes.map(\.shareRow))
+        #expect(read.map(\.fix) == fixes.map(\.fix))
+    }
+}
