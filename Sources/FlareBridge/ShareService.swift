@@ -322,7 +322,6 @@ public final class ShareService: Sendable {
                 if let stored = try store.share(id: id) { adopt(stored) }
                 return nil
             }
-            recorded(endedEvent)
         } catch {
             // Memory and broker still end it now: refusing fixes matters more than the row. The row is ended
             // again at the next start-up, since its expiry will have passed by then.
@@ -343,8 +342,16 @@ public final class ShareService: Sendable {
             // an expiry the broker refuses the phone already, so it cannot be told (docs/owntracks.md says what to do).
             _ = publisher.publish(topic: Topics.command(id), payload: OwnTracksConfiguration.stopReporting, qos: 1, retain: false,
                                   expirySeconds: 60)
+            // The same for `share.ended` on the events topic: an integrator reading it with a watch token hears of the
+            // end before the revocation cuts it off. Sent here, it leaves the outbox's topic delivery done; a broker
+            // that did not take it gets it from the outbox later, as every other event.
+            if publisher.publish(topic: Topics.events(id), payload: endedEvent.body, qos: 1, retain: false, expirySeconds: nil) {
+                try? store.eventDelivered(id: endedEvent.id, destination: .mqtt)
+                metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", EventDestination.mqtt.name), ("result", "delivered")])
+            }
             revoke(ended)
         }
+        recorded(endedEvent)
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)

@@ -135,6 +135,7 @@ public final class PostgresShareStore: ShareStore {
         CREATE TABLE event_deliveries (event BIGINT NOT NULL, destination TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
                                        next_at BIGINT NOT NULL, PRIMARY KEY (event, destination));
         CREATE INDEX event_deliveries_due ON event_deliveries(next_at);
+        CREATE INDEX events_id ON events(event_id);
         ALTER TABLE shares ADD COLUMN battery_low_at BIGINT;
         ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT, ADD COLUMN webhook_secret BYTEA, ADD COLUMN webhook_previous_secret BYTEA,
             ADD COLUMN webhook_rotated_at BIGINT;
@@ -246,6 +247,13 @@ public final class PostgresShareStore: ShareStore {
                     """, [rows], operation: operation)
             }
         }
+    }
+
+    public func eventDelivered(id: String, destination: EventDestination) throws(StoreError) {
+        let rows = try pool.with(operation: "read event") { connection throws(StoreError) in
+            try connection.execute("SELECT id FROM events WHERE event_id = $1", [id], operation: "read event")
+        }
+        if rows.count == 1 { try eventsDelivered([(rows.int64(0, 0), destination)]) }
     }
 
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {

@@ -106,6 +106,7 @@ public final class SQLiteShareStore: ShareStore {
         CREATE TABLE IF NOT EXISTS event_deliveries (event INTEGER NOT NULL, destination TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
                                                      next_at INTEGER NOT NULL, PRIMARY KEY (event, destination)) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS event_deliveries_due ON event_deliveries(next_at);
+        CREATE INDEX IF NOT EXISTS events_id ON events(event_id);
         ALTER TABLE shares ADD COLUMN battery_low_at INTEGER;
         ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT;
         ALTER TABLE owner_keys ADD COLUMN webhook_secret BLOB;
@@ -246,6 +247,16 @@ public final class SQLiteShareStore: ShareStore {
                 }
             }
         }
+    }
+
+    public func eventDelivered(id: String, destination: EventDestination) throws(StoreError) {
+        let row: Int64? = try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT id FROM events WHERE event_id = ?1")
+            defer { statement.reset() }
+            statement.bind(1, id)
+            return try statement.step() ? statement.int64(0) : nil
+        }
+        if let row { try eventsDelivered([(row, destination)]) }
     }
 
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {

@@ -290,6 +290,8 @@ public protocol ShareStore: Sendable {
     /// The destinations have these events: they leave the outbox (and each event with its last destination), in one
     /// transaction.
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError)
+    /// The destination has the event with this id (sent by the instance that made it, ahead of the outbox).
+    func eventDelivered(id: String, destination: EventDestination) throws(StoreError)
     /// An attempt failed: try again at `retryAt`, or give up (nil) and drop it.
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError)
     /// What waits in the outbox, per destination.

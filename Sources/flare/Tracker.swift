@@ -286,8 +286,10 @@ struct Tracker {
             let started = ContinuousClock.now
             do {
                 try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
-                if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
+                let countedAlready = !outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
+                if countedAlready {
+                    stats.sentAgain += 1
+                } else if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
                     stats.stream = head.fix.sequence?.stream
                     stats.sent += 1
                     stats.highestSent = head.number
@@ -346,6 +348,8 @@ struct Outbox: Sendable {
     /// Fixes Flare confirmed that the broker never acknowledged to this tracker: the MQTT library sent one again by
     /// itself after a reconnection, after its publish had been given up for lost.
     private(set) var confirmedUnacknowledged = 0
+    /// Their numbers (in the current stream), until the broker's late acknowledgement of one comes, if it does.
+    private var confirmedUnacknowledgedNumbers: Set<Int64> = []
     var producerDone = false
 
     init(capacity: Int, stream: Int64?) {
@@ -371,6 +375,7 @@ struct Outbox: Sendable {
         guard let old = stream else { return }
         let next = max(old + 1, Int64(Date().timeIntervalSince1970 * 1000))
         stream = next
+        confirmedUnacknowledgedNumbers.removeAll()
         for index in entries.indices {
             entries[index] = Entry(number: Int64(index) + 1, fix: entries[index].fix)
             entries[index].fix.sequence = TrackerSequence(stream: next, number: Int64(index) + 1)
@@ -385,21 +390,29 @@ struct Outbox: Sendable {
     /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
     /// have been dropped by the bound, or confirmed, while it was being sent (a restarted stream renumbers, so the
     /// caller passes the fix's stream too).
-    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) {
-        guard sentStream == stream, let index = entries.firstIndex(where: { $0.number == number }) else { return }
+    /// Returns false when Flare had confirmed the fix already and it was counted then (its acknowledgement came late).
+    @discardableResult
+    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) -> Bool {
+        guard sentStream == stream else { return true }
+        if confirmedUnacknowledgedNumbers.remove(number) != nil { return false }
+        guard let index = entries.firstIndex(where: { $0.number == number }) else { return true }
         if keep {
             entries[index].sent = true
             entries[index].acknowledged = true
         } else {
             entries.remove(at: index)
         }
+        return true
     }
 
     /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
     mutating func confirm(stream markStream: Int64, through: Int64) {
         guard markStream == stream else { return }
         let before = entries.count
-        confirmedUnacknowledged += entries.count { $0.number <= through && !$0.acknowledged }
+        for entry in entries where entry.number <= through && !entry.acknowledged {
+            confirmedUnacknowledged += 1
+            confirmedUnacknowledgedNumbers.insert(entry.number)
+        }
         entries.removeAll { $0.number <= through }
         confirmed += before - entries.count
     }

@@ -16,7 +16,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, tile_host_pattern
+from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, tile_host_pattern
 
 POLL_TIMEOUT_S = TIMEOUT_S + 6  # polling adds up to 3 s, the SSE give-up up to 8 s
 
@@ -523,3 +523,29 @@ def test_a_responder_sees_the_distance_and_can_read_the_position_to_a_dispatcher
     assert text(d, '#dispatch-acc').startswith('Accuracy ±12 m, position from ')
     d.execute_script("document.querySelector('.responder').scrollIntoView({block: 'center'})")
     shot(d, 'viewer-responder.png')
+
+
+def test_an_integrator_hears_the_people_side_on_the_events_topic(flare, viewer):
+    """With a watch token, an integrator follows the share's events: the link opened in a browser, the family's
+    answer, and the end, which arrives before the broker cuts the stopped share's tokens off."""
+    share = flare.create()
+    a = flare.publish(share, flare.fix())
+    key = flare.owner_key or open(os.path.join(os.environ['FLARE_DATA_DIR'], 'owner.key')).read().strip()
+    watch = http_json('POST', f'/api/v1/shares/{share.id}/watch-tokens', {}, key)
+    events = subprocess.Popen(['mosquitto_sub', '-h', os.environ.get('FLARE_MQTT_HOST', '127.0.0.1'),
+                               '-p', os.environ.get('FLARE_MQTT_PORT', '1883'), '-V', 'mqttv5', '-u', share.id,
+                               '-P', watch['watch_token'], '-q', '1', '-t', f'flare/v1/shares/{share.id}/events',
+                               '-C', '3', '-W', '30'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # subscribed before the page opens
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    d.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="called_emergency"]').click()
+    wait_for(d, lambda drv: text(drv, '#answer-status').startswith('Sent'), 'the answer sent')
+    flare.stop(share)
+    out, err = events.communicate(timeout=35)
+    got = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert [e['type'] for e in got] == ['share.opened', 'share.answered', 'share.ended'], (out, err)
+    assert all(e['share_id'] == share.id and e['id'].startswith('msg_') for e in got)
+    assert got[1]['answer']['kind'] == 'called_emergency' and got[2]['reason'] == 'stopped'
+    assert str(a['lat']) not in out and share.device_token not in out
