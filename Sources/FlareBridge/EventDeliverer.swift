@@ -133,6 +133,7 @@ public final class EventDeliverer: @unchecked Sendable {
     public static let leaseName = "event-delivery"
     static let leaseMillis: Int64 = 10_000
     static let workers = 4
+    /// Deliveries read at once per destination.
     static let batch = 500
     /// The shortest time between two reads of the outbox: what a new event may wait before it is sent.
     static let coalesceMillis: Int64 = 50

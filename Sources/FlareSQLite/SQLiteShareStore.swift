@@ -209,8 +209,11 @@ public final class SQLiteShareStore: ShareStore {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("""
                 SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body
-                FROM event_deliveries d JOIN events e ON e.id = d.event JOIN shares s ON s.id = e.share
-                WHERE d.next_at <= ?1 ORDER BY d.next_at, d.event LIMIT ?2
+                FROM (SELECT event, destination, attempts, next_at,
+                             row_number() OVER (PARTITION BY destination ORDER BY next_at, event) AS place
+                      FROM event_deliveries WHERE next_at <= ?1) d
+                JOIN events e ON e.id = d.event JOIN shares s ON s.id = e.share
+                WHERE d.place <= ?2 ORDER BY d.next_at, d.event
                 """)
             defer { statement.reset() }
             statement.bind(1, now)

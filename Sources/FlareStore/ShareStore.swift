@@ -285,7 +285,8 @@ public protocol ShareStore: Sendable {
     var upgradedFromSchema: Int? { get }
 
     // MARK: Events
-    /// Events due for delivery (`next attempt <= now`), oldest first, at most `limit`.
+    /// Events due for delivery (`next attempt <= now`), oldest first, at most `limit` for each destination: a
+    /// destination with a backlog (a receiver that is slow or was down) never hides the others' events.
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery]
     /// The destinations have these events: they leave the outbox (and each event with its last destination), in one
     /// transaction.

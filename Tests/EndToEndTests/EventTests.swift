@@ -53,6 +53,11 @@ final class WebhookReceiver: @unchecked Sendable {
 
     var deliveries: [Delivery] { received.withLock { $0 } }
     func types(of share: String) -> [String] { deliveries.filter { $0.json["share_id"] as? String == share }.map(\.type) }
+    /// Each event once, as a receiver that drops repeats by `webhook-id` keeps them, in order of first arrival.
+    func distinctTypes(of share: String) -> [String] {
+        var seen = Set<String>()
+        return deliveries.filter { $0.json["share_id"] as? String == share && seen.insert($0.id).inserted }.map(\.type)
+    }
 
     deinit { stop() }
 }

@@ -649,3 +649,19 @@ extension ShareStoreTests {
         #expect(read.map(\.fix) == fixes.map(\.fix))
     }
 }
+
+extension ShareStoreTests {
+    /// A destination with a backlog does not hide the others' events: the limit is per destination.
+    @Test(arguments: Engine.allCases) func theDueLimitIsPerDestination(engine: Engine) throws {
+        let store = try open(engine)
+        for index in 0..<5 {
+            let share = makeShare(now: 1_000 + Int64(index))
+            try store.insertShare(share, event: PendingEvent(.started(share), destinations: [.serverWebhook]))
+        }
+        let late = makeShare(now: 9_000)
+        try store.insertShare(late, event: PendingEvent(.started(late), destinations: [.mqtt]))
+        let due = try store.dueEvents(now: 10_000, limit: 2)
+        #expect(due.map(\.destination) == [.serverWebhook, .serverWebhook, .mqtt])
+        #expect(due.last?.event.shareID == late.id)
+    }
+}
