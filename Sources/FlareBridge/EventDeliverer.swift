@@ -249,10 +249,12 @@ public final class EventDeliverer: @unchecked Sendable {
     func step() {
         let now = monotonicMillis()
         guard holdLease(now: now) else { return }
-        if lock.withLock({ now >= state.nextBacklogAt }) {
-            lock.withLock { state.nextBacklogAt = now + 5_000 }
-            updateBacklogGauges()
+        let backlogDue: Bool = lock.withLock {
+            guard now >= state.nextBacklogAt else { return false }
+            state.nextBacklogAt = now + 5_000
+            return true
         }
+        if backlogDue { updateBacklogGauges() }
         let due: [OutboxDelivery]
         do { due = try store.dueEvents(now: clock.now(), limit: Self.batch) } catch {
             warn("read", "cannot read the events outbox (\(error)); trying again")
@@ -335,7 +337,8 @@ public final class EventDeliverer: @unchecked Sendable {
             }
         } else {
             for delivery in batch {
-                switch send(delivery) {
+                // The target is read for each delivery: a webhook removed, or a key revoked, stops the rest of a batch.
+                switch send(delivery.event, to: webhookTarget(destination)) {
                 case .delivered: delivered.append(delivery)
                 case let outcome: failed(delivery, outcome)
                 }
@@ -388,31 +391,46 @@ public final class EventDeliverer: @unchecked Sendable {
         case dropped(String)
     }
 
-    private func send(_ delivery: OutboxDelivery) -> Outcome {
-        let event = delivery.event
-        switch delivery.destination {
+    /// Where a webhook delivery goes (for a key: its row and sealed secrets, as the store has them now), or why it
+    /// cannot go anywhere.
+    private enum WebhookTarget {
+        case post(url: WebhookURL, secrets: [WebhookSecret], mustBePublic: Bool)
+        case refuse(Outcome)
+    }
+
+    private func webhookTarget(_ destination: EventDestination) -> WebhookTarget {
+        switch destination {
         case .mqtt:
-            return .failed("published by the batch")  // see `deliver`
+            return .refuse(.dropped("the topic is not a webhook"))  // the topic's batches go out in `deliver`
         case .serverWebhook:
-            guard let serverWebhook else { return .dropped("no FLARE_WEBHOOK_URL is set on the delivering instance") }
-            return post(event, to: serverWebhook.url, secrets: serverWebhook.secrets)
+            guard let serverWebhook else { return .refuse(.dropped("no FLARE_WEBHOOK_URL is set on the delivering instance")) }
+            return .post(url: serverWebhook.url, secrets: serverWebhook.secrets, mustBePublic: false)
         case .keyWebhook(let id):
             let webhook: KeyWebhook?
             let key: OwnerKeyRecord?
             do {
                 webhook = try store.keyWebhook(id: id)
                 key = try store.ownerKey(id: id)
-            } catch { return .failed("cannot read the key's webhook (\(error))") }
-            guard let webhook, let key, !key.isRevoked else { return .dropped("the key has no webhook any more") }
+            } catch { return .refuse(.failed("cannot read the key's webhook (\(error))")) }
+            guard let webhook, let key, !key.isRevoked else { return .refuse(.dropped("the key has no webhook any more")) }
             guard let url = try? WebhookURL(webhook.url), let secret = sealer.open(webhook.sealedSecret, ownerKey: id) else {
-                return .dropped("the key's webhook cannot be read (sealed with another token key?)")
+                return .refuse(.dropped("the key's webhook cannot be read (sealed with another token key?)"))
             }
             var secrets = [secret]
             if let previous = webhook.previousSealedSecret, let rotatedAt = webhook.rotatedAt,
                clock.now() - rotatedAt < Self.previousSecretMillis, let old = sealer.open(previous, ownerKey: id) {
                 secrets.append(old)
             }
-            if !key.isAdmin {
+            return .post(url: url, secrets: secrets, mustBePublic: !key.isAdmin)
+        }
+    }
+
+    private func send(_ event: ShareEvent, to target: WebhookTarget) -> Outcome {
+        switch target {
+        case .refuse(let outcome):
+            return outcome
+        case .post(let url, let secrets, let mustBePublic):
+            if mustBePublic {
                 // Checked again at each delivery: the name may have been pointed inside since the URL was set.
                 do { try HostResolver.checkPublic(url) } catch { return .failed(error.description) }
             }

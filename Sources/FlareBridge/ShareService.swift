@@ -165,8 +165,6 @@ public final class ShareService: Sendable {
     /// The event as the store records it with its change.
     private func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
 
-    /// The store committed an event with its change: the deliverer looks at the outbox now.
-    private func recorded(_ event: ShareEvent? = nil) { eventRecorded() }
 
     private func schedule(_ job: Job, at deadline: UnixMillis) {
         scheduler.withLock { $0?.schedule(job, at: deadline) }
@@ -263,7 +261,7 @@ public final class ShareService: Sendable {
         case .success(let inserted): row = inserted
         case .failure(let refusal): throw refused(refusal)
         }
-        recorded(started)
+        eventRecorded()
         registry.insert(StoredShare(row: row, share: share))
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
@@ -300,7 +298,7 @@ public final class ShareService: Sendable {
         }
         let extended = ShareEvent.extended(id, at: clock.now(), expiresAt: expiresAt)
         do { try store.updateExpiry(row: snapshot.row, expiresAt: expiresAt, event: pending(extended)) } catch { throw .storage(error.description) }
-        recorded(extended)
+        eventRecorded()
         registry.updateExpiry(id, expiresAt: expiresAt)
         schedule(.expire(id), at: expiresAt)
         guard let updated = registry.snapshot(id)?.share, updated.isActive else { throw .ended }
@@ -351,7 +349,7 @@ public final class ShareService: Sendable {
             }
             revoke(ended)
         }
-        recorded(endedEvent)
+        eventRecorded()
         metrics.increment(FlareMetrics.sharesEnded, labels: [("reason", reason.rawValue)])
         logger.info("share \(id) ended: \(reason.rawValue)")
         schedule(.purge(id), at: now + policy.historyRetentionSeconds * 1000)
@@ -629,7 +627,7 @@ public final class ShareService: Sendable {
         }
         registry.updateTracker(id) { $0.batteryLowAt = change.low ? now : nil }
         if let event {
-            recorded(event)
+            eventRecorded()
             logger.info("share \(id): battery low")
         }
     }
@@ -651,7 +649,7 @@ public final class ShareService: Sendable {
             return true
         }
         registry.updateTracker(id) { $0.tracker = record }
-        if let event { self.recorded(event) }
+        if event != nil { eventRecorded() }
         guard let share = registry.snapshot(id)?.share else { return true }
         publishStatus(of: share)
         metrics.increment(FlareMetrics.trackerChanges, labels: [("state", record.state.rawValue)])
@@ -703,7 +701,7 @@ public final class ShareService: Sendable {
             throw .tooSoon(retryAfterSeconds: Int(max(1, (waitMillis + 999) / 1000)))
         }
         registry.updateTracker(id) { $0.locateRequestedAt = now }
-        recorded(event)
+        eventRecorded()
         if !sendLocateRequest(id, askedAt: now) {
             unsentLocateRequests.withLock { $0[id] = now }
             logger.warning("share \(id): broker unavailable; the location request is kept and will be sent on reconnect")
@@ -874,7 +872,7 @@ public final class ShareService: Sendable {
         let isNew = (try? store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending))) ?? false
         guard isNew else { return }
         publishAudience(snapshot)
-        recorded()
+        eventRecorded()
     }
 
     /// A live stream with this viewer id opened (true) or closed: while open, the viewer counts as watching, on
@@ -947,9 +945,9 @@ public final class ShareService: Sendable {
             guard try store.answers(row: snapshot.row, after: 0, limit: Self.answersPerShare).count < Self.answersPerShare else {
                 throw AnswerRefusal.storage("this share has taken all the answers it can")
             }
-            let id = snapshot.share.id, destinations = eventDestinations
-            stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now()) { answer in
-                PendingEvent(ShareEvent.answered(id, answer: answer), destinations: destinations)
+            let id = snapshot.share.id
+            stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now()) { [self] answer in
+                pending(ShareEvent.answered(id, answer: answer))
             }
         } catch let refusal as AnswerRefusal {
             throw refusal
@@ -958,7 +956,7 @@ public final class ShareService: Sendable {
         }
         guard let answer = stored else { throw .ended }
         registry.addAnswers(snapshot.share.id, [answer])
-        recorded()
+        eventRecorded()
         let remaining = max(1, (snapshot.share.expiresAt - clock.now()) / 1000)
         if !publisher.publish(topic: Topics.answers(snapshot.share.id), payload: answer.json, qos: 1, retain: false,
                               expirySeconds: UInt32(clamping: remaining)) {

@@ -98,12 +98,7 @@ extension Gateway {
     }
 
     /// The key whose webhook a request may change: its own, or any for an admin (others' ids answer 404, as shares do).
-    private enum WebhookTarget {
-        case key(Int64)
-        case refused(HTTPResponse)
-    }
-
-    private func webhookTarget(_ request: HTTPRequest, id text: String) -> WebhookTarget {
+    private func webhookTarget(_ request: HTTPRequest, id text: String) -> KeyCheck<Int64> {
         guard case .success(let caller) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
         guard let id = Int64(text), id > 0, caller.isAdmin || caller.id == id else { return .refused(APIError.notFound("no such key").response) }
         return .key(id)
@@ -124,12 +119,13 @@ extension Gateway {
         }
     }
 
-    private enum AdminCheck {
-        case key(OwnerKeyRecord)
+    /// What a key route may act on (the caller's key, or the id of the key it may change), or the answer refusing it.
+    private enum KeyCheck<Value> {
+        case key(Value)
         case refused(HTTPResponse)
     }
 
-    private func adminKey(_ request: HTTPRequest) -> AdminCheck {
+    private func adminKey(_ request: HTTPRequest) -> KeyCheck<OwnerKeyRecord> {
         guard case .success(let key) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
         guard key.isAdmin else {
             return .refused(APIError(status: 403, code: "forbidden", message: "only an admin key may create or revoke keys").response)

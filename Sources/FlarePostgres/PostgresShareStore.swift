@@ -200,16 +200,28 @@ public final class PostgresShareStore: ShareStore {
     /// Puts an event in the outbox, for its destinations and the owning key's webhook, inside the caller's transaction:
     /// one statement.
     private static func record(_ pending: PendingEvent, shareRow: Int64, on connection: PostgresConnection) throws(StoreError) {
+        let statement = withOutbox("SELECT id, owner_key FROM shares WHERE id = $1", [String(shareRow)], pending)
+        try connection.execute(statement.sql, statement.parameters, operation: "record event")
+    }
+
+    /// One statement: `share` (a CTE giving the share's `id` and `owner_key`, from `shareParameters`), then the event
+    /// and its deliveries (the named destinations, and the owning key's webhook if it has one); it answers the share's id.
+    private static func withOutbox(_ share: String, _ shareParameters: [String?], _ pending: PendingEvent) -> (sql: String, parameters: [String?]) {
         let event = pending.event
-        try connection.execute("""
-            WITH event AS (INSERT INTO events (event_id, share, type, at, body) VALUES ($1, $2, $3, $4, $5) RETURNING id)
-            INSERT INTO event_deliveries (event, destination, next_at)
-            SELECT event.id, destination, $4 FROM event, unnest($6::text[]) destination
-            UNION
-            SELECT event.id, 'key:' || k.id, $4 FROM event, shares s JOIN owner_keys k ON k.id = s.owner_key
-            WHERE s.id = $2 AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
-            """, [event.id, String(shareRow), event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),
-                  PostgresText.textArray(pending.destinations.map(\.name))], operation: "record event")
+        let n = shareParameters.count + 1
+        let sql = """
+            WITH share AS (\(share)),
+            event AS (INSERT INTO events (event_id, share, type, at, body) SELECT $\(n), share.id, $\(n + 1), $\(n + 2), $\(n + 3) FROM share RETURNING id),
+            deliveries AS (
+                INSERT INTO event_deliveries (event, destination, next_at)
+                SELECT event.id, destination, $\(n + 2) FROM event, unnest($\(n + 4)::text[]) destination
+                UNION
+                SELECT event.id, 'key:' || k.id, $\(n + 2) FROM event, share, owner_keys k
+                WHERE k.id = share.owner_key AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL)
+            SELECT id FROM share
+            """
+        return (sql, shareParameters + [event.id, event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),
+                                        PostgresText.textArray(pending.destinations.map(\.name))])
     }
 
     // MARK: Events
@@ -320,20 +332,11 @@ public final class PostgresShareStore: ShareStore {
                 INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id
                 """, parameters, operation: "insert share").int64(0, 0)
         }
-        let event = pending.event
-        return try connection.execute("""
-            WITH share AS (INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id),
-            event AS (INSERT INTO events (event_id, share, type, at, body) SELECT $7, share.id, $8, $9, $10 FROM share RETURNING id),
-            deliveries AS (
-                INSERT INTO event_deliveries (event, destination, next_at)
-                SELECT event.id, destination, $9 FROM event, unnest($11::text[]) destination
-                UNION
-                SELECT event.id, 'key:' || k.id, $9 FROM event, owner_keys k
-                WHERE k.id = $6::bigint AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL)
-            SELECT id FROM share
-            """, parameters + [event.id, event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),
-                               PostgresText.textArray(pending.destinations.map(\.name))],
-            operation: "insert share").int64(0, 0)
+        let statement = withOutbox("""
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6)
+            RETURNING id, owner_key
+            """, parameters, pending)
+        return try connection.execute(statement.sql, statement.parameters, operation: "insert share").int64(0, 0)
     }
 
     public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> {

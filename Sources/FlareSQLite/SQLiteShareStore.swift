@@ -145,14 +145,19 @@ public final class SQLiteShareStore: ShareStore {
     }
 
     /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
-    /// this call, of all instances', made the change).
+    /// this call, of all instances', made the change). `busyMillis`: a shorter wait for another connection's lock than
+    /// the usual 5 s (see `leaseBusyMillis`).
     @discardableResult
-    private func changedRows(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
+    private func changedRows(_ sql: String, busyMillis: Int32? = nil, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement(sql)
             defer { statement.reset() }
             bind(statement)
-            try statement.run()
+            if let busyMillis {
+                try db.withBusyTimeout(milliseconds: busyMillis) { () throws(StoreError) in try statement.run() }
+            } else {
+                try statement.run()
+            }
             return db.changes
         }
     }
@@ -318,16 +323,6 @@ public final class SQLiteShareStore: ShareStore {
             guard try statement.step() else { return nil }
             return KeyWebhook(url: statement.string(0), sealedSecret: statement.blob(1),
                               previousSealedSecret: statement.isNull(2) ? nil : statement.blob(2), rotatedAt: statement.optionalInt64(3))
-        }
-    }
-
-    private func leaseWrite(_ sql: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
-        try database.withLock { db throws(StoreError) in
-            let statement = try db.statement(sql)
-            defer { statement.reset() }
-            bind(statement)
-            try db.withBusyTimeout(milliseconds: Self.leaseBusyMillis) { () throws(StoreError) in try statement.run() }
-            return db.changes
         }
     }
 
@@ -553,7 +548,7 @@ public final class SQLiteShareStore: ShareStore {
 
     @discardableResult
     public func setLeaseValue(_ name: String, holder: String, value: Int64) throws(StoreError) -> Bool {
-        try leaseWrite("UPDATE leases SET value = ?3 WHERE name = ?1 AND holder = ?2") { statement in
+        try changedRows("UPDATE leases SET value = ?3 WHERE name = ?1 AND holder = ?2", busyMillis: Self.leaseBusyMillis) { statement in
             statement.bind(1, name)
             statement.bind(2, holder)
             statement.bind(3, value)
@@ -561,7 +556,7 @@ public final class SQLiteShareStore: ShareStore {
     }
 
     public func releaseLease(_ name: String, holder: String) throws(StoreError) {
-        _ = try leaseWrite("UPDATE leases SET until = 0 WHERE name = ?1 AND holder = ?2") { statement in
+        _ = try changedRows("UPDATE leases SET until = 0 WHERE name = ?1 AND holder = ?2", busyMillis: Self.leaseBusyMillis) { statement in
             statement.bind(1, name)
             statement.bind(2, holder)
         }
