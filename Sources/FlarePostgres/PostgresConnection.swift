@@ -11,6 +11,9 @@ extension StoreError {
         let state = sqlState.map { "SQLSTATE \($0): " } ?? ""
         self.init(operation: operation, code: 0, message: state + message, engine: "postgresql")
     }
+
+    /// A row's key was already in a unique index (SQLSTATE 23505).
+    var isUniqueViolation: Bool { engine == "postgresql" && message.hasPrefix("SQLSTATE 23505:") }
 }
 
 /// Owns one `PGconn*`. Not thread-safe by itself: `PostgresShareStore` hands each connection to one thread at a

@@ -18,9 +18,12 @@ final class PostgresListener: Sendable {
     private let firstAttemptDone = Mutex(false)
 
     /// Returns once listening (or after the first attempt failed, or 5 s): what is committed from then on is heard.
-    init(conninfo: String, instance: String, handler: @escaping @Sendable (StoreChange) -> Void) {
+    /// `listening` is told when the connection is up (`true`: every commit from now on is heard) and when it dropped.
+    init(conninfo: String, instance: String, listening: @escaping @Sendable (Bool) -> Void = { _ in },
+         handler: @escaping @Sendable (StoreChange) -> Void) {
         let started = NamedThread.start(name: "flare-pg-listen") { [self] in
-            run(conninfo: conninfo, instance: instance, handler: handler)
+            run(conninfo: conninfo, instance: instance, connected: listening, handler: handler)
+            listening(false)
         }
         thread.withLock { $0 = started }
         firstAttempt.withLock {
@@ -44,7 +47,7 @@ final class PostgresListener: Sendable {
         running?.join()
     }
 
-    private func run(conninfo: String, instance: String, handler: @Sendable (StoreChange) -> Void) {
+    private func run(conninfo: String, instance: String, connected: @Sendable (Bool) -> Void, handler: @Sendable (StoreChange) -> Void) {
         var connection: PostgresConnection?
         var firstConnection = true
         while !stopRequested.load(ordering: .relaxed) {
@@ -54,6 +57,7 @@ final class PostgresListener: Sendable {
                     try fresh.execute("LISTEN flare_shares", operation: "listen")
                     try fresh.execute("LISTEN flare_fixes", operation: "listen")
                     connection = fresh
+                    connected(true)
                     if !firstConnection { handler(.resync) }
                     firstConnection = false
                     firstAttemptFinished()
@@ -73,6 +77,7 @@ final class PostgresListener: Sendable {
                 }
             } catch {
                 connection = nil
+                connected(false)
             }
         }
     }
