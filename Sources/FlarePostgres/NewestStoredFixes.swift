@@ -1,3 +1,4 @@
+import FlareCore
 import FlareStore
 import Synchronization
 
@@ -120,11 +121,11 @@ final class NewestStoredFixes: Sendable {
     }
 
     /// Fixes are stored (by this instance, once committed, or by another, as its announcement says).
-    func stored(_ fixes: some Sequence<(shareRow: Int64, tst: Int64, position: Position)>) {
+    func stored(_ fixes: some Sequence<(shareRow: Int64, fix: Fix)>) {
         state.withLock { state in
             guard state.listening else { return }
-            for (row, tst, position) in fixes {
-                state.frontiers[row]?.add(tst, position, keeping: positionsKept)
+            for (row, fix) in fixes {
+                state.frontiers[row]?.add(fix.timestamp, Position(latitude: fix.latitude, longitude: fix.longitude), keeping: positionsKept)
             }
         }
     }

@@ -19,7 +19,7 @@ final class PostgresListener: Sendable {
 
     /// Returns once listening (or after the first attempt failed, or 5 s): what is committed from then on is heard.
     /// `listening` is told when the connection is up (`true`: every commit from now on is heard) and when it dropped.
-    init(conninfo: String, instance: String, listening: @escaping @Sendable (Bool) -> Void = { _ in },
+    init(conninfo: String, instance: String, listening: @escaping @Sendable (Bool) -> Void,
          handler: @escaping @Sendable (StoreChange) -> Void) {
         let started = NamedThread.start(name: "flare-pg-listen") { [self] in
             run(conninfo: conninfo, instance: instance, connected: listening, handler: handler)

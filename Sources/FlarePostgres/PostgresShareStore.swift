@@ -536,7 +536,7 @@ public final class PostgresShareStore: ShareStore {
                 writerCounts.withLock { $0.retried += 1 }
                 isNew = try insert(fixes, copying: [], on: connection)
             }
-            if direct.count < fixes.count { newestStored.stored(fixes.lazy.map(Self.frontierEntry)) }
+            if direct.count < fixes.count { newestStored.stored(fixes.lazy.map { ($0.shareRow, $0.fix) }) }
             return isNew
         }
     }
@@ -548,22 +548,17 @@ public final class PostgresShareStore: ShareStore {
     private func insert(_ fixes: [PendingFix], copying direct: [Int], on connection: PostgresConnection) throws(StoreError) -> [Bool] {
         try connection.transaction(operation: "insert fixes") { () throws(StoreError) in
             var isNew = Array(repeating: false, count: fixes.count)
-            var staged = Array(fixes.indices)
+            let all = direct.count == fixes.count
             if !direct.isEmpty {
-                let copy = direct.count == fixes.count ? Self.binaryCopy(fixes) : Self.binaryCopy(direct.map { fixes[$0] })
+                let copy = all ? Self.binaryCopy(fixes) : Self.binaryCopy(direct.map { fixes[$0] })
                 try connection.copyIn("COPY fixes (\(Self.fixColumns)) FROM STDIN (FORMAT binary)", copy.bytes, operation: "insert fixes")
                 for index in direct { isNew[index] = true }
-                if direct.count == fixes.count {
-                    staged = []
-                } else {
-                    let copied = Set(direct)
-                    staged.removeAll { copied.contains($0) }
-                }
             }
+            let staged = fixes.indices.filter { !isNew[$0] }  // the fixes not copied
             if !staged.isEmpty {
                 for (index, new) in zip(staged, try insertStaged(staged.map { fixes[$0] }, on: connection)) { isNew[index] = new }
             }
-            try announce(direct.count == fixes.count ? fixes : zip(fixes, isNew).filter(\.1).map(\.0), on: connection)
+            try announce(all ? fixes : zip(fixes, isNew).filter(\.1).map(\.0), on: connection)
             return isNew
         }
     }
@@ -625,15 +620,11 @@ public final class PostgresShareStore: ShareStore {
             SELECT s, f.tst, f.lat, f.lon FROM unnest($1::bigint[]) s CROSS JOIN LATERAL (
                 SELECT tst, lat, lon FROM fixes WHERE share = s AND tst = (SELECT max(tst) FROM fixes WHERE share = s) LIMIT $2
             ) f
-            """, ["{" + rows.map(String.init).joined(separator: ",") + "}", String(newestStored.positionsKept + 1)],
+            """, [PostgresText.textArray(rows.map(String.init)), String(newestStored.positionsKept + 1)],
             operation: "read newest fixes")
         return (0..<found.count).map {
             (found.int64($0, 0), found.int64($0, 1), .init(latitude: found.double($0, 2), longitude: found.double($0, 3)))
         }
-    }
-
-    private static func frontierEntry(_ pending: PendingFix) -> (shareRow: Int64, tst: Int64, position: NewestStoredFixes.Position) {
-        (pending.shareRow, pending.fix.timestamp, .init(latitude: pending.fix.latitude, longitude: pending.fix.longitude))
     }
 
     /// Tells the other instances of the new fixes, in this transaction (so they hear of them exactly when they are
@@ -961,9 +952,7 @@ public final class PostgresShareStore: ShareStore {
             guard listener == nil else { return }
             let newestStored = newestStored
             listener = PostgresListener(conninfo: url, instance: instance, listening: { newestStored.listening($0) }) { change in
-                if case .fixes(let fixes) = change {
-                    newestStored.stored(fixes.lazy.map { ($0.shareRow, $0.fix.timestamp, .init(latitude: $0.fix.latitude, longitude: $0.fix.longitude)) })
-                }
+                if case .fixes(let fixes) = change { newestStored.stored(fixes) }
                 handler(change)
             }
         }

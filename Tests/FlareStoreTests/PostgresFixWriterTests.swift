@@ -36,7 +36,7 @@ import Testing
         #expect(newest.frontier(of: 1) == .init(tst: 12, positions: [position(0)], complete: true))
 
         // Announcements: kept for known shares, ignored for others (an old fix is not a share's newest).
-        newest.stored([(shareRow: 1, tst: 20, position: position(7)), (shareRow: 4, tst: 100, position: position(0))])
+        newest.stored([(1, pending(1, 20, 7).fix), (4, pending(4, 100, 0).fix)] as [(shareRow: Int64, fix: Fix)])
         #expect(newest.frontier(of: 1)?.tst == 20)
         #expect(newest.frontier(of: 4) == nil)
         newest.forget(1)
