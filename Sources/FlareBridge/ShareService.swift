@@ -165,7 +165,6 @@ public final class ShareService: Sendable {
     /// The event as the store records it with its change.
     private func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
 
-
     private func schedule(_ job: Job, at deadline: UnixMillis) {
         scheduler.withLock { $0?.schedule(job, at: deadline) }
     }
