@@ -134,7 +134,7 @@ def http_status(port, path):
         status = conn.getresponse().status
         conn.close()
         return status
-    except OSError:
+    except (OSError, http.client.HTTPException):  # not up yet (or connected to itself: see chaos.py's wait_for)
         return 0
 
 

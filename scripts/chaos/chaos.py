@@ -33,7 +33,9 @@ def wait_for(check, seconds, what):
         try:
             if check():
                 return
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # Not up yet. HTTPException too: polling a free port in the ephemeral range before its server listens can
+            # connect the client to itself (TCP simultaneous open), and it then reads its own request as the answer.
             pass
         time.sleep(0.05)
     # `what` may be a function, for a message that says how things stand at the deadline.
