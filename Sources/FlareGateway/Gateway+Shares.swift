@@ -66,7 +66,7 @@ extension Gateway {
             let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds, owner: key)
             let id = created.share.id
             let base = configuration.publicURL
-            var http = HTTPResponse.api(201, CreatedShare(
+            let body = CreatedShare(
                 shareID: id.rawValue,
                 shareURL: configuration.url("\(base)/s/\(created.viewToken)"),
                 expiresAt: Date(unixMillis: created.share.expiresAt),
@@ -77,7 +77,10 @@ extension Gateway {
                 mqttTopic: Topics.location(id),
                 statusTopic: Topics.status(id),
                 ingestURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/locations"),
-                ownTracksConfigURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/owntracks")))
+                ownTracksConfigURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/owntracks"))
+            // The same members `APIJSON.encode` writes (`CreatedShare.fields`), without JSONEncoder: it took a fifth
+            // of this handler's time.
+            var http = HTTPResponse.json(201, JSONWriter.flatObject(body.fields.map { ($0.key.rawValue, $0.value) }))
             http.headers.append(("Location", "/api/v1/shares/\(id.rawValue)"))
             return http
         } catch {

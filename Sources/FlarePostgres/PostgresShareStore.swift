@@ -212,7 +212,9 @@ public final class PostgresShareStore: ShareStore {
     }
 
     /// One statement: `share` (a CTE giving the share's `id` and `owner_key`, from `shareParameters`), then the event
-    /// and its deliveries (the named destinations, and the owning key's webhook if it has one); it answers the share's id.
+    /// and its deliveries (the named destinations, and the owning key's webhook if it has one and is not named among
+    /// them); it answers the share's id. `UNION ALL` with that condition, not `UNION`: setting up the deduplicating
+    /// aggregate for every creation was a tenth of the server's time for the statement.
     private static func withOutbox(_ share: String, _ shareParameters: [String?], _ pending: PendingEvent) -> (sql: String, parameters: [String?]) {
         let event = pending.event
         let n = shareParameters.count + 1
@@ -222,9 +224,10 @@ public final class PostgresShareStore: ShareStore {
             deliveries AS (
                 INSERT INTO event_deliveries (event, destination, next_at)
                 SELECT event.id, destination, $\(n + 2) FROM event, unnest($\(n + 4)::text[]) destination
-                UNION
+                UNION ALL
                 SELECT event.id, 'key:' || k.id, $\(n + 2) FROM event, share, owner_keys k
-                WHERE k.id = share.owner_key AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL)
+                WHERE k.id = share.owner_key AND k.webhook_url IS NOT NULL AND k.revoked_at IS NULL
+                  AND 'key:' || k.id <> ALL ($\(n + 4)::text[]))
             SELECT id FROM share
             """
         return (sql, shareParameters + [event.id, event.type.rawValue, String(event.at), String(decoding: event.body, as: UTF8.self),

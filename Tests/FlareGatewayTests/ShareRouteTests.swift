@@ -42,6 +42,16 @@ import Testing
         #expect(object.values.allSatisfy { $0 is String })
     }
 
+    @Test func theServersOwnWriterAndTheAPITypesEncoderWriteTheSameCreateAnswer() throws {
+        let fixture = try GatewayFixture()
+        let reply = fixture.send("POST", "/api/v1/shares", bearer: fixture.ownerKey, json: #"{"name":"Anna \"A\" / Zoë","duration_s":600}"#)
+        #expect(reply.status == 201)
+        let written = try JSONDecoder().decode([String: String].self, from: Data(reply.bytes))
+        let encoded = try JSONDecoder().decode([String: String].self, from: Data(APIJSON.encode(try reply.decode(CreatedShare.self))))
+        #expect(written == encoded)
+        #expect(written.count == 11)
+    }
+
     @Test func creatingAShareWithAnEmptyBodyUsesTheDefaultDuration() throws {
         let fixture = try GatewayFixture()
         let reply = fixture.send("POST", "/api/v1/shares", bearer: fixture.ownerKey)

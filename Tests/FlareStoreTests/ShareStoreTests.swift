@@ -597,6 +597,12 @@ extension ShareStoreTests {
         let due = try store.dueEvents(now: 10_000_000, limit: 10)
         #expect(due.filter { $0.destination == .mqtt }.map(\.event.type) == [.started, .opened])
         #expect(due.filter { $0.destination == .keyWebhook(key) }.map(\.event.type) == [.started, .opened])
+        // The key's webhook named among the destinations as well: still one delivery to it.
+        let answered = PendingEvent(.answered(share.id, answer: Answer(id: 1, kind: .onMyWay, name: "Li", at: 6_500)),
+                                    destinations: [.mqtt, .keyWebhook(key)])
+        try store.updateExpiry(row: row, expiresAt: share.expiresAt + 1, event: answered)
+        #expect(try store.dueEvents(now: 10_000_000, limit: 10).filter { $0.event.type == .answered }.map(\.destination.name).sorted()
+                == ["key:\(key)", "mqtt"])
 
         // Removed, or the key revoked: its new events go to it no more.
         #expect(try store.setKeyWebhook(id: key, url: nil, sealedSecret: nil, at: 30))
