@@ -31,7 +31,9 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
             nextGeneration += 1
             generations[job] = nextGeneration
             push(Item(deadline: deadline, job: job, generation: nextGeneration))
-            lock.signal()
+            // The thread sleeps until the earliest deadline: only a new earliest one must wake it. Waking it for
+            // every share created a day ahead cost a context switch per creation.
+            if heap.first?.generation == nextGeneration { lock.signal() }
         }
     }
 

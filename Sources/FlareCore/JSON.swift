@@ -351,30 +351,45 @@ public struct JSONWriter: Sendable {
 
     private mutating func appendQuoted(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            case UInt8(ascii: "<"):
-                // Keeps JSON safe to embed in HTML.
-                bytes.append(contentsOf: Array("\\u003c".utf8))
-            default: bytes.append(byte)
+        var text = value
+        text.withUTF8 { utf8 in
+            // Most strings (ids, tokens, topics, times) need no escape: one scan and one copy of the contiguous
+            // UTF-8, not an append per byte.
+            if !utf8.contains(where: Self.needsEscape) {
+                bytes.append(contentsOf: utf8)
+            } else {
+                for byte in utf8 { appendEscaping(byte) }
             }
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func appendEscaping(_ byte: UInt8) {
+        switch byte {
+        case UInt8(ascii: "\""): bytes.append(contentsOf: [0x5C, 0x22])
+        case UInt8(ascii: "\\"): bytes.append(contentsOf: [0x5C, 0x5C])
+        case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+        case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+        case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+        case 0..<0x20:
+            let hex: [UInt8] = Array("0123456789abcdef".utf8)
+            bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+        case UInt8(ascii: "<"):
+            // Keeps JSON safe to embed in HTML.
+            bytes.append(contentsOf: Array("\\u003c".utf8))
+        default: bytes.append(byte)
+        }
+    }
+
+    private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "<")
     }
 }
 
 extension JSONWriter {
     /// A flat object whose values are all strings, in the given order.
     public static func flatObject(_ pairs: [(String, String)]) -> [UInt8] {
-        var writer = JSONWriter()
+        var writer = JSONWriter(capacity: pairs.reduce(2) { $0 + $1.0.utf8.count + $1.1.utf8.count + 6 })
         writer.beginObject()
         for (name, value) in pairs { writer.field(name, value) }
         writer.endObject()

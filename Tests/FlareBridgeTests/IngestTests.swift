@@ -185,6 +185,27 @@ import Testing
         #expect(scheduler.pendingCount == 0)
         scheduler.stop()
     }
+
+    /// Only a new earliest deadline wakes the sleeping thread; a later one waits for the thread's own wake-up, also
+    /// when the earliest item is a cancelled one. Either way every job runs at its time, not a minute late.
+    @Test func aNewEarliestDeadlineWakesTheThreadAndALaterOneIsStillRun() {
+        let ran = Mutex<[String]>([])
+        let clock = SystemWallClock()
+        let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
+        let now = clock.now()
+        scheduler.schedule("tomorrow", at: now + 86_400_000)
+        usleep(100_000)  // the thread now sleeps a minute (its longest wait)
+        scheduler.schedule("soon", at: now + 150)
+        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["soon"] })
+
+        let later = clock.now()
+        scheduler.schedule("cancelled", at: later + 200)
+        scheduler.cancel("cancelled")
+        scheduler.schedule("after the cancelled one", at: later + 400)  // not the earliest item: no wake-up
+        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["soon", "after the cancelled one"] })
+        #expect(scheduler.pendingCount == 1)
+        scheduler.stop()
+    }
 }
 
 @Suite struct BlockingQueueTests {

@@ -14,6 +14,23 @@ import Testing
         #expect(value["x"] == .null)
     }
 
+    /// Strings that need no escape are copied whole; the others are escaped byte by byte: both give what the
+    /// parser reads back, and `<` never appears raw (the writer's output is embedded in HTML).
+    @Test(arguments: ["", "plain-token_123", "a\"b", "back\\slash", "line\nfeed\r\t", "bell\u{07}", "<script>", "Zoë 😀", "ends with \\"])
+    func writesStringsThatParseBackTheSame(_ text: String) throws {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("s", text)
+        writer.endObject()
+        #expect(try JSONValue.parse(writer.bytes)["s"] == .string(text))
+        #expect(!writer.bytes.contains(UInt8(ascii: "<")))
+        #expect(!writer.bytes.contains { $0 < 0x20 })
+    }
+
+    @Test func writesAStringNeedingNoEscapeAsItIs() {
+        #expect(JSONWriter.flatObject([("id", "Zoë-1/2"), ("b", "")]) == Array(#"{"id":"Zoë-1/2","b":""}"#.utf8))
+    }
+
     @Test func decodesSurrogatePairs() throws {
         #expect(try JSONValue.parse(#""\ud83d\ude00""#) == .string("😀"))
     }
