@@ -218,8 +218,12 @@ final class ShareRegistry: Sendable {
     /// The state the rules give now, and whether it differs from the recorded one (none recorded counts as live
     /// since the share's creation).
     private func trackerOutOfDate(_ entry: Entry, now: UnixMillis) -> Bool {
-        let recorded = entry.share.trackerRecord
-        return trackerRules.current(recorded: recorded, lastHeardAt: entry.lastHeardAt, transport: entry.transport, now: now) != recorded
+        trackerOutOfDate(entry.share, entry.lastHeardAt, entry.transport, now: now)
+    }
+
+    private func trackerOutOfDate(_ share: borrowing Share, _ lastHeardAt: UnixMillis, _ transport: TrackerTransport?, now: UnixMillis) -> Bool {
+        let recorded = share.trackerRecord
+        return trackerRules.current(recorded: recorded, lastHeardAt: lastHeardAt, transport: transport, now: now) != recorded
     }
 
     private static func batteryFlagChange(_ entry: Entry) -> Bool? {
@@ -257,7 +261,17 @@ final class ShareRegistry: Sendable {
     /// recorded yet.
     func trackersOutOfDate(now: UnixMillis) -> [ShareID] {
         state.withLock { state in
-            state.entries.compactMap { id, entry in entry.share.isActive && trackerOutOfDate(entry, now: now) ? id : nil }
+            // Each entry is read in place, through `inout` (the dictionary's in-place accessor; nothing is changed):
+            // reading entries by value copied each one (its share, trail and subscribers): about 90 ms with 100,000 shares
+            // every 5 s, with every creation, fix and view waiting for the lock meanwhile.
+            func outOfDate(_ entry: inout Entry) -> Bool { entry.share.isActive && trackerOutOfDate(entry.share, entry.lastHeardAt, entry.transport, now: now) }
+            var found: [ShareID] = []
+            var index = state.entries.values.startIndex
+            while index != state.entries.values.endIndex {
+                if outOfDate(&state.entries.values[index]) { found.append(state.entries.keys[index]) }
+                state.entries.values.formIndex(after: &index)
+            }
+            return found
         }
     }
 

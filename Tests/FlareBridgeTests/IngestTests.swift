@@ -148,6 +148,20 @@ import Testing
         }
     }
 
+    /// The periodic sweep names the active shares whose tracker state the passing of time alone has changed, and
+    /// no other: not an ended share, not one heard from recently, not one already recorded stale.
+    @Test func theTrackerSweepNamesOnlyActiveSharesThatTimeAloneMadeStale() {
+        let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
+        let silent = stored(), ended = stored(active: false), alreadyStale = stored()
+        let recent = StoredShare(row: 2, share: Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: 150_000,
+                                                      expiresAt: 1_000_000))
+        var recorded = alreadyStale
+        recorded.share.tracker = TrackerRecord(state: .stale, since: 120_000)
+        for share in [silent, ended, recorded, recent] { registry.insert(share) }
+        #expect(registry.trackersOutOfDate(now: 200_000) == [silent.share.id])
+        #expect(Set(registry.trackersOutOfDate(now: 300_000)) == [silent.share.id, recent.share.id])
+    }
+
     @Test func countsActiveSharesAndViewers() {
         let registry = ShareRegistry(trailLength: 32, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let a = stored(), b = stored(active: false)
