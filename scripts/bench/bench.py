@@ -13,6 +13,7 @@ import os
 import re
 import resource
 import select
+import signal
 import selectors
 import shutil
 import socket
@@ -176,8 +177,9 @@ def create_shares(stack, count, threads=4):
     return [s for r in results for s in r], time.monotonic() - started
 
 
-# wrk's script for share creation: POST with the owner key, every answer's status checked. The key comes from the
-# environment, so it is never written to a file or a command line.
+# wrk's script for share creation: POST with the owner key, every answer's status checked, until `limit` answers
+# (the script's argument). It says when it got there, so the rate is timed to that moment, not to wrk's -d. The key
+# comes from the environment, so it is never written to a file or a command line.
 CREATE_SCRIPT = r"""
 wrk.method = "POST"
 wrk.body = '{"duration_s": 86400}'
@@ -185,36 +187,52 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. os.getenv("FLARE_BENCH_KEY")
 -- Globals, not locals: done() runs in the main state and reads each thread's counts with thread:get().
 threads = {}
-created, refused = 0, 0
+created, refused, limit = 0, 0, 0
 function setup(thread) table.insert(threads, thread) end
+function init(args) limit = tonumber(args[1]) end
 function response(status, headers, body)
   if status == 201 then created = created + 1 else refused = refused + 1 end
+  if created + refused == limit then
+    io.write("flare-create-reached\n")
+    io.flush()
+    wrk.thread:stop()
+  end
 end
 function done(summary, latency, requests)
   local c, r = 0, 0
   for _, t in ipairs(threads) do c = c + t:get("created"); r = r + t:get("refused") end
-  io.write(string.format("flare-create %d %d %d %d %d %d\n", c, r, summary.errors.connect + summary.errors.read
-    + summary.errors.write + summary.errors.timeout, summary.duration, latency:percentile(50), latency:percentile(99)))
+  io.write(string.format("flare-create %d %d %d %d %d\n", c, r, summary.errors.connect + summary.errors.read
+    + summary.errors.write + summary.errors.timeout, latency:percentile(50), latency:percentile(99)))
 end
 """
 
 
-def create_burst(stack, seconds=3, connections=8):
-    """Creates shares for `seconds` with wrk (a C client: the Python client's own CPU, on the same two cores, cost
-    about a quarter of the machine per creation). Returns (created per s, p50 ms, p99 ms); any answer but 201 fails."""
+def create_burst(stack, count, connections=8):
+    """Creates `count` shares with wrk (a C client, on one thread: the Python client's own CPU, on the same two cores,
+    cost about a quarter of the machine per creation). Returns (created per s, p50 ms, p99 ms); any answer but 201
+    fails the run."""
     script = os.path.join(stack.work, "create.lua")
     with open(script, "w") as f:
         f.write(CREATE_SCRIPT)
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", script,
-                          f"http://{HOST}:{stack.http_port}/api/v1/shares"],
-                         capture_output=True, text=True, timeout=seconds + 30, env=dict(stack.env, FLARE_BENCH_KEY=stack.owner_key))
-    line = next((l for l in out.stdout.splitlines() if l.startswith("flare-create ")), None)
-    if line is None:
-        raise SystemExit(f"bench: wrk share creation printed no summary: {out.stderr.strip()[-300:]}")
-    created, refused, errors, duration_us, p50_us, p99_us = (int(x) for x in line.split()[1:])
-    if refused or errors or not created:
+    bound = max(30, count // 200)
+    wrk = subprocess.Popen(["wrk", "-t1", f"-c{connections}", f"-d{bound}s", "-s", script,
+                            f"http://{HOST}:{stack.http_port}/api/v1/shares", "--", str(count)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(stack.env, FLARE_BENCH_KEY=stack.owner_key))
+    started = time.monotonic()
+    took = None
+    for line in wrk.stdout:
+        if line.startswith("flare-create-reached"):
+            took = time.monotonic() - started
+            break
+    wrk.send_signal(signal.SIGINT)  # wrk then stops and prints its summary
+    out, err = wrk.communicate(timeout=30)
+    summary = next((l for l in out.splitlines() if l.startswith("flare-create ")), None)
+    if took is None or summary is None:
+        raise SystemExit(f"bench: wrk share creation did not finish: {err.strip()[-300:]}")
+    created, refused, errors, p50_us, p99_us = (int(x) for x in summary.split()[1:])
+    if refused or errors or created < count:
         raise SystemExit(f"bench: wrk share creation: {created} created, {refused} refused, {errors} socket errors")
-    return created / (duration_us / 1e6), p50_us / 1000, p99_us / 1000
+    return count / took, p50_us / 1000, p99_us / 1000
 
 
 # The database alone doing what one share creation asks of it: the statement PostgresShareStore.insert sends (the share,
@@ -598,7 +616,8 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
     """Grows to each level of live shares, each with a last position; RSS and share-creation rate at each."""
     rows = []
     for level in levels:
-        missing = level - len(shares)
+        # Counted by flared: the creation bursts' shares (wrk's) are live too, and not in `shares`.
+        missing = level - int(stack.metric("flare_shares_active"))
         created_rate = None
         if missing > 0:
             new, took = create_shares(stack, missing)
@@ -611,17 +630,19 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
                 before = stack.metric("flare_fixes_accepted_total")
                 flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
                 wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
-        # Creation rate with `level` shares present: a short burst measured on its own.
+        # Memory with `level` live shares, then the creation rate with them present: a short burst measured on its own
+        # (a tenth more, 500 to 5,000).
+        live, flared_mb, broker_mb = int(stack.metric("flare_shares_active")), rss_mb(stack.flared.pid), rss_mb(stack.broker.pid)
         probe = RoundTripProbe(stack)
-        rate_created, p50, p99 = create_burst(stack)
+        rate_created, p50, p99 = create_burst(stack, max(500, min(5000, level // 10)))
         stall = probe.stop()
-        rows.append({"name": f"scale {level} shares", "live_shares": int(stack.metric("flare_shares_active")),
-                     "flared_rss_mb": round(rss_mb(stack.flared.pid), 1), "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1),
+        rows.append({"name": f"scale {level} shares", "live_shares": live,
+                     "flared_rss_mb": round(flared_mb, 1), "mosquitto_rss_mb": round(broker_mb, 1),
                      "create_per_s": round(rate_created), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2),
                      "bulk_create_per_s": round(created_rate) if created_rate else None,
                      **stall,
                      "target": "flared <= 300 MB at 100k; create >= 2000/s; MQTT round trip < 100 ms while creating",
-                     "pass": (rss_mb(stack.flared.pid) <= 300 or level < 100_000) and rate_created >= 2000
+                     "pass": (flared_mb <= 300 or level < 100_000) and rate_created >= 2000
                              and stall.get("probe_max_ms", 1e9) < 100})
     if viewer_count:
         publisher = paho_publisher(stack)
@@ -659,13 +680,13 @@ def bench_postgres(work, cfg, only, rows):
                 print_row(row)
         if "pg-scale" in only:
             level = cfg["levels"][-1]
-            new, took = create_shares(stack, level - len(shares))
+            new, took = create_shares(stack, level - int(stack.metric("flare_shares_active")))
             shares.extend(new)
-            rate_created, p50, p99 = create_burst(stack)
-            live = int(stack.metric("flare_shares_active"))
+            live, flared_mb, broker_mb = int(stack.metric("flare_shares_active")), rss_mb(stack.flared.pid), rss_mb(stack.broker.pid)
+            rate_created, p50, p99 = create_burst(stack, max(500, min(5000, level // 10)))
             reference = reference_creations(stack.work, postgres)
             rows.append({"name": f"scale {level} shares (PostgreSQL)", "live_shares": live,
-                         "flared_rss_mb": round(rss_mb(stack.flared.pid), 1), "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1),
+                         "flared_rss_mb": round(flared_mb, 1), "mosquitto_rss_mb": round(broker_mb, 1),
                          "create_per_s": round(rate_created), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2),
                          "bulk_create_per_s": round(len(new) / took), "database_alone_per_s": round(reference),
                          "ratio_to_database_alone": round(rate_created / reference, 2),
