@@ -74,6 +74,10 @@ class Postgres:
     def stop(self):
         self._script("stop")
 
+    def program(self, name):
+        """The path of one of the server's programs (pgbench, pg_ctl), from where postgres.sh finds them."""
+        return os.path.join(self._script("bin").strip(), name)
+
     def sql(self, statement):
         result = subprocess.run(["psql", self.url, "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", statement],
                                 capture_output=True, text=True, timeout=60)

@@ -3,9 +3,10 @@
 #   scripts/postgres.sh start   initdb on first use (as the `postgres` user when run as root: initdb and pg_ctl
 #                               refuse root), start, create the database `flare`; prints its URL on stdout
 #   scripts/postgres.sh stop    fast shutdown
+#   scripts/postgres.sh bin     prints the directory of the server's programs (initdb, pg_ctl, pgbench)
 # Trust authentication on loopback only: for trying Flare out, not for production (deploy/ has a real service).
 set -euo pipefail
-command=${1:?usage: postgres.sh start|stop}
+command=${1:?usage: postgres.sh start|stop|bin}
 : "${FLARE_DATA_DIR:?set FLARE_DATA_DIR}"
 : "${FLARE_PG_PORT:?set FLARE_PG_PORT}"
 dir=$FLARE_DATA_DIR/postgres
@@ -16,6 +17,9 @@ as_postgres() {
 }
 
 case "$command" in
+bin)
+  echo "$bin"
+  ;;
 start)
   mkdir -p "$dir"
   if [ "$(id -u)" -eq 0 ]; then
@@ -44,7 +48,7 @@ stop)
   as_postgres "$bin/pg_ctl" -D "$dir/data" -m fast -w stop </dev/null >/dev/null 2>&1 || true
   ;;
 *)
-  echo "usage: postgres.sh start|stop" >&2
+  echo "usage: postgres.sh start|stop|bin" >&2
   exit 2
   ;;
 esac
