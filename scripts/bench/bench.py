@@ -6,11 +6,9 @@ directory, measures each benchmark against a reference taken in the same run, pr
 bench-results/<time>.json. Every load goes to 127.0.0.1 only, is bounded in count and time, and stops itself.
 """
 import argparse
-import glob
 import http.client
 import json
 import os
-import re
 import resource
 import select
 import signal
@@ -207,6 +205,20 @@ end
 """
 
 
+def at_level(stack):
+    """What a scale row reads at its level, before the creation burst: (flared's RSS in MB, the row's fields: live
+    shares and both processes' memory)."""
+    flared_mb = rss_mb(stack.flared.pid)
+    return flared_mb, {"live_shares": int(stack.metric("flare_shares_active")), "flared_rss_mb": round(flared_mb, 1),
+                       "mosquitto_rss_mb": round(rss_mb(stack.broker.pid), 1)}
+
+
+def creation_at(stack, level):
+    """The creation burst with `level` live shares (a tenth more, 500 to 5,000): (created per s, the row's fields)."""
+    rate, p50, p99 = create_burst(stack, max(500, min(5000, level // 10)))
+    return rate, {"create_per_s": round(rate), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2)}
+
+
 def create_burst(stack, count, connections=8):
     """Creates `count` shares with wrk (a C client, on one thread: the Python client's own CPU, on the same two cores,
     cost about a quarter of the machine per creation). Returns (created per s, p50 ms, p99 ms); any answer but 201
@@ -261,8 +273,7 @@ def reference_creations(work, postgres, seconds=3, clients=8):
     script = os.path.join(work, "reference-create.sql")
     with open(script, "w") as f:
         f.write(REFERENCE_CREATE_SQL)
-    pgbench = os.path.join(sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: [int(x) for x in re.findall(r"\d+", d)])[-1], "pgbench")
-    out = subprocess.run([pgbench, "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(seconds), "-f", script, postgres.url],
+    out = subprocess.run([postgres.program("pgbench"), "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(seconds), "-f", script, postgres.url],
                          capture_output=True, text=True, timeout=seconds + 60)
     tps = next((float(l.split()[2]) for l in out.stdout.splitlines() if l.startswith("tps = ")), None)
     if out.returncode != 0 or tps is None:
@@ -630,15 +641,12 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
                 before = stack.metric("flare_fixes_accepted_total")
                 flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
                 wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
-        # Memory with `level` live shares, then the creation rate with them present: a short burst measured on its own
-        # (a tenth more, 500 to 5,000).
-        live, flared_mb, broker_mb = int(stack.metric("flare_shares_active")), rss_mb(stack.flared.pid), rss_mb(stack.broker.pid)
+        # Memory with `level` live shares, then the creation rate with them present: a short burst measured on its own.
+        flared_mb, state = at_level(stack)
         probe = RoundTripProbe(stack)
-        rate_created, p50, p99 = create_burst(stack, max(500, min(5000, level // 10)))
+        rate_created, creation = creation_at(stack, level)
         stall = probe.stop()
-        rows.append({"name": f"scale {level} shares", "live_shares": live,
-                     "flared_rss_mb": round(flared_mb, 1), "mosquitto_rss_mb": round(broker_mb, 1),
-                     "create_per_s": round(rate_created), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2),
+        rows.append({"name": f"scale {level} shares", **state, **creation,
                      "bulk_create_per_s": round(created_rate) if created_rate else None,
                      **stall,
                      "target": "flared <= 300 MB at 100k; create >= 2000/s; MQTT round trip < 100 ms while creating",
@@ -682,12 +690,10 @@ def bench_postgres(work, cfg, only, rows):
             level = cfg["levels"][-1]
             new, took = create_shares(stack, level - int(stack.metric("flare_shares_active")))
             shares.extend(new)
-            live, flared_mb, broker_mb = int(stack.metric("flare_shares_active")), rss_mb(stack.flared.pid), rss_mb(stack.broker.pid)
-            rate_created, p50, p99 = create_burst(stack, max(500, min(5000, level // 10)))
+            _, state = at_level(stack)
+            rate_created, creation = creation_at(stack, level)
             reference = reference_creations(stack.work, postgres)
-            rows.append({"name": f"scale {level} shares (PostgreSQL)", "live_shares": live,
-                         "flared_rss_mb": round(flared_mb, 1), "mosquitto_rss_mb": round(broker_mb, 1),
-                         "create_per_s": round(rate_created), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2),
+            rows.append({"name": f"scale {level} shares (PostgreSQL)", **state, **creation,
                          "bulk_create_per_s": round(len(new) / took), "database_alone_per_s": round(reference),
                          "ratio_to_database_alone": round(rate_created / reference, 2),
                          "target": "create >= 2000/s", "pass": rate_created >= 2000})
