@@ -263,7 +263,9 @@ final class ShareRegistry: Sendable {
     func trackersOutOfDate(now: UnixMillis) -> [ShareID] {
         state.withLock { state in
             // Each entry read in place (`readInPlace`): copying each one cost about 90 ms with 100,000 shares, every
-            // 5 s, with every creation, fix and view waiting for the lock meanwhile.
+            // 5 s, with every creation, fix and view waiting for the lock meanwhile. The index is walked by hand: a
+            // `for` over `indices` would hold a second reference to the storage, and the first in-place access would
+            // then copy the whole dictionary.
             var found: [ShareID] = []
             var index = state.entries.values.startIndex
             while index != state.entries.values.endIndex {
