@@ -88,8 +88,8 @@ import Testing
 }
 
 @Suite struct ShareRegistryTests {
-    func stored(active: Bool = true) -> StoredShare {
-        StoredShare(row: 1, share: Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: 0, expiresAt: 1_000_000,
+    func stored(active: Bool = true, createdAt: UnixMillis = 0) -> StoredShare {
+        StoredShare(row: 1, share: Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: createdAt, expiresAt: 1_000_000,
                                          endedAt: active ? nil : 5, endReason: active ? nil : .stopped))
     }
 
@@ -152,9 +152,7 @@ import Testing
     /// no other: not an ended share, not one heard from recently, not one already recorded stale.
     @Test func theTrackerSweepNamesOnlyActiveSharesThatTimeAloneMadeStale() {
         let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
-        let silent = stored(), ended = stored(active: false), alreadyStale = stored()
-        let recent = StoredShare(row: 2, share: Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: 150_000,
-                                                      expiresAt: 1_000_000))
+        let silent = stored(), ended = stored(active: false), alreadyStale = stored(), recent = stored(createdAt: 150_000)
         var recorded = alreadyStale
         recorded.share.tracker = TrackerRecord(state: .stale, since: 120_000)
         for share in [silent, ended, recorded, recent] { registry.insert(share) }

@@ -543,15 +543,15 @@ def test_an_integrator_hears_the_people_side_on_the_events_topic(flare, viewer):
     d.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="called_emergency"]').click()
     wait_for(d, lambda drv: text(drv, '#answer-status').startswith('Sent'), 'the answer sent')
     flare.stop(share)
-    lines = []
+    lines, got = [], []
     for line in events.stdout:  # until the end arrives (mosquitto_sub gives up by itself after 30 s)
         lines.append(line)
-        if json.loads(line)['type'] == 'share.ended':
+        got.append(json.loads(line))
+        if got[-1]['type'] == 'share.ended':
             break
     events.terminate()
     err = events.communicate(timeout=10)[1]
     out = ''.join(lines)
-    got = [json.loads(line) for line in lines if line.strip()]
     # share.started went out when the share was created, before this subscription, unless the deliverer was late
     # (a loaded machine): then it comes first.
     if got and got[0]['type'] == 'share.started':
