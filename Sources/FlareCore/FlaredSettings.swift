@@ -14,7 +14,7 @@ public enum FlaredSettings {
               derived: ("mqtt://127.0.0.1:FLARE_MQTT_PORT", { config in config.string("FLARE_MQTT_PORT").map { "mqtt://127.0.0.1:\($0)" } })),
         .init("FLARE_MQTT_PUBLIC_URL", .url(schemes: ["mqtt", "mqtts"]), nil, "broker address given to devices",
               derived: ("FLARE_MQTT_URL", { config in config.string("FLARE_MQTT_URL") })),
-        .init("FLARE_MQTT_CLIENT_ID", .text, "flared", "the bridge's MQTT client id (its persistent session)"),
+        .init("FLARE_MQTT_CLIENT_ID", .text, "flared", "the bridge's MQTT client id (its persistent session; one per instance; not starting with flare-, which share tokens use)"),
         .init("FLARE_INSTANCE_STALE_AFTER_S", .integer(3...3600), "20", "with a shared store: how long an instance may go without saying it is alive (every 5 s at most) before another takes over its broker session and stores what the broker kept for it"),
         .init("FLARE_MQTT_USERNAME", .text, "", "the bridge's broker username, if the broker requires one"),
         .init("FLARE_MQTT_PASSWORD", .text, "", "the bridge's broker password", secret: true),

@@ -103,7 +103,7 @@ public struct OwnTracksConfiguration: Sendable {
         writer.field("tid", trackerID)
         if case .mqtt = connection {
             // One MQTT session per share: a phone provisioned for a second share must not take over the first's.
-            writer.field("clientId", "flare-\(shareID.rawValue)")
+            writer.field("clientId", ClientIDs.device(shareID))
             // Locations go to exactly this topic; the apps' other messages (event, status, waypoint) go below it,
             // where the device token may publish and the bridge does not listen.
             writer.field("pubTopicBase", Topics.location(shareID))

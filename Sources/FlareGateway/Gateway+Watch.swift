@@ -1,5 +1,4 @@
 import FlareAPI
-import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
@@ -15,6 +14,7 @@ extension Gateway {
         guard share.isActive else { return shareErrorResponse(.ended) }
         return .api(201, WatchToken(shareID: id.rawValue, watchToken: shares.watchToken(for: share),
                                     mqttURL: configuration.mqttPublicURL, mqttUsername: id.rawValue,
-                                    topicFilter: Topics.shareRoot(id) + "/#", expiresAt: Date(unixMillis: share.expiresAt)))
+                                    topicFilter: Topics.shareRoot(id) + "/#", mqttClientIDPrefix: ClientIDs.watcherPrefix(id),
+                                    expiresAt: Date(unixMillis: share.expiresAt)))
     }
 }

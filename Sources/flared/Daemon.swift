@@ -38,6 +38,10 @@ final class Daemon: Sendable {
 
         let location = try StoreLocation(url: config.string("FLARE_STORE_URL"), dataDirectory: dataDirectory)
         let clientID = config.string("FLARE_MQTT_CLIENT_ID") ?? ""
+        // Share tokens connect as flare-<share id>…: a bridge with such an id could have its session taken by a phone.
+        guard !ClientIDs.isTokenForm(clientID) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_CLIENT_ID must not start with \"flare-\": those ids belong to share tokens (use e.g. flared-a)")
+        }
         let store: any ShareStore
         do { store = try Stores.open(location, instance: clientID) } catch {
             throw Configuration.ConfigurationError("cannot open the store (FLARE_STORE_URL: \(location)): \(error)")

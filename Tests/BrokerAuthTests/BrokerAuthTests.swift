@@ -48,6 +48,43 @@ import Testing
         #expect(fixture.broker.log.contains("token is for another share"))
     }
 
+    /// A client id names a session, and whoever connects with it takes that session over, with what the broker
+    /// queued for it: a token may use only its own share's ids, the phone's or a watcher's by its role.
+    @Test func aTokenConnectsOnlyWithTheClientIDsItsRoleMayUse() throws {
+        let fixture = try AuthFixture()
+        let a = ShareID.generate(), b = ShareID.generate()
+        let device = fixture.token(a, .device), watch = fixture.token(a, .watch)
+        let cases: [(token: String, clientID: String, connects: Bool)] = [
+            (device, "flare-\(a.rawValue)", true),
+            (device, "flare-\(a.rawValue)-tablet.2", true),
+            (watch, "flare-\(a.rawValue)-watch-dispatch_1", true),
+            // The service accounts' sessions: the bridge, a cluster instance, the epoch probe.
+            (device, "flared", false), (watch, "flared", false), (device, "flared-a", false), (device, "flared-epoch", false),
+            // Another share's phone and watcher.
+            (device, "flare-\(b.rawValue)", false), (watch, "flare-\(b.rawValue)-watch-x", false),
+            // The phone's session for a watcher, a watcher's for the phone.
+            (watch, "flare-\(a.rawValue)", false), (watch, "flare-\(a.rawValue)-tablet", false),
+            (device, "flare-\(a.rawValue)-watch-x", false),
+            // Near misses: an empty suffix, a longer share id, a character outside the suffix alphabet, an id the
+            // broker would have assigned.
+            (device, "flare-\(a.rawValue)-", false), (watch, "flare-\(a.rawValue)-watch-", false),
+            (device, "flare-\(a.rawValue)x", false), (device, "flare-\(a.rawValue)-a/b", false),
+            (device, "auto-5D3C2A10-0B1E-4F6A-8C7D-9E0F1A2B3C4D", false),
+            (device, "flare-\(a.rawValue)-" + String(repeating: "x", count: 65), false),
+        ]
+        for (token, clientID, connects) in cases {
+            let client = try fixture.client(a.rawValue, token, clientID: clientID)
+            #expect(client.waitForOutcome() == (connects ? .connected : .refused), "\(clientID)")
+        }
+        #expect(fixture.broker.log.contains("client id is not one this token may use"))
+        // The bridge's own id stays the bridge's: its connection was never closed by any of the attempts.
+        let flared = try fixture.client("flared", fixture.flaredPassword, clientID: "flared")
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try fixture.client(a.rawValue, device, clientID: "flared").waitForOutcome() == .refused)
+        #expect(flared.mqtt.isConnected && flared.disconnectCount == 0)
+        #expect(!fixture.broker.log.contains("Client flared already connected"))
+    }
+
     @Test func aWatchTokenSubscribesToItsShareButCannotPublish() throws {
         let fixture = try AuthFixture()
         let a = ShareID.generate(), b = ShareID.generate()
@@ -246,9 +283,10 @@ import Testing
     /// SIGKILL closes its socket without a DISCONNECT, as a phone losing its network does.
     final class Tracker {
         let process = Process()
-        let clientID = "will-test-\(UUID().uuidString.prefix(8))"
+        let clientID: String
 
         init(fixture: AuthFixture, share: ShareID, will: String, qos: Int) throws {
+            clientID = "flare-\(share.rawValue)-will-\(UUID().uuidString.prefix(8))"
             process.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
             process.arguments = ["-h", "127.0.0.1", "-p", String(fixture.broker.port), "-V", "mqttv311", "-c", "-i", clientID,
                                  "-u", share.rawValue, "-P", fixture.token(share, .device), "-t", Topics.status(share),

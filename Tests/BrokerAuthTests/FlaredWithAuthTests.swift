@@ -78,6 +78,50 @@ import Testing
         #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
     }
 
+    /// The attack that lost acknowledged fixes of every share: a token of one share (any limited key can make one)
+    /// connecting with the bridge's client id and a persistent session, which would hand it the bridge's session and
+    /// drop what the broker queued there; or with another share's phone's id. While another share's phone streams
+    /// QoS 1 fixes, every attempt is refused at CONNACK: all the fixes are stored, and neither the bridge nor the
+    /// phone is ever disconnected.
+    @Test func noTokenTakesTheBridgesOrAnotherPhonesSessionWhileAShareStreams() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory, extraEnvironment: ["FLARE_TRAIL_LENGTH": "100"])
+        defer { flared.stop() }
+        func create() throws -> (id: ShareID, device: String, view: String) {
+            let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+            let share = try #require(created.json as? [String: String])
+            return (try #require(share["share_id"].flatMap { ShareID($0) }), try #require(share["device_token"]),
+                    try #require(share["share_url"]?.split(separator: "/").last.map(String.init)))
+        }
+        let victim = try create(), attacker = try create()
+        let attackerWatch = try #require(try flared.request("POST", "/api/v1/shares/\(attacker.id.rawValue)/watch-tokens",
+                                                           bearer: flared.ownerKey).json?["watch_token"] as? String)
+        let bridgeID = try #require(flared.environment["FLARE_MQTT_CLIENT_ID"])
+        let stolenIDs = [bridgeID, "flared", "flared-a", bridgeID + "-epoch", "flare-\(victim.id.rawValue)",
+                         "flare-\(victim.id.rawValue)-watch-x"]
+        let phone = try fixture.client(victim.id.rawValue, victim.device, clientID: "flare-\(victim.id.rawValue)", cleanSession: false)
+        #expect(phone.waitForOutcome() == .connected)
+
+        let count = 40
+        let start = Int(Date().timeIntervalSince1970) - 120
+        for n in 0..<count {
+            let fix = #"{"_type":"location","lat":\#(10 + Double(n) / 100),"lon":20,"tst":\#(start + n)}"#
+            #expect(try phone.publish(Topics.location(victim.id), fix) == nil, "fix \(n) not acknowledged")
+            let token = n % 2 == 0 ? attacker.device : attackerWatch
+            let thief = try fixture.client(attacker.id.rawValue, token, clientID: stolenIDs[n % stolenIDs.count], cleanSession: false)
+            #expect(thief.waitForOutcome() == .refused, "\(stolenIDs[n % stolenIDs.count]) was not refused")
+        }
+        #expect(eventually(timeout: .seconds(20)) {
+            ((try? flared.request("GET", "/api/v1/view/\(victim.view)"))?.json?["trail"] as? [Any])?.count == count
+        })
+        let trail = try #require(try flared.request("GET", "/api/v1/view/\(victim.view)").json?["trail"] as? [[String: Any]])
+        #expect(Set(trail.compactMap { $0["tst"] as? Int }) == Set((0..<count).map { start + $0 }))
+        #expect(phone.mqtt.isConnected && phone.disconnectCount == 0)
+        #expect(!flared.log.contains("lost the broker") && !flared.log.contains("disconnected from the broker"))
+        #expect(!fixture.broker.log.contains("already connected, closing old connection"))
+        #expect(fixture.broker.log.contains("client id is not one this token may use"))
+    }
+
     /// The OwnTracks apps' HTTP mode end to end: the configuration, a message posted with Basic auth as Android
     /// posts it (stored, then published where integrators read), "locate now" handed to the phone in an answer,
     /// a wrong password, and the ended share telling the phone to stop.

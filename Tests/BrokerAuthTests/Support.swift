@@ -33,8 +33,21 @@ struct AuthFixture {
         return ShareToken(shareID: share, role: role, issuedAt: now, expiresAt: now + seconds).signed(with: key)
     }
 
-    func client(_ username: String?, _ password: String?) throws -> Client {
-        try Client(port: broker.port, username: username, password: password)
+    /// A client as Flare's own connect: with the client id its token may use (the plugin binds them), unless told.
+    func client(_ username: String?, _ password: String?, clientID: String? = nil, cleanSession: Bool = true) throws -> Client {
+        try Client(port: broker.port, username: username, password: password,
+                   clientID: clientID ?? allowedClientID(username: username, password: password), cleanSession: cleanSession)
+    }
+
+    /// A watcher's id for a watch token (`flare-<share>-watch-<suffix>`), the phone's (`flare-<share>-<suffix>`) for
+    /// any other password given with a share id, and an id of no share for the service accounts.
+    func allowedClientID(username: String?, password: String?) -> String {
+        let suffix = UUID().uuidString.prefix(12)
+        guard let username, ShareID(username) != nil else { return "auth-test-\(suffix)" }
+        if let password, let token = try? ShareToken.verify(password, key: key, nowSeconds: Int64.min), token.role == .watch {
+            return "flare-\(username)-watch-\(suffix)"
+        }
+        return "flare-\(username)-\(suffix)"
     }
 
     func flared() throws -> Client { try client("flared", flaredPassword) }
@@ -51,8 +64,9 @@ final class Client: Sendable {
     }
     private let recorder = Recorder()
 
-    init(port: Int, username: String?, password: String?) throws {
-        var options = MQTTClient.Options(clientID: "auth-test-\(UUID().uuidString.prefix(12))")
+    init(port: Int, username: String?, password: String?, clientID: String, cleanSession: Bool = true) throws {
+        var options = MQTTClient.Options(clientID: clientID)
+        options.cleanSession = cleanSession
         options.port = port
         options.username = username
         options.password = password

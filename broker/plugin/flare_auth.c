@@ -5,8 +5,9 @@
  * flared issues (claims sub, role, iat, exp, and an EMQX-5-style acl list). The plugin verifies the token at
  * CONNECT, keeps the verified claims per connected client, and on every publish, subscribe and delivery checks
  * again that the token has not expired, that the share has not been revoked, and that the acl claim allows
- * the topic. Any username that is not a share id is deferred to mosquitto's own password_file / acl_file
- * (the service accounts: flared, an admin).
+ * the topic. A token also binds the client id (client_id_allowed): a session belongs to whoever may take it.
+ * Any username that is not a share id is deferred to mosquitto's own password_file / acl_file (the service
+ * accounts: flared, an admin).
  *
  * Revocation: flared publishes {"op":"revoke","share_id":"...","until":<unix s>} to $CONTROL/flare/v1 when a
  * share is stopped before its expiry. The plugin kicks that share's clients and refuses its tokens until
@@ -60,6 +61,7 @@ enum verdict {
 	V_WRONG_USER,
 	V_REVOKED,
 	V_NO_KEY,
+	V_CLIENT_ID,
 };
 
 static const char *verdict_text(enum verdict v)
@@ -73,6 +75,7 @@ static const char *verdict_text(enum verdict v)
 		case V_WRONG_USER: return "token is for another share";
 		case V_REVOKED: return "share was stopped";
 		case V_NO_KEY: return "no token key loaded";
+		case V_CLIENT_ID: return "client id is not one this token may use";
 	}
 	return "refused";
 }
@@ -187,6 +190,40 @@ static bool is_share_id(const char *text)
 		if(text[i] == '\0' || b64url_value((unsigned char)text[i]) < 0) return false;
 	}
 	return text[SHARE_ID_LEN] == '\0';
+}
+
+/* The client ids a token may use (MQTT client ids name sessions: whoever connects with an id takes that session
+ * over, with what the broker queued for it). A device token: "flare-<its share id>" or "flare-<its share
+ * id>-<suffix>" with a suffix not starting with "watch-"; a watch token: "flare-<its share id>-watch-<suffix>". A
+ * suffix is 1-64 characters of [A-Za-z0-9._-]. So no token can take a service account's session ("flared",
+ * "flared-a", the epoch probe's "<id>-epoch"), another share's phone or watcher, its own share's phone (a watcher)
+ * or a watcher's (the phone), nor a broker-assigned id ("auto-…": a client sending no id is refused). */
+#define MAX_CLIENT_ID_SUFFIX 64
+#define WATCH_PREFIX "watch-"
+
+static bool is_suffix(const char *text)
+{
+	size_t n = 0;
+	for(; text[n] != '\0'; n++){
+		unsigned char c = (unsigned char)text[n];
+		if(n >= MAX_CLIENT_ID_SUFFIX) return false;
+		if(!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) return false;
+	}
+	return n > 0;
+}
+
+static bool client_id_allowed(const char *id, const char *share, int role)
+{
+	const char *rest;
+
+	if(id == NULL || strncmp(id, "flare-", 6) != 0 || strncmp(id + 6, share, SHARE_ID_LEN) != 0) return false;
+	rest = id + 6 + SHARE_ID_LEN;
+	if(role == ROLE_DEVICE){
+		if(rest[0] == '\0') return true;
+		return rest[0] == '-' && strncmp(rest + 1, WATCH_PREFIX, strlen(WATCH_PREFIX)) != 0 && is_suffix(rest + 1);
+	}
+	return role == ROLE_WATCH && rest[0] == '-' && strncmp(rest + 1, WATCH_PREFIX, strlen(WATCH_PREFIX)) == 0
+		&& is_suffix(rest + 1 + strlen(WATCH_PREFIX));
 }
 
 static size_t hash_pointer(const void *p, size_t buckets)
@@ -907,6 +944,7 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 		return MOSQ_ERR_PLUGIN_DEFER;
 	}
 	v = verify_token(ed->username, ed->password, time(NULL), &c);
+	if(v == V_OK && !client_id_allowed(mosquitto_client_id(ed->client), c.sub, c.role)) v = V_CLIENT_ID;
 	if(v != V_OK){
 		remove_client(ed->client);
 		mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: refused %s: %s", ed->username, verdict_text(v));

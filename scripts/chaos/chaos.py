@@ -306,7 +306,8 @@ def case_broker_restart(work, quick):
         assert status == 201, (status, body[:200])
         watch_token = json.loads(body)["watch_token"]
         retained = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-t", f"flare/v1/shares/{share['share_id']}/#",
-                                   "-u", share["share_id"], "-P", watch_token, "-C", "2", "-W", "5", "-v"],
+                                   "-u", share["share_id"], "-P", watch_token, "-i", f"flare-{share['share_id']}-watch-chaos",
+                                   "-C", "2", "-W", "5", "-v"],
                                   capture_output=True, text=True).stdout
         assert '"state":"active"' in retained, "retained status lost"
         assert "/location" in retained, "retained last position lost"
@@ -418,8 +419,9 @@ def case_broker_crash(work, quick):
         assert f"flare/v1/shares/{stopped['share_id']}/location" not in state, "the stopped share got a position back"
         assert stack.metric("flare_broker_restores_total") == 1, "flared did not count one restore"
         # The stopped share's device token is still refused by the restarted broker.
+        # The phone's own client id: refused for the revocation alone.
         refused = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", stopped["share_id"],
-                                  "-P", stopped["device_token"], "-t", f"flare/v1/shares/{stopped['share_id']}/location",
+                                  "-P", stopped["device_token"], "-i", f"flare-{stopped['share_id']}", "-t", f"flare/v1/shares/{stopped['share_id']}/location",
                                   "-m", json.dumps({"_type": "location", "lat": 1, "lon": 2, "tst": now}), "-q", "1"],
                                  capture_output=True, text=True)
         assert refused.returncode != 0, "the stopped share's device token works again after the crash"
