@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),

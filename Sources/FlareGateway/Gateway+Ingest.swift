@@ -10,15 +10,13 @@ extension Gateway {
     /// How long a request waits for its fix's commit before asking the client to come back (the fix stays queued).
     static let ingestCommitWaitMillis = 5_000
 
-    func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
-              shares.authorizeDevice(token: String(authorization.dropFirst("Bearer ".count)), for: id)
-        else {
-            if let found = shares.share(id), !found.share.isActive { return APIError.shareEnded.response }
-            return APIError.unauthorized.response
+    func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
+        guard try authenticate(request, share: id, allowDevice: true) == .device else {
+            if let found = try lookUp(id), !found.share.isActive { throw .shareEnded }
+            throw .unauthorized
         }
-        guard let found = shares.share(id), case .live(let snapshot) = found else { return APIError.shareNotFound.response }
+        guard let found = try lookUp(id), case .live(let snapshot) = found else { throw .shareNotFound }
         let receivedAt = clock.now()
         switch parser.parse(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason):
@@ -29,7 +27,7 @@ extension Gateway {
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
             return .api(202, IngestReceipt(tst: fix.timestamp, commands: commands(for: snapshot)))
         }
-    }
+    } }
 
     /// Stores a fix that came over HTTP; nil once it is committed, else the answer that asks the client to retry.
     func storeOverHTTP(_ fix: Fix, _ snapshot: ShareSnapshot, receivedAt: UnixMillis) -> APIError? {
@@ -38,6 +36,7 @@ extension Gateway {
         case .stored:
             return nil
         case .unavailable:
+            // Longer than a lookup's Retry-After: the queue is full or the writer is failing, neither of which passes in a second.
             return APIError(status: 503, code: "store_unavailable", message: "the fix could not be stored now; retry",
                             headers: [("Retry-After", "5")])
         case .pending:

@@ -30,7 +30,7 @@ import Testing
         #expect(reply.text.contains(#""commands":[]"#))
         // Stored and known to viewers before the answer: no waiting.
         let id = try #require(ShareID(created.shareID))
-        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        guard case .live(let snapshot) = try fixture.service.share(id) else { Issue.record("share not live"); return }
         #expect(snapshot.last?.timestamp == tst)
         #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
         // Over HTTP, a tracker sends no will: its state can only become stale, and the page says so.
@@ -172,7 +172,7 @@ import Testing
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()
         let id = try #require(ShareID(created.shareID))
-        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        guard case .live(let snapshot) = try fixture.service.share(id) else { Issue.record("share not live"); return }
         let lock = try SQLiteLock(path: fixture.directory.appendingPathComponent("flare.db").path)
         let tst = GatewayFixture.now
         // Queued, not committed within the wait (the writer waits out SQLite's busy timeout, then retries).

@@ -150,7 +150,7 @@ final class GatewayFixture {
         let id = try #require(ShareID(share.shareID), sourceLocation: sourceLocation)
         #expect(ingestor.waitUntilStored(), sourceLocation: sourceLocation)
         let recorded = eventually {
-            guard case .live(let snapshot) = service.share(id) else { return false }
+            guard case .live(let snapshot) = try? service.share(id) else { return false }
             return snapshot.last?.timestamp == tst
         }
         try #require(recorded, "the fix at \(tst) never became the share's last", sourceLocation: sourceLocation)
