@@ -306,7 +306,8 @@ public final class FixIngestor: Sendable {
                         logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")
                     }
                     usleepMillis(retryDelayMillis)
-                    retryDelayMillis = min(retryDelayMillis * 2, 5000)
+                    // At most a second: fixes wait no longer than that once the store is back.
+                    retryDelayMillis = min(retryDelayMillis * 2, 1000)
                     store.recoverAfterFailedWrite()
                 }
             }
