@@ -131,13 +131,16 @@ public final class ShareService: Sendable {
     /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
     /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
     private let eventRecorded: @Sendable () -> Void
+    /// Clears what tokens left retained below an ended share's location topic (`RetainedSweeper`).
+    private let sweepRetained: @Sendable (ShareID) -> Void
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
     /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
-                eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {}) {
+                eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {},
+                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
         self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), clock: clock, metrics: metrics, logger: logger)
@@ -150,6 +153,7 @@ public final class ShareService: Sendable {
         self.logger = logger
         self.eventDestinations = eventDestinations
         self.eventRecorded = eventRecorded
+        self.sweepRetained = sweepRetained
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.quotaRefusals)
         metrics.register(FlareMetrics.answers)
@@ -344,6 +348,7 @@ public final class ShareService: Sendable {
         registry.markEnded(id, reason: reason, at: now)
         scheduler.withLock { $0?.cancel(.expire(id)) }
         publish(topic: Topics.location(id), payload: [], expiry: nil)
+        sweepRetained(id)
         var ended = snapshot.share
         ended.endedAt = now
         ended.endReason = reason
@@ -391,6 +396,8 @@ public final class ShareService: Sendable {
         publish(topic: Topics.status(id), payload: [], expiry: nil)
         publish(topic: Topics.stored(id), payload: [], expiry: nil)
         publish(topic: Topics.audience(id), payload: [], expiry: nil)
+        // Again, in case the instance that ended it went before it could.
+        sweepRetained(id)
         logger.info("share \(id): history deleted")
     }
 

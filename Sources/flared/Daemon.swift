@@ -69,10 +69,11 @@ final class Daemon: Sendable {
         let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: serverWebhook,
                                        sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
+        let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
                                   tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
-                                  eventRecorded: { deliverer.wake() })
+                                  eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
@@ -116,6 +117,7 @@ final class Daemon: Sendable {
             }, stop: { _ in
                 shares.stopFollowing()
                 shares.stopScheduler()
+                sweeper.stop()
                 return true
             }),
             .init("store writer", start: { ingestor.start() }, stop: { remaining in

@@ -20,7 +20,11 @@ import Testing
         #expect(try device.subscribe(Topics.status(a)))
         // Commands ("locate now") come only from flared: the device reads its command topic and cannot write it.
         #expect(try device.publish(Topics.command(a), #"{"_type":"cmd","action":"reportLocation"}"#) == notAuthorized)
-        #expect(try device.publish(Topics.location(a) + "/event", #"{"_type":"transition"}"#) == nil)
+        // Exact topics: nothing below the location topic (the apps' events, waypoints, or any number of retained
+        // messages that would outlive the share).
+        for below in ["/event", "/waypoint", "/x/1", "/x/2"] {
+            #expect(try device.publish(Topics.location(a) + below, #"{"_type":"transition"}"#) == notAuthorized, "\(below)")
+        }
         for topic in [Topics.command(a), Topics.answers(a), Topics.audience(a), Topics.stored(a)] {
             #expect(try device.subscribe(topic), "\(topic)")
         }

@@ -122,6 +122,38 @@ import Testing
         #expect(fixture.broker.log.contains("client id is not one this token may use"))
     }
 
+    /// A device token signed under the old rules (publish `…/location/#`) can still leave retained messages below the
+    /// location topic until it expires; when the share ends, Flare clears them, and the location itself, so nothing it
+    /// wrote outlives the share. Today's token cannot write there at all.
+    @Test func anEndedSharesRetainedMessagesBelowItsLocationAreCleared() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let current = try fixture.client(id.rawValue, try #require(share["device_token"]))
+        #expect(current.waitForOutcome() == .connected)
+        #expect(try current.publish(Topics.location(id) + "/junk/0", "x") == notAuthorized)
+
+        let legacy = try fixture.client(id.rawValue, fixture.legacyDeviceToken(id, expiresAt: Int64(Date().timeIntervalSince1970) + 600))
+        #expect(legacy.waitForOutcome() == .connected)
+        let junk = String(repeating: "j", count: 12_000)
+        for n in 1...3 {
+            try legacy.mqtt.publishAndWait(topic: Topics.location(id) + "/junk/\(n)", payload: Array(junk.utf8), qos: 1, retain: true,
+                                           timeout: .seconds(10))
+        }
+        try current.mqtt.publishAndWait(topic: Topics.location(id), payload: Array(#"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970))}"#.utf8),
+                                        qos: 1, retain: true, timeout: .seconds(10))
+        let before = try fixture.retained(below: Topics.location(id) + "/#")
+        #expect(before.count == 4 && before[Topics.location(id) + "/junk/2"] == 12_000, "\(before)")
+
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
+        #expect(eventually(timeout: .seconds(15)) { (try? fixture.retained(below: Topics.location(id) + "/#"))?.isEmpty == true },
+                "\((try? fixture.retained(below: Topics.location(id) + "/#")) ?? [:])")
+        #expect(eventually { flared.log.contains("cleared 3 retained messages") })
+    }
+
     /// The OwnTracks apps' HTTP mode end to end: the configuration, a message posted with Basic auth as Android
     /// posts it (stored, then published where integrators read), "locate now" handed to the phone in an answer,
     /// a wrong password, and the ended share telling the phone to stop.

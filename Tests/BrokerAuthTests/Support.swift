@@ -50,7 +50,37 @@ struct AuthFixture {
         return "flare-\(username)-\(suffix)"
     }
 
-    func flared() throws -> Client { try client("flared", flaredPassword) }
+    func flared(clientID: String? = nil) throws -> Client { try client("flared", flaredPassword, clientID: clientID) }
+
+    /// A device token as a release before exact topics signed it: publish `…/location/#` (it stays valid, with those
+    /// rules, until its `exp`).
+    func legacyDeviceToken(_ share: ShareID, expiresAt: Int64) -> String {
+        let now = Int64(Date().timeIntervalSince1970)
+        let claims = #"{"sub":"\#(share.rawValue)","role":"device","iat":\#(now),"exp":\#(expiresAt),"acl":["#
+            + #"{"permission":"deny","action":"publish","topic":"\#(Topics.command(share))"},"#
+            + #"{"permission":"allow","action":"publish","topic":"\#(Topics.location(share))/#"},"#
+            + #"{"permission":"allow","action":"subscribe","topic":"\#(Topics.command(share))"},"#
+            + #"{"permission":"allow","action":"subscribe","topic":"\#(Topics.status(share))"}]}"#
+        let input = Base64URL.encode(#"{"alg":"HS256","typ":"JWT"}"#) + "." + Base64URL.encode(Array(claims.utf8))
+        return input + "." + Base64URL.encode(Crypto.hmacSHA256(key: key, message: Array(input.utf8)))
+    }
+
+    /// The retained messages the broker holds below `filter`, as a new subscriber gets them (payload not empty).
+    func retained(below filter: String) throws -> [String: Int] {
+        let reader = try flared(clientID: "retained-reader-\(UUID().uuidString.prefix(8))")
+        guard reader.waitForOutcome() == .connected, try reader.subscribe(filter) else { throw TestSupportError("cannot read retained messages") }
+        // A marker after the subscription: once it is back, every retained message has arrived before it.
+        let marker = "flare/v1/test-marker/\(UUID().uuidString)"
+        guard try reader.subscribe(marker), try reader.publish(marker, "m") == nil,
+              eventually(timeout: .seconds(10), { reader.messages.contains { $0.topic == marker } }) else {
+            throw TestSupportError("the marker did not come back")
+        }
+        var found: [String: Int] = [:]
+        for message in reader.messages where message.retain && !message.payload.isEmpty && message.topic != marker {
+            found[message.topic] = message.payload.count
+        }
+        return found
+    }
 }
 
 /// An MQTT v5 client (the real libmosquitto one) that records its connection events and messages.
