@@ -35,6 +35,7 @@ public enum FlaredSettings {
         .init("FLARE_HTTP_THREADS", .integer(1...64), "4", "HTTP worker threads"),
         .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
+        .init("FLARE_FIX_RATE_PER_SHARE", .rate, "100/6000", "fixes a share's devices may send, over HTTP (429 beyond) and MQTT (disconnected beyond, to send again; scripts/broker.sh passes it to the broker): per second/burst. An OwnTracks app sends its queue one message at a time, waiting for each acknowledgement: about 1/RTT, under 100/s on any phone network"),
         .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
         .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
         .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),

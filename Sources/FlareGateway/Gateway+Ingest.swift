@@ -2,6 +2,7 @@ import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
+import FlareSystem
 
 /// HTTP ingest: for a device that cannot speak MQTT. The fix is validated here (so the caller gets a clear 4xx), then
 /// stored through the same batched writer as MQTT fixes; 202 only once it is committed. The writer then publishes it
@@ -17,6 +18,7 @@ extension Gateway {
             throw .unauthorized
         }
         guard let found = try lookUp(id), case .live(let snapshot) = found else { throw .shareNotFound }
+        if let refusal = overFixRate(id) { throw refusal }
         let receivedAt = clock.now()
         switch parser.parse(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason):
@@ -44,6 +46,13 @@ extension Gateway {
             return APIError(status: 503, code: "store_slow", message: "the fix is queued but not yet stored; retry",
                             headers: [("Retry-After", "2")])
         }
+    }
+
+    /// 429 once the share's devices have sent more fixes over HTTP than `FLARE_FIX_RATE_PER_SHARE` allows (nil: go on).
+    func overFixRate(_ id: ShareID) -> APIError? {
+        guard let wait = fixLimiter.take(id.rawValue, nowMillis: monotonicMillis()) else { return nil }
+        metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
+        return .rateLimited(retryAfter: wait)
     }
 
     /// The commands waiting for a tracker that reports over HTTP, handed out once.

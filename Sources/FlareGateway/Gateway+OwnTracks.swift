@@ -123,10 +123,7 @@ extension Gateway {
         guard case .live(let snapshot) = found, snapshot.share.isActive else {
             return .json(200, Array("[".utf8) + OwnTracksConfiguration.stopReporting + Array("]".utf8))
         }
-        if let wait = ownTracksHTTPLimiter.take(id.rawValue, nowMillis: now) {
-            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
-            return APIError.rateLimited(retryAfter: wait).response
-        }
+        if let refusal = overFixRate(id) { return refusal.response }
         let receivedAt = clock.now()
         switch parser.parseMessage(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason) where reason == .tooLarge || reason == .malformed && (try? JSONValue.parse(request.body)) == nil:

@@ -3,6 +3,7 @@ import FlareBridge
 import FlareCore
 import FlareHTTP
 import FlareStore
+import FlareSystem
 import FoundationEssentials
 
 /// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
@@ -186,6 +187,10 @@ extension Gateway {
         guard let id = ShareID(text) else { throw .shareNotFound }
         guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
         guard try lookUp(id).map({ caller.sees($0.share) }) ?? true else { throw .shareNotFound }
+        if caller == .device, let wait = deviceExtendLimiter.take(id.rawValue, nowMillis: monotonicMillis()) {
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "extend")])
+            throw .rateLimited(retryAfter: wait)
+        }
         let body = try shareRequest(request)
         do throws(ShareError) {
             let (share, deviceToken) = try shares.extend(id, durationSeconds: body.durationSeconds)

@@ -36,9 +36,12 @@ public final class Gateway: Sendable {
     let assets: ViewerAssets
     let addressLimiter: RateLimiter
     let tokenLimiter: RateLimiter
-    /// OwnTracks HTTP mode, per share: far above a phone in move mode (one message every few seconds), enough for
-    /// an Android phone sending the backlog it queued while offline, one message per request.
-    let ownTracksHTTPLimiter = RateLimiter(rule: .init(ratePerSecond: 20, burst: 600))
+    /// Fixes over HTTP, per share (`FLARE_FIX_RATE_PER_SHARE`, the bound the broker applies over MQTT): one budget for
+    /// Flare's ingest and the OwnTracks apps' HTTP mode, far above a phone in move mode (one message every few
+    /// seconds), enough for one sending the backlog it queued while offline, one message per request.
+    let fixLimiter: RateLimiter
+    /// Extensions with a device token, per share: a phone prolongs its share now and then, not in a loop.
+    let deviceExtendLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10))
     /// Answers per address and share: 5 at once, then one every 10 s.
     let answerLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5))
     let liveStreams: LiveStreams
@@ -59,6 +62,7 @@ public final class Gateway: Sendable {
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
+        self.fixLimiter = RateLimiter(rule: configuration.fixRatePerShare)
         self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds)
         metrics.register(FlareMetrics.httpRequests)
         // The statuses the gateway answers with, counted without a lock (every request counts one).

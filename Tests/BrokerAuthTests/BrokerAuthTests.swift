@@ -89,6 +89,35 @@ import Testing
         #expect(!fixture.broker.log.contains("Client flared already connected"))
     }
 
+    /// A share's devices share one publish budget. Beyond it the broker disconnects the device before it answers the
+    /// publish, so the device is never told a message was taken that was then dropped: it sends it again once it has
+    /// reconnected. Another share's budget is its own, and the service accounts have none.
+    @Test func aShareBeyondItsPublishRateIsDisconnectedBeforeItsMessageIsAcknowledged() throws {
+        let fixture = try AuthFixture(fixRate: "1/5")
+        let a = ShareID.generate(), b = ShareID.generate()
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.subscribe(Topics.location(a)))
+        let phone = try fixture.client(a.rawValue, fixture.token(a, .device), clientID: ClientIDs.device(a))
+        let tablet = try fixture.client(a.rawValue, fixture.token(a, .device), clientID: ClientIDs.device(a, suffix: "tablet"))
+        #expect(phone.waitForOutcome() == .connected && tablet.waitForOutcome() == .connected)
+        // The burst of five, between the share's two devices: all acknowledged and delivered.
+        for n in 0..<5 { #expect(try (n % 2 == 0 ? phone : tablet).publish(Topics.location(a), #"{"n":\#(n)}"#) == nil) }
+        // The sixth: the connection ends with no acknowledgement, so the phone keeps the message; reconnected (a second
+        // later, when the budget has one more), it sends it again, and that one is taken: once, and acknowledged.
+        try phone.mqtt.publishAndWait(topic: Topics.location(a), payload: Array(#"{"n":5}"#.utf8), qos: 1, retain: false, timeout: .seconds(15))
+        #expect(phone.disconnectCount >= 1)
+        #expect(fixture.broker.log.contains("share \(a.rawValue) over its publish rate"))
+        let fromDevices = { flared.messages.filter { String(decoding: $0.payload, as: UTF8.self).hasPrefix(#"{"n""#) }.map { String(decoding: $0.payload, as: UTF8.self) } }
+        #expect(eventually { fromDevices().count == 6 })
+        #expect(Set(fromDevices()) == Set((0..<6).map { #"{"n":\#($0)}"# }) && fromDevices().count == 6, "\(fromDevices())")
+        // Another share is not held up by this one; nor is flared, which has no budget.
+        let other = try fixture.client(b.rawValue, fixture.token(b, .device))
+        #expect(other.waitForOutcome() == .connected)
+        #expect(try other.publish(Topics.location(b), #"{"n":0}"#) == nil)
+        for n in 0..<10 { #expect(try flared.publish(Topics.location(a), #"{"flared":\#(n)}"#) == nil) }
+    }
+
     @Test func aWatchTokenSubscribesToItsShareButCannotPublish() throws {
         let fixture = try AuthFixture()
         let a = ShareID.generate(), b = ShareID.generate()

@@ -16,7 +16,7 @@ struct AuthFixture {
 
     /// `directory` is laid out like FLARE_DATA_DIR after scripts/broker.sh ran: token.key and
     /// broker/flared.password, so a `flared` started on it finds both by default.
-    init() throws {
+    init(fixRate: String? = nil) throws {
         directory = try TempDirectory.make(prefix: "flare-auth")
         key = Crypto.randomBytes(32)
         keyPath = directory.appendingPathComponent("token.key").path
@@ -25,7 +25,7 @@ struct AuthFixture {
         try FileManager.default.createDirectory(at: brokerFiles, withIntermediateDirectories: true)
         try (flaredPassword + "\n").write(to: brokerFiles.appendingPathComponent("flared.password"), atomically: true, encoding: .utf8)
         broker = try TestBroker(auth: BrokerAuth(tokenKeyPath: keyPath,
-                                                 serviceAccounts: ["flared": flaredPassword, "admin": adminPassword]))
+                                                 serviceAccounts: ["flared": flaredPassword, "admin": adminPassword], fixRate: fixRate))
     }
 
     func token(_ share: ShareID, _ role: ShareToken.Role, expiresIn seconds: Int64 = 3600) -> String {

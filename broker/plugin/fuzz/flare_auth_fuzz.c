@@ -33,6 +33,13 @@ const char *mosquitto_client_id(const struct mosquitto *client)
 	(void)client;
 	return NULL;
 }
+int mosquitto_kick_client_by_clientid(const char *clientid, bool with_will)
+{
+	(void)clientid;
+	(void)with_will;
+	kicks++;
+	return MOSQ_ERR_SUCCESS;
+}
 int mosquitto_kick_client_by_username(const char *username, bool with_will)
 {
 	(void)username;
