@@ -92,6 +92,10 @@ public final class FixIngestor: Sendable {
             if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
             return reject(.shareEnded, share: shareID)
         }
+        if shares.fixLimitReached(context, of: shareID) {
+            if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
+            return reject(.fixLimitReached, share: shareID)
+        }
         let receivedAt = clock.now()
         switch parser.parseMessage(payload, receivedAt: receivedAt, shareCreatedAt: context.createdAt) {
         case .failure(let reason):

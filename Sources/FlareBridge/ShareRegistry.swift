@@ -54,6 +54,9 @@ final class ShareRegistry: Sendable {
         var transport: TrackerTransport?
         var subscribers: [Int: Subscriber] = [:]
         var answers: [Answer] = []
+        /// How many fixes the store holds for the share, as far as this instance knows: counted from the store once
+        /// (nil until then), then by every fix recorded here, this instance's and the others'.
+        var storedFixes: Int?
         var version: UInt64 = 0
         /// The link holders' rendering of this version: rendering the trail's numbers dominated the view
         /// endpoint's CPU time, and a share changes far less often than its link is polled.
@@ -84,8 +87,10 @@ final class ShareRegistry: Sendable {
         self.trackerRules = trackerRules
     }
 
-    public func insert(_ stored: StoredShare, recentFixes: [Fix] = []) {
+    /// - Parameter storedFixes: how many fixes the store holds for it, if known (0 for a share just created).
+    public func insert(_ stored: StoredShare, recentFixes: [Fix] = [], storedFixes: Int? = nil) {
         var entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
+        entry.storedFixes = storedFixes
         for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
         // What the store knows: the newest fix (its time stands in for when it came), the recorded state.
         if let last = entry.last { entry.lastHeardAt = max(entry.lastHeardAt, last.timestamp * 1000) }
@@ -141,11 +146,23 @@ final class ShareRegistry: Sendable {
         public let createdAt: UnixMillis
         public let isActive: Bool
         public let last: Fix?
+        /// See `Entry.storedFixes`.
+        public let storedFixes: Int?
     }
 
     public func ingestContext(_ id: ShareID) -> IngestContext? {
         state.withLock { state in
-            state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last) }
+            state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last,
+                                                  storedFixes: $0.storedFixes) }
+        }
+    }
+
+    /// The store's count of a share's fixes, read when memory did not know it (fixes recorded meanwhile may be counted
+    /// twice or not at all: the bound it serves is far from any real share).
+    func setStoredFixes(_ id: ShareID, _ count: Int) {
+        state.withLock { state in
+            guard let index = state.entries.index(forKey: id) else { return }
+            state.entries.values[index].storedFixes = count
         }
     }
 
@@ -178,6 +195,7 @@ final class ShareRegistry: Sendable {
             for heard in fixes {
                 // Changed in place: copying the entry out would copy its trail and subscribers for every fix.
                 guard let index = state.entries.index(forKey: heard.share) else { continue }
+                if let count = state.entries.values[index].storedFixes { state.entries.values[index].storedFixes = count + 1 }
                 let isNewest = Self.record(heard.fix, into: &state.entries.values[index], trailLength: trailLength)
                 Self.heard(at: heard.heardAt, transport: heard.transport, into: &state.entries.values[index])
                 Self.readInPlace(&state.entries.values[index]) { entry in

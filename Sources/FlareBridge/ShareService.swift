@@ -83,6 +83,8 @@ public final class ShareService: Sendable {
         case trackerMark(ShareID)
         /// Say in the store that the viewers with a live stream here are still watching (see `watching`).
         case audienceHeartbeat
+        /// Count a share's stored fixes, which memory does not know yet (see `fixLimitReached`).
+        case countFixes(ShareID)
     }
 
     public struct Created: Sendable {
@@ -187,6 +189,7 @@ public final class ShareService: Sendable {
         case .refusedSequences: recordRefusedSequences()
         case .trackerMark(let id): publishHeldMark(id)
         case .audienceHeartbeat: audienceHeartbeat()
+        case .countFixes(let id): countFixes(id)
         }
     }
 
@@ -266,7 +269,7 @@ public final class ShareService: Sendable {
         case .failure(let refusal): throw refused(refusal)
         }
         eventRecorded()
-        registry.insert(StoredShare(row: row, share: share))
+        registry.insert(StoredShare(row: row, share: share), storedFixes: 0)
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
@@ -810,6 +813,30 @@ public final class ShareService: Sendable {
     public func share(viewTokenHash hash: SecretHash) throws(StoreError) -> ShareLookup? {
         if let snapshot = registry.snapshot(viewTokenHash: hash) { return .live(snapshot) }
         return try lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: Base64URL.encode(hash.bytes))
+    }
+
+    /// Whether a share holds as many fixes as a share may (`SharePolicy.maximumFixesPerShare`): its next fixes are
+    /// refused, `fix_limit_reached`. Memory counts what it records; a share it has not counted yet (loaded from the
+    /// store, or another instance's) is counted on the scheduler's thread, and taken in the meantime.
+    func fixLimitReached(_ context: ShareRegistry.IngestContext, of id: ShareID) -> Bool {
+        guard let stored = context.storedFixes else {
+            schedule(.countFixes(id), at: clock.now())
+            return false
+        }
+        return stored >= policy.maximumFixesPerShare
+    }
+
+    /// For the HTTP paths, a share already looked up (see the other `fixLimitReached`).
+    public func fixLimitReached(_ id: ShareID) -> Bool {
+        registry.ingestContext(id).map { fixLimitReached($0, of: id) } ?? false
+    }
+
+    private func countFixes(_ id: ShareID) {
+        guard let context = registry.ingestContext(id), context.storedFixes == nil else { return }
+        do { registry.setStoredFixes(id, try store.fixCount(row: context.row)) } catch {
+            // Counted at the share's next fix.
+            warnStore("share \(id): cannot count its fixes (\(error))")
+        }
     }
 
     /// What the ingest path needs for a fix of `id`, looking in the store when memory does not know the share.

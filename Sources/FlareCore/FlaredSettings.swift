@@ -24,6 +24,7 @@ public enum FlaredSettings {
         .init("FLARE_SHUTDOWN_TIMEOUT_S", .integer(1...3600), "30", "on SIGTERM/SIGINT, the longest the ordered shutdown may take before flared exits anyway (a second signal exits at once)"),
         .init("FLARE_SHUTDOWN_STORE_GRACE_S", .integer(1...3600), "20", "on shutdown, how long to keep retrying a failing store before giving up on the fixes still queued"),
         .init("FLARE_STORE_MIN_FREE_MB", .integer(0...1_048_576), "64", "/healthz turns unhealthy when the store's disk has less free space than this"),
+        .init("FLARE_MAX_FIXES_PER_SHARE", .integer(1_000...100_000_000), "500000", "the most positions one share keeps (a day at one a second is 86,400); beyond it a share's fixes are refused, fix_limit_reached"),
         .init("FLARE_HISTORY_RETENTION_S", .integer(0...31_536_000), "86400", "how long positions are kept after a share ends (0 = delete at once)"),
         .init("FLARE_TRAIL_LENGTH", .integer(1...1000), "32", "recent positions kept in memory per share for the viewer's trail"),
         .init("FLARE_MAX_PAYLOAD_BYTES", .integer(64...65536), "4096", "largest accepted location payload"),
@@ -76,7 +77,8 @@ extension SharePolicy {
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
         self.init(defaultDurationSeconds: try config.integer("FLARE_DEFAULT_DURATION_S"),
                   maximumDurationSeconds: try config.integer("FLARE_MAX_DURATION_S"),
-                  historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S"))
+                  historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S"),
+                  maximumFixesPerShare: Int(try config.integer("FLARE_MAX_FIXES_PER_SHARE")))
         guard defaultDurationSeconds <= maximumDurationSeconds else {
             throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
         }

@@ -11,6 +11,8 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
     case badTopic = "bad_topic"
     case unknownShare = "unknown_share"
     case shareEnded = "share_ended"
+    /// The share holds as many fixes as a share may (`FLARE_MAX_FIXES_PER_SHARE`).
+    case fixLimitReached = "fix_limit_reached"
 
     public var message: String {
         switch self {
@@ -24,6 +26,7 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
         case .badTopic: "topic is not flare/v1/shares/{share_id}/location"
         case .unknownShare: "no such share"
         case .shareEnded: "the share has ended"
+        case .fixLimitReached: "the share holds as many positions as a share may; start a new share"
         }
     }
 }

@@ -59,12 +59,16 @@ public struct SharePolicy: Sendable {
     public var maximumDurationSeconds: Int64
     /// How long after a share ends its positions are kept (0 = deleted at once).
     public var historyRetentionSeconds: Int64
+    /// The most fixes one share keeps: a bound against a device token filling the store, far above a real share.
+    public var maximumFixesPerShare: Int
     public static let maximumNameLength = 80
 
-    public init(defaultDurationSeconds: Int64, maximumDurationSeconds: Int64, historyRetentionSeconds: Int64) {
+    public init(defaultDurationSeconds: Int64, maximumDurationSeconds: Int64, historyRetentionSeconds: Int64,
+                maximumFixesPerShare: Int = 500_000) {
         self.defaultDurationSeconds = defaultDurationSeconds
         self.maximumDurationSeconds = maximumDurationSeconds
         self.historyRetentionSeconds = historyRetentionSeconds
+        self.maximumFixesPerShare = maximumFixesPerShare
     }
 
     public enum Violation: Error, Equatable, CustomStringConvertible {

@@ -26,6 +26,10 @@ extension Gateway {
             let status = reason == .tooLarge ? 413 : (reason == .ignoredType ? 422 : 400)
             return APIError(status: status, code: reason.rawValue, message: reason.message).response
         case .success(let fix):
+            if shares.fixLimitReached(id) {
+                metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", RejectReason.fixLimitReached.rawValue)])
+                throw APIError(status: 409, code: RejectReason.fixLimitReached.rawValue, message: RejectReason.fixLimitReached.message)
+            }
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
             return .api(202, IngestReceipt(tst: fix.timestamp, commands: commands(for: snapshot)))
         }

@@ -137,6 +137,12 @@ extension Gateway {
             return response
         case .success(.lastWill):
             return .json(200, Array("[]".utf8))  // the apps send none over HTTP; nothing to do with one
+        case .success(.fix(let fix)) where shares.fixLimitReached(id):
+            // As every refusal the app cannot mend: answered 2xx, or Android would retry it for ever (see above).
+            metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", RejectReason.fixLimitReached.rawValue)])
+            var response = HTTPResponse.json(200, Array("[]".utf8))
+            response.headers.append(("X-Flare-Refused", RejectReason.fixLimitReached.rawValue))
+            return response
         case .success(.fix(let fix)):
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
             return .api(200, commands(for: snapshot))

@@ -224,3 +224,47 @@ import Testing
         #expect(fixture.send("POST", path, bearer: fixture.ownerKey, json: #"{"duration_s":600}"#).status == 200)
     }
 }
+
+/// A share keeps at most `FLARE_MAX_FIXES_PER_SHARE` fixes: beyond it, every path refuses the next with the named code
+/// `fix_limit_reached`, counted; another share is not affected. An instance that did not store them counts them from
+/// the store before it refuses.
+@Suite struct FixLimitTests {
+    @Test func aShareBeyondItsFixBoundIsRefusedOnEveryPath() throws {
+        let fixture = try GatewayFixture(settings: ["FLARE_MAX_FIXES_PER_SHARE": "1000"])
+        let created = try fixture.createShare(), other = try fixture.createShare()
+        let id = try #require(ShareID(created.shareID))
+        // Within the times a share takes (10 minutes before it to 5 after now): two fixes a second, apart by position.
+        let start = GatewayFixture.now - 500
+        for n in 0..<1_000 {
+            let payload = #"{"_type":"location","lat":\#(48 + Double(n) / 10_000),"lon":11.5,"tst":\#(start + Int64(n / 2))}"#
+            #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil)
+        }
+        #expect(fixture.ingestor.waitUntilStored())
+        let over = #"{"_type":"location","lat":47.5,"lon":11.5,"tst":\#(start + 1)}"#
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(over.utf8), retained: false) == .fixLimitReached)
+        let http = fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: over)
+        #expect(http.status == 409 && http.errorCode == "fix_limit_reached", "\(http.status) \(http.text)")
+        let basic = ["Authorization": "Basic " + Data("\(created.shareID):\(created.deviceToken)".utf8).base64EncodedString()]
+        let ownTracks = fixture.send("POST", "/api/v1/shares/\(created.shareID)/owntracks/http", body: Array(over.utf8), headers: basic)
+        #expect(ownTracks.status == 200 && ownTracks.text == "[]" && ownTracks.header("X-Flare-Refused") == "fix_limit_reached")
+        #expect(fixture.metrics.renderText().contains(#"flare_fixes_rejected_total{reason="fix_limit_reached"} 3"#))
+        let row = try #require(try fixture.service.share(id)).liveRow
+        #expect(try fixture.store.fixCount(row: row) == 1_000)
+        #expect(fixture.send("POST", "/api/v1/shares/\(other.shareID)/locations", bearer: other.deviceToken, json: over).status == 202)
+
+        // Another instance over the same database, which stored none of them: it counts them before it refuses.
+        let second = try GatewayFixture(settings: ["FLARE_MAX_FIXES_PER_SHARE": "1000"], sharingDatabaseOf: fixture)
+        #expect(eventually {
+            let next = #"{"_type":"location","lat":48.3,"lon":11.5,"tst":\#(GatewayFixture.now)}"#
+            return second.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: next).status == 409
+        })
+    }
+}
+
+extension ShareLookup {
+    /// The store row of a share with history (tests only).
+    var liveRow: Int64 {
+        if case .live(let snapshot) = self { return snapshot.row }
+        return -1
+    }
+}
