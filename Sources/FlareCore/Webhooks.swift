@@ -63,3 +63,24 @@ public enum WebhookSignature {
         return found
     }
 }
+
+/// Keeps the keys' webhook secrets sealed in the store: AES-256-GCM under a key derived from the token key, which
+/// lives in the data directory (`token.key`, mode 0600) and never in the store, with the key's id as authenticated
+/// context. A copy of the database alone (a dump, a backup, a replica) does not reveal a secret, and a sealed secret
+/// moved to another key's row does not open.
+public struct WebhookSecretSealer: Sendable {
+    private let key: [UInt8]
+
+    public init(tokenKey: [UInt8]) {
+        key = Crypto.hmacSHA256(key: tokenKey, message: Array("flare webhook secrets v1".utf8))
+    }
+
+    public func seal(_ secret: WebhookSecret, ownerKey id: Int64) -> [UInt8]? {
+        Crypto.seal(secret.bytes, key: key, context: Array("key:\(id)".utf8))
+    }
+
+    public func open(_ sealed: [UInt8], ownerKey id: Int64) -> WebhookSecret? {
+        guard let bytes = Crypto.open(sealed, key: key, context: Array("key:\(id)".utf8)), WebhookSecret.byteRange.contains(bytes.count) else { return nil }
+        return WebhookSecret(bytes: bytes)
+    }
+}

@@ -318,6 +318,30 @@ public final class PostgresShareStore: ShareStore {
             """, [String(id)], operation: "remove webhook") == 1
     }
 
+    public func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int {
+        let operation = "reseal webhook secrets"
+        return try pool.with(operation: operation, long: true) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> Int in
+                // FOR UPDATE: a webhook set meanwhile on an instance still running waits for this transaction.
+                let rows = try connection.execute("""
+                    SELECT id, webhook_secret, webhook_previous_secret FROM owner_keys
+                    WHERE webhook_secret IS NOT NULL OR webhook_previous_secret IS NOT NULL FOR UPDATE
+                    """, operation: operation)
+                for index in 0..<rows.count {
+                    let id = rows.int64(index, 0)
+                    let secret = rows.text(index, 1) == nil ? nil : reseal(id, rows.bytes(index, 1))
+                    let previous = rows.text(index, 2) == nil ? nil : reseal(id, rows.bytes(index, 2))
+                    guard rows.text(index, 1) == nil || secret != nil, rows.text(index, 2) == nil || previous != nil else {
+                        throw StoreError(operation: operation, postgres: "key \(id)'s secret does not open with the current token key")
+                    }
+                    try connection.execute("UPDATE owner_keys SET webhook_secret = $2, webhook_previous_secret = $3 WHERE id = $1",
+                                           [String(id), secret.map(PostgresText.hex), previous.map(PostgresText.hex)], operation: operation)
+                }
+                return rows.count
+            }
+        }
+    }
+
     public func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? {
         try pool.with(operation: "read webhook") { connection throws(StoreError) in
             let rows = try connection.execute("""

@@ -129,6 +129,7 @@ final class SQLiteStatement {
     func bind(_ index: Int32, _ value: Double?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
     func bind(_ index: Int32, _ value: Int64?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
     func bind(_ index: Int32, _ value: String?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
+    func bind(_ index: Int32, _ value: [UInt8]?) { if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) } }
 
     /// Steps once: true while a row is available.
     func step() throws(StoreError) -> Bool {

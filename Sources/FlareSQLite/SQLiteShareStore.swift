@@ -312,6 +312,36 @@ public final class SQLiteShareStore: ShareStore {
         }
     }
 
+    public func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) -> Int in
+                let select = try db.statement("""
+                    SELECT id, webhook_secret, webhook_previous_secret FROM owner_keys
+                    WHERE webhook_secret IS NOT NULL OR webhook_previous_secret IS NOT NULL
+                    """)
+                var rows: [(id: Int64, secret: [UInt8]?, previous: [UInt8]?)] = []
+                while try select.step() {
+                    rows.append((select.int64(0), select.isNull(1) ? nil : select.blob(1), select.isNull(2) ? nil : select.blob(2)))
+                }
+                select.reset()
+                let update = try db.statement("UPDATE owner_keys SET webhook_secret = ?2, webhook_previous_secret = ?3 WHERE id = ?1")
+                defer { update.reset() }
+                for row in rows {
+                    let secret = row.secret.map { reseal(row.id, $0) }, previous = row.previous.map { reseal(row.id, $0) }
+                    guard secret != .some(nil), previous != .some(nil) else {
+                        throw StoreError(operation: "reseal webhook secrets", code: 0, message: "key \(row.id)'s secret does not open with the current token key")
+                    }
+                    update.reset()
+                    update.bind(1, row.id)
+                    update.bind(2, secret ?? nil)
+                    update.bind(3, previous ?? nil)
+                    try update.run()
+                }
+                return rows.count
+            }
+        }
+    }
+
     public func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("""

@@ -300,6 +300,10 @@ public protocol ShareStore: Sendable {
     /// Sets (or, with nil, removes) a key's webhook; setting one again makes the old secret the previous one.
     /// False when there is no such key.
     func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool
+    /// Seals every key's webhook secrets (current and previous) anew, all in one transaction, for a new token key:
+    /// `reseal` returns the secret sealed under the new key, or nil when it cannot open it, which changes nothing
+    /// (a `StoreError` is thrown). Returns how many keys' secrets were sealed anew.
+    func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int
     func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
 
     // MARK: Several instances

@@ -1,6 +1,7 @@
 import FlareAPI
 import FlareClient
 import FlareCore
+import FlareCrypto
 import FlareQR
 import FlareStores
 import FlareStore
@@ -109,6 +110,9 @@ enum Commands {
                                                                             secret once; a limited key's URL must be
                                                                             a public address
           flare webhook-secret                                              a new secret for FLARE_WEBHOOK_SECRET
+          flare token-key rotate                                            a new token.key (the emergency stop for every
+                                                                            device and watch token), the keys' webhook
+                                                                            secrets sealed anew; says what to do next
           flare track --share-file FILE | --share-id ID --token TOKEN       publish positions into a share over MQTT:
                       [--mqtt-url mqtt://HOST:PORT] [--interval SECONDS] [--count N]
                       [--speed M/S]                                   the built-in route (default)
@@ -147,6 +151,7 @@ enum Commands {
         case ("keys", "list"): return try keysList(options)
         case ("keys", "revoke"): return try keysRevoke(options, id: try argument(words, 2, "key id"))
         case ("keys", "webhook"): return try keysWebhook(options, id: try argument(words, 2, "key id"), url: words.count > 3 ? words[3] : nil)
+        case ("token-key", "rotate"): return try tokenKeyRotate(options)
         case ("webhook-secret", nil):
             print(WebhookSecret.generate().text)
             return 0
@@ -402,6 +407,52 @@ enum Commands {
             print("signing secret (shown once; keep it with the receiver): \(created.secret)")
             if let valid = created.previousSecretValidSeconds { print("the previous secret keeps signing too for \(valid / 3600) h") }
         }
+        return 0
+    }
+
+    /// `flare token-key rotate`: the emergency stop for every token in circulation. A new key is written beside the
+    /// old one, the keys' webhook secrets are sealed anew under it (they are sealed with a key derived from the token
+    /// key), and only then does it replace `token.key`: a failure on the way leaves the old key and secrets as they
+    /// were, and a crash between the last two steps leaves the new key in `token.key.next`, which the message names.
+    static func tokenKeyRotate(_ options: CommonOptions) throws -> Int32 {
+        let path = options.dataDirectory + "/token.key", next = path + ".next"
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+              let old = Base64URL.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)), old.count >= 32 else {
+            throw CLIError("no token key at \(path) (pass --data-dir, or start flared once to make one)")
+        }
+        let new = Crypto.randomBytes(32)
+        let fd = open(next, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw CLIError("cannot write \(next): \(String(cString: strerror(errno)))") }
+        let bytes = Array((Base64URL.encode(new) + "\n").utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count, fsync(fd) == 0, close(fd) == 0 else {
+            unlink(next)
+            throw CLIError("cannot write \(next)")
+        }
+        let store = try openStore(options)
+        let oldSealer = WebhookSecretSealer(tokenKey: old), newSealer = WebhookSecretSealer(tokenKey: new)
+        let resealed: Int
+        do {
+            resealed = try store.resealWebhookSecrets { id, sealed in
+                oldSealer.open(sealed, ownerKey: id).flatMap { newSealer.seal($0, ownerKey: id) }
+            }
+        } catch {
+            unlink(next)
+            throw CLIError("nothing changed: cannot seal the webhook secrets anew (\(error))")
+        }
+        guard rename(next, path) == 0 else {
+            throw CLIError("the webhook secrets are sealed with the new key in \(next), but it could not replace \(path): move it there (mv \(next) \(path)) before anything else")
+        }
+        print("""
+            token.key replaced; \(resealed) keys' webhook secrets sealed with the new key. Now, at once:
+              1. restart every flared (with several instances, copy \(path) to each first): until then they sign with
+                 the old key and cannot open the webhook secrets (their deliveries wait and are retried);
+              2. reload the broker (kill -HUP its pid, or systemctl reload flare-broker): it disconnects every client
+                 verified with the old key and refuses the old tokens;
+              3. every share's device and watch tokens have stopped working: give each phone still sharing
+                 new credentials (scan its OwnTracks QR code again, `flare share owntracks ID --qr sos.png`; an app
+                 gets a new device token from extend), or stop the share and start a new one; re-issue watch tokens.
+            """)
         return 0
     }
 

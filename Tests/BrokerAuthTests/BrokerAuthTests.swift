@@ -287,19 +287,35 @@ import Testing
         #expect(try String(contentsOf: file, encoding: .utf8) == "\(live.rawValue) \(now + 3600)\n")
     }
 
-    @Test func aRotatedTokenKeyIsTakenUpOnSIGHUP() throws {
+    /// Replacing token.key is the emergency stop for every token in circulation, forged ones included: on SIGHUP new
+    /// connections need the new key, and every session verified with the old one ends (its claims came from a key no
+    /// longer trusted). The service accounts stay; reading the same key again ends nothing.
+    @Test func aRotatedTokenKeyIsTakenUpOnSIGHUPAndEndsTheOldKeysSessions() throws {
         let fixture = try AuthFixture()
         let id = ShareID.generate()
         let oldToken = fixture.token(id, .device)
-        #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .connected)
+        let pid = try #require(fixture.broker.processIdentifier)
+        let old = try fixture.client(id.rawValue, oldToken)
+        let watcher = try fixture.client(id.rawValue, fixture.token(id, .watch))
+        let flared = try fixture.flared()
+        #expect(old.waitForOutcome() == .connected && watcher.waitForOutcome() == .connected && flared.waitForOutcome() == .connected)
+        // The same key read again: nobody is disconnected.
+        kill(pid, SIGHUP)
+        #expect(try old.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == nil)
+        #expect(old.disconnectCount == 0 && watcher.disconnectCount == 0)
+
         let newKey = Crypto.randomBytes(32)
         try (Base64URL.encode(newKey) + "\n").write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)
-        let pid = try #require(fixture.broker.processIdentifier)
         kill(pid, SIGHUP)
         let now = Int64(Date().timeIntervalSince1970)
         let newToken = ShareToken(shareID: id, role: .device, issuedAt: now, expiresAt: now + 600).signed(with: newKey)
         #expect(try eventually { try fixture.client(id.rawValue, newToken).waitForOutcome() == .connected })
         #expect(try fixture.client(id.rawValue, oldToken).waitForOutcome() == .refused)
+        // The sessions the old key let in are gone, and stay so (their reconnections are refused).
+        #expect(eventually { old.disconnectCount >= 1 && watcher.disconnectCount >= 1 && old.refusedCount >= 1 })
+        #expect(!old.mqtt.isConnected && !watcher.mqtt.isConnected)
+        #expect(fixture.broker.log.contains("token key changed; disconnected 2 clients verified with the old key"))
+        #expect(flared.mqtt.isConnected && flared.disconnectCount == 0)
 
         // A broken key file on the next reload keeps the key in use.
         try "not a key\n".write(toFile: fixture.keyPath, atomically: true, encoding: .utf8)

@@ -73,6 +73,7 @@ final class FaultyStore: ShareStore {
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) { try fault("eventFailed"); try base.eventFailed(row: row, destination: destination, attempts: attempts, retryAt: retryAt) }
     func outboxBacklog() throws(StoreError) -> [OutboxBacklog] { try fault("outboxBacklog"); return try base.outboxBacklog() }
     func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool { try fault("setKeyWebhook"); return try base.setKeyWebhook(id: id, url: url, sealedSecret: sealedSecret, at: at) }
+    func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int { try fault("resealWebhookSecrets"); return try base.resealWebhookSecrets(reseal) }
     func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? { try fault("keyWebhook"); return try base.keyWebhook(id: id) }
     func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool { try fault("registerInstance"); return try base.registerInstance(clientID, process: process, now: now, staleAfter: staleAfter) }
     func instanceProcess(_ clientID: String) throws(StoreError) -> String? { try fault("instanceProcess"); return try base.instanceProcess(clientID) }

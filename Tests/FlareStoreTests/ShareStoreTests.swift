@@ -574,6 +574,23 @@ extension ShareStoreTests {
         #expect(try store.outboxBacklog().isEmpty)
     }
 
+    /// A new token key: every key's webhook secrets, current and previous, sealed anew in one transaction; one that
+    /// does not open changes nothing at all.
+    @Test(arguments: Engine.allCases) func webhookSecretsAreSealedAnewAllOrNothing(engine: Engine) throws {
+        let store = try open(engine)
+        let a = try store.insertOwnerKey(hash: SecretHash(of: "a"), label: "a", createdAt: 1, admin: false, limits: .none)
+        let b = try store.insertOwnerKey(hash: SecretHash(of: "b"), label: "b", createdAt: 1, admin: false, limits: .none)
+        _ = try store.insertOwnerKey(hash: SecretHash(of: "c"), label: "no webhook", createdAt: 1, admin: false, limits: .none)
+        #expect(try store.setKeyWebhook(id: a, url: "https://a.example/h", sealedSecret: [1], at: 10))
+        #expect(try store.setKeyWebhook(id: a, url: "https://a.example/h", sealedSecret: [2], at: 20))
+        #expect(try store.setKeyWebhook(id: b, url: "https://b.example/h", sealedSecret: [3], at: 30))
+        #expect(throws: StoreError.self) { try store.resealWebhookSecrets { id, sealed in id == b ? nil : sealed + [0] } }
+        #expect(try store.keyWebhook(id: a) == KeyWebhook(url: "https://a.example/h", sealedSecret: [2], previousSealedSecret: [1], rotatedAt: 20))
+        #expect(try store.resealWebhookSecrets { id, sealed in sealed + [UInt8(id)] } == 2)
+        #expect(try store.keyWebhook(id: a) == KeyWebhook(url: "https://a.example/h", sealedSecret: [2, UInt8(a)], previousSealedSecret: [1, UInt8(a)], rotatedAt: 20))
+        #expect(try store.keyWebhook(id: b) == KeyWebhook(url: "https://b.example/h", sealedSecret: [3, UInt8(b)], previousSealedSecret: nil, rotatedAt: nil))
+    }
+
     /// A key's webhook adds its destination to its shares' events, keeps the secret sealed as given, and keeps the
     /// previous secret after it is set again; the first viewer of a share is `share.opened`, once.
     @Test(arguments: Engine.allCases) func keyWebhooksAndTheFirstViewerGetTheirEvents(engine: Engine) throws {

@@ -1103,8 +1103,37 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 	return rc;
 }
 
-/* SIGHUP: read the token key again (a rotated key takes effect without dropping connections; clients already
- * connected keep the claims they were verified with). A key that does not load leaves the old one in use. */
+/* Disconnects every client connected with a share token: all were verified with the key in use until now. */
+static void kick_token_clients(void)
+{
+	size_t count = 0, kicked = 0;
+	char **ids;
+
+	if(client_count == 0) return;
+	ids = calloc(client_count, sizeof(*ids));
+	if(ids == NULL){
+		mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: out of memory; clients of the old token key stay connected");
+		return;
+	}
+	/* Ids first, kicks after: a kick runs the disconnect callback, which must not meet a walk of the table. */
+	for(size_t i = 0; i < client_buckets && count < client_count; i++){
+		for(struct client_entry *e = clients[i]; e && count < client_count; e = e->next){
+			const char *id = e->leaving ? NULL : mosquitto_client_id(e->client);
+			if(id != NULL && (ids[count] = strdup(id)) != NULL) count++;
+		}
+	}
+	for(size_t i = 0; i < count; i++){
+		if(mosquitto_kick_client_by_clientid(ids[i], false) == MOSQ_ERR_SUCCESS) kicked++;
+		free(ids[i]);
+	}
+	free(ids);
+	mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: token key changed; disconnected %zu clients verified with the old key", kicked);
+}
+
+/* SIGHUP: read the token key again. A new key is the emergency stop for every token in circulation, forged ones
+ * included: new connections need tokens signed with it, and every client verified with the old key is disconnected
+ * (its claims came from a key that is no longer trusted). A key that does not load leaves the old one in use, and
+ * the same key read again changes nothing. */
 static int on_reload(int event, void *event_data, void *userdata)
 {
 	unsigned char previous[MAX_KEY_LEN];
@@ -1114,10 +1143,14 @@ static int on_reload(int event, void *event_data, void *userdata)
 	(void)userdata;
 
 	memcpy(previous, token_key, sizeof(previous));
-	if(!load_key() && previous_len > 0){
-		memcpy(token_key, previous, sizeof(token_key));
-		token_key_len = previous_len;
-		mosquitto_log_printf(MOSQ_LOG_WARNING, "flare_auth: keeping the token key already loaded");
+	if(!load_key()){
+		if(previous_len > 0){
+			memcpy(token_key, previous, sizeof(token_key));
+			token_key_len = previous_len;
+			mosquitto_log_printf(MOSQ_LOG_WARNING, "flare_auth: keeping the token key already loaded");
+		}
+	}else if(previous_len > 0 && (previous_len != token_key_len || CRYPTO_memcmp(previous, token_key, token_key_len) != 0)){
+		kick_token_clients();
 	}
 	OPENSSL_cleanse(previous, sizeof(previous));
 	return MOSQ_ERR_SUCCESS;
