@@ -70,55 +70,6 @@ public struct WebhookSecretSealer: Sendable {
     }
 }
 
-/// Which addresses a host name stands for, for the webhook address rule.
-public enum HostResolver {
-    /// Every address `getaddrinfo` gives for `host` (an IP literal gives itself); empty when it does not resolve.
-    public static func addresses(of host: String) -> [IPAddress] {
-        if let literal = IPAddress(host) { return [literal] }
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &result) == 0, let first = result else { return [] }
-        defer { freeaddrinfo(first) }
-        var found: [IPAddress] = []
-        var entry: UnsafeMutablePointer<addrinfo>? = first
-        while let current = entry {
-            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-            if current.pointee.ai_family == AF_INET {
-                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
-                    var raw = address.pointee.sin_addr
-                    _ = inet_ntop(AF_INET, &raw, &text, socklen_t(text.count))
-                }
-            } else if current.pointee.ai_family == AF_INET6 {
-                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
-                    var raw = address.pointee.sin6_addr
-                    _ = inet_ntop(AF_INET6, &raw, &text, socklen_t(text.count))
-                }
-            }
-            if let address = IPAddress(String(cString: text)) { found.append(address) }
-            entry = current.pointee.ai_next
-        }
-        return found
-    }
-
-    /// Refuses a URL whose host is, or resolves to, any address that is not public (or that does not resolve).
-    public static func checkPublic(_ url: WebhookURL) throws(WebhookURL.Problem) {
-        let addresses = addresses(of: url.host)
-        guard !addresses.isEmpty else { throw .notPublic("nothing (it does not resolve)") }
-        if let inside = addresses.first(where: { !$0.isPublic }) { throw .notPublic(inside.text) }
-    }
-}
-
-extension IPAddress {
-    /// The address written out (`inet_ntop`).
-    public var text: String {
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        var raw = bytes
-        _ = inet_ntop(isV6 ? AF_INET6 : AF_INET, &raw, &buffer, socklen_t(buffer.count))
-        return String(cString: buffer)
-    }
-}
-
 /// Delivers the store's outbox: every event at least once to each of its destinations (the MQTT events topic, the
 /// operator's webhook, the owning key's webhook), retried with exponential backoff for 24 h (`EventRetry`).
 ///
@@ -432,7 +383,7 @@ public final class EventDeliverer: @unchecked Sendable {
         case .post(let url, let secrets, let mustBePublic):
             if mustBePublic {
                 // Checked again at each delivery: the name may have been pointed inside since the URL was set.
-                do { try HostResolver.checkPublic(url) } catch { return .failed(error.description) }
+                do { _ = try SystemHostResolver().permittedAddresses(for: url, publicOnly: true) } catch { return .failed(error.description) }
             }
             return post(event, to: url, secrets: secrets)
         }

@@ -174,6 +174,44 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
     }
 
+    /// Setting a limited key's webhook looks its host name up on a thread of its own: while the name's DNS does not
+    /// answer, the caller is told to retry (the lookup goes on, and no second one starts for the same name), names
+    /// beyond the limit of lookups at once are told so without a lookup, and a retry after the answer is accepted.
+    @Test func settingAWebhookDoesNotWaitForADNSThatDoesNotAnswer() throws {
+        let resolver = BlockingResolver(answers: FixedResolver.public.answers)
+        defer { resolver.release() }
+        let fixture = try BridgeFixture(hostResolver: resolver)
+        let (_, key) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
+        func set(_ url: String) throws -> Result<WebhookURL, OwnerKeyService.WebhookRefusal> {
+            // On a thread of the test's own: a lookup on the caller's thread would never return.
+            let outcome = Mutex<Result<WebhookURL, OwnerKeyService.WebhookRefusal>?>(nil)
+            Thread.detachNewThread {
+                let result: Result<WebhookURL, OwnerKeyService.WebhookRefusal>
+                do throws(OwnerKeyService.WebhookRefusal) {
+                    result = .success(try fixture.service.keys.setWebhook(id: key.id, url: url).url)
+                } catch {
+                    result = .failure(error)
+                }
+                outcome.withLock { $0 = result }
+            }
+            try #require(eventually(timeout: .seconds(30)) { outcome.withLock { $0 != nil } }, "setWebhook(\(url)) waited for the lookup")
+            return outcome.withLock { $0! }
+        }
+        let unfinished = OwnerKeyService.WebhookRefusal.lookupUnfinished(retryAfterSeconds: 5)
+
+        #expect(try set("https://hooks.example.org/flare") == .failure(unfinished))
+        #expect(try set("https://HOOKS.example.org/again") == .failure(unfinished))
+        #expect(resolver.lookups == 1)
+        for index in 1...4 { #expect(try set("https://hooks\(index).example.org/") == .failure(unfinished)) }
+        #expect(resolver.lookups == 4)  // at most four at once
+        #expect(try fixture.store.keyWebhook(id: key.id) == nil)
+
+        resolver.release()
+        #expect(eventually(timeout: .seconds(30)) { resolver.answered == 4 })
+        #expect(try set("https://hooks.example.org/flare") == .success(try WebhookURL("https://hooks.example.org/flare")))
+        #expect(try fixture.store.keyWebhook(id: key.id)?.url == "https://hooks.example.org/flare")
+    }
+
     /// Rounds of delivery until `done` holds (the fixture's clock, never reading the same millisecond twice, runs a
     /// little ahead of the system's: an event is due a moment after it was made).
     @discardableResult
@@ -189,4 +227,35 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil)
         #expect(fixture.ingestor.waitUntilStored())
     }
+}
+
+/// A name whose DNS does not answer until the test says so: every lookup waits for `release`.
+final class BlockingResolver: HostResolving, @unchecked Sendable {
+    // @unchecked: everything is behind `condition`.
+    private let condition = NSCondition()
+    private var released = false
+    private var calls = 0
+    private var returned = 0
+    private let answers: [IPAddress]
+
+    init(answers: [IPAddress]) { self.answers = answers }
+
+    func addresses(of host: String) -> [IPAddress] {
+        condition.lock()
+        defer { condition.unlock() }
+        calls += 1
+        while !released { condition.wait() }
+        returned += 1
+        return answers
+    }
+
+    func release() {
+        condition.lock()
+        released = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var lookups: Int { condition.lock(); defer { condition.unlock() }; return calls }
+    var answered: Int { condition.lock(); defer { condition.unlock() }; return returned }
 }

@@ -66,7 +66,7 @@ final class GatewayFixture {
     static let publicURL = "https://sos.example.org"
     static let mqttPublicURL = "mqtts://sos.example.org:8883"
 
-    init(settings: [String: String] = [:]) throws {
+    init(settings: [String: String] = [:], hostResolver: any HostResolving = SystemHostResolver()) throws {
         directory = try TempDirectory.make(prefix: "flare-gateway")
         store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
         let config = try Configuration.defaults(FlaredSettings.all, overriding: [
@@ -81,7 +81,8 @@ final class GatewayFixture {
         var random = SystemRandomNumberGenerator()
         for index in key.indices { key[index] = random.next() }
         service = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
-                               tokenKey: key, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger)
+                               tokenKey: key, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
+                               hostResolver: hostResolver)
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
