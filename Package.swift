@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
         // The service's two halves.
-        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
             dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
