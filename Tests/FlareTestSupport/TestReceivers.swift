@@ -60,7 +60,12 @@ public class TestListener: @unchecked Sendable {
         let thread = Thread { [weak self] in
             while true {
                 let connection = accept(socket, nil, nil)
-                guard connection >= 0 else { return }
+                guard connection >= 0 else {
+                    // Closed here, not in `stopListening`: closed there, the number could be a new listener's by the
+                    // time this thread calls accept again, and it would take that listener's connections.
+                    close(socket)
+                    return
+                }
                 self?.accepted.withLock { $0 += 1 }
                 handle(connection)
             }
@@ -71,11 +76,11 @@ public class TestListener: @unchecked Sendable {
     /// Connections taken so far.
     public var connections: Int { accepted.withLock { $0 } }
 
-    /// Stops taking connections (those taken stay as their handler left them).
+    /// Stops taking connections (those taken stay as their handler left them): the accepting thread's accept fails,
+    /// and it closes the socket.
     public func stopListening() {
         guard stopped.withLock({ let was = $0; $0 = true; return !was }) else { return }
         shutdown(socket, Int32(SHUT_RDWR))
-        close(socket)
     }
 
     deinit { stopListening() }
