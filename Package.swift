@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareSystem"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),

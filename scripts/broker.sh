@@ -33,6 +33,13 @@ if ! [[ "$autosave_interval" =~ ^[0-9]+$ ]]; then
   exit 1
 fi
 
+# A share's publish bound, shared with flared's HTTP ingest: RATE/BURST.
+fix_rate=${FLARE_FIX_RATE_PER_SHARE:-100/6000}
+if ! [[ "$fix_rate" =~ ^[0-9]+(\.[0-9]+)?/[0-9]+$ ]]; then
+  echo "flare: FLARE_FIX_RATE_PER_SHARE must be fixes per second/burst (e.g. 100/6000), not '$fix_rate'" >&2
+  exit 1
+fi
+
 umask 077
 mkdir -p "$data_dir/broker"
 data_dir=$(cd "$data_dir" && pwd)
@@ -77,7 +84,7 @@ cp "$here/broker/acl.in" "$broker_dir/acl"
 # persistence file in a data directory that belongs to whoever runs Flare: run it as that user instead.
 sed -e "s|@PORT@|$port|g" -e "s|@BIND@|$bind|g" -e "s|@DATA@|$broker_dir|g" -e "s|@USER@|$(id -un)|g" \
     -e "s|@PLUGIN@|$plugin|g" -e "s|@KEYFILE@|$data_dir/token.key|g" \
-    -e "s|@PERSISTENCE@|$persistence|g" -e "s|@AUTOSAVE_INTERVAL@|$autosave_interval|g" -e "s|@AUTOSAVE_ON_CHANGES@|$autosave_on_changes|g" \
+    -e "s|@FIX_RATE@|$fix_rate|g" -e "s|@PERSISTENCE@|$persistence|g" -e "s|@AUTOSAVE_INTERVAL@|$autosave_interval|g" -e "s|@AUTOSAVE_ON_CHANGES@|$autosave_on_changes|g" \
   "$here/broker/mosquitto.conf.in" > "$broker_dir/mosquitto.conf"
 if [ -n "$tls_port" ]; then
   tls_cert=${FLARE_MQTT_TLS_CERT:-}

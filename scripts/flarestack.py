@@ -1,6 +1,7 @@
 """Helpers shared by scripts/bench and scripts/chaos: loopback ports and the broker's `bench` service account."""
 import os
 import secrets
+import signal
 import socket
 import subprocess
 
@@ -73,6 +74,30 @@ class Postgres:
 
     def stop(self):
         self._script("stop")
+
+    def pids(self):
+        """The server's processes: the postmaster (first line of postmaster.pid) and its children."""
+        with open(os.path.join(self.env["FLARE_DATA_DIR"], "postgres", "data", "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        children = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as stat:
+                        if int(stat.read().rsplit(")", 1)[1].split()[1]) == postmaster:
+                            children.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return [postmaster] + children
+
+    def pause(self):
+        """SIGSTOP to every server process: its sockets stay open and nothing answers, as with a frozen host."""
+        for pid in self.pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self):
+        for pid in self.pids():
+            os.kill(pid, signal.SIGCONT)
 
     def program(self, name):
         """The path of one of the server's programs (pgbench, pg_ctl), from where postgres.sh finds them."""

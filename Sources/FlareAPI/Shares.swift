@@ -222,19 +222,24 @@ public struct WatchToken: Codable, Sendable, Equatable {
     public let mqttUsername: String
     /// `flare/v1/shares/{id}/#`
     public let topicFilter: String
+    /// `flare-{id}-watch-`: the broker admits this token only with a client id that starts so and goes on with a
+    /// suffix of the integrator's own (1–64 of `A-Z a-z 0-9 . _ -`). Absent from servers before it was bound.
+    public let mqttClientIDPrefix: String?
     @RFC3339Time public var expiresAt: Date
 
     enum CodingKeys: String, CodingKey {
         case shareID = "share_id", watchToken = "watch_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username"
-        case topicFilter = "topic_filter", expiresAt = "expires_at"
+        case topicFilter = "topic_filter", mqttClientIDPrefix = "mqtt_client_id_prefix", expiresAt = "expires_at"
     }
 
-    public init(shareID: String, watchToken: String, mqttURL: String, mqttUsername: String, topicFilter: String, expiresAt: Date) {
+    public init(shareID: String, watchToken: String, mqttURL: String, mqttUsername: String, topicFilter: String,
+                mqttClientIDPrefix: String?, expiresAt: Date) {
         self.shareID = shareID
         self.watchToken = watchToken
         self.mqttURL = mqttURL
         self.mqttUsername = mqttUsername
         self.topicFilter = topicFilter
+        self.mqttClientIDPrefix = mqttClientIDPrefix
         self.expiresAt = expiresAt
     }
 }

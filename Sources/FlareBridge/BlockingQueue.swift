@@ -159,6 +159,9 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         }
     }
 
+    /// An element the producer could not hand over for a reason of its own (counted as `put` counts one it refuses).
+    func noteRefused() { locked { refusedCount += 1 } }
+
     var refused: Int { locked { refusedCount } }
     var isClosed: Bool { locked { closed } }
     var depth: Int { locked { count } }

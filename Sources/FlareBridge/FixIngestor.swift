@@ -86,7 +86,8 @@ public final class FixIngestor: Sendable {
 
     @discardableResult
     public func handle(shareID: ShareID, payload: [UInt8], retained: Bool) -> RejectReason? {
-        guard let context = shares.ingestContext(shareID) else { return reject(.unknownShare, share: shareID) }
+        guard let found = lookUp(shareID) else { return nil }
+        guard let context = found else { return reject(.unknownShare, share: shareID) }
         guard context.isActive else {
             if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
             return reject(.shareEnded, share: shareID)
@@ -114,6 +115,28 @@ public final class FixIngestor: Sendable {
             queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
                            heardAt: heardAt, isAnswer: fix.isCommandResponse && !retained, transport: .mqtt))
             return nil
+        }
+    }
+
+    /// What the ingest needs of a share, from memory or the store. A store that cannot say is no verdict: this waits
+    /// for it, as for a full queue, so that the message stays the broker's (unacknowledged) instead of being refused.
+    /// Nil only when shutting down meanwhile; the message then counts as refused, so the bridge acknowledges nothing
+    /// from here on and the broker delivers it again to the next bridge.
+    private func lookUp(_ id: ShareID) -> ShareRegistry.IngestContext?? {
+        var waitMillis = 50
+        while true {
+            do { return .some(try shares.ingestContext(id)) } catch {
+                storeHealthy.store(false, ordering: .relaxed)
+                if rejectLogLimiter.take("lookup", nowMillis: monotonicMillis()) == nil {
+                    logger.warning("cannot look up share \(id.rawValue) for a fix (\(error)); holding the message until the store answers")
+                }
+            }
+            if shuttingDown.load(ordering: .relaxed) || queue.isClosed {
+                queue.noteRefused()
+                return nil
+            }
+            usleepMillis(waitMillis)
+            waitMillis = min(1_000, waitMillis * 2)
         }
     }
 
@@ -283,7 +306,8 @@ public final class FixIngestor: Sendable {
                         logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")
                     }
                     usleepMillis(retryDelayMillis)
-                    retryDelayMillis = min(retryDelayMillis * 2, 5000)
+                    // At most a second: fixes wait no longer than that once the store is back.
+                    retryDelayMillis = min(retryDelayMillis * 2, 1000)
                     store.recoverAfterFailedWrite()
                 }
             }

@@ -41,8 +41,9 @@ public final class OwnerKeyService: Sendable {
         self.logger = logger
     }
 
-    /// The current (not revoked) key `text` is, if any.
-    public func key(_ text: String) -> OwnerKeyRecord? {
+    /// The current (not revoked) key `text` is, if any. Throws when the store cannot say: a key that cannot be looked
+    /// up is not a wrong key.
+    public func key(_ text: String) throws(StoreError) -> OwnerKeyRecord? {
         guard OwnerKey.isWellFormed(text) else { return nil }
         let hash = SecretHash(of: text)
         let now = monotonicMillis()
@@ -50,7 +51,7 @@ public final class OwnerKeyService: Sendable {
             noteUse(remembered.key.id, now: now)
             return remembered.key
         }
-        guard let found = (try? store.ownerKey(hash: hash)) ?? nil, !found.isRevoked else { return nil }
+        guard let found = try store.ownerKey(hash: hash), !found.isRevoked else { return nil }
         if store.isShared {
             known.withLock { known in
                 if known.count >= 1_000 { known.removeAll(keepingCapacity: true) }
@@ -67,13 +68,16 @@ public final class OwnerKeyService: Sendable {
             noted[id] = now
             return true
         }
-        if due { try? store.noteOwnerKeyUsed(id: id, at: clock.now()) }
+        // Only `flare keys list`'s "last used": not written now, it is at the key's next use after a minute.
+        guard due else { return }
+        do { try store.noteOwnerKeyUsed(id: id, at: clock.now()) } catch { usedNoted.withLock { _ = $0.removeValue(forKey: id) } }
     }
 
-    /// The limits of the key that owns a share (nil: none known, or no limits).
-    func limits(ofOwner id: Int64?) -> KeyLimits? {
+    /// The limits of the key that owns a share (nil: no owner, or no such key). Throws when the store cannot say, so
+    /// that a limit is never skipped for want of reading it.
+    func limits(ofOwner id: Int64?) throws(StoreError) -> KeyLimits? {
         guard let id else { return nil }
-        return (try? store.ownerKey(id: id))??.limits
+        return try store.ownerKey(id: id)?.limits
     }
 
     /// Makes a key. Returns it (shown once) and its record.

@@ -125,11 +125,14 @@ public final class ShareService: Sendable {
     /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
     private let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
     private let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
+    private let storeWarnings = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5), maximumKeys: 4)
     /// Where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
     private let eventDestinations: [EventDestination]
     /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
     /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
     private let eventRecorded: @Sendable () -> Void
+    /// Clears what tokens left retained below an ended share's location topic (`RetainedSweeper`).
+    private let sweepRetained: @Sendable (ShareID) -> Void
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
@@ -139,7 +142,7 @@ public final class ShareService: Sendable {
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
                 eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {},
-                hostResolver: any HostResolving = SystemHostResolver()) {
+                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
         self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), resolver: hostResolver, clock: clock,
@@ -153,6 +156,7 @@ public final class ShareService: Sendable {
         self.logger = logger
         self.eventDestinations = eventDestinations
         self.eventRecorded = eventRecorded
+        self.sweepRetained = sweepRetained
         metrics.register(FlareMetrics.sharesCreated)
         metrics.register(FlareMetrics.quotaRefusals)
         metrics.register(FlareMetrics.answers)
@@ -203,7 +207,7 @@ public final class ShareService: Sendable {
         for stored in try store.loadOpenShares() {
             let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
             registry.insert(stored, recentFixes: trail)
-            if stored.share.lastAnswerID != nil { takeAnswers(stored.share.id, row: stored.row) }
+            if stored.share.lastAnswerID != nil { try takeAnswers(stored.share.id, row: stored.row) }
             let share = stored.share
             if share.isActive {
                 if share.expiresAt <= now {
@@ -278,12 +282,16 @@ public final class ShareService: Sendable {
         return .quota(refusal)
     }
 
-    /// Ends an active share now. Ending an ended share is not an error: the answer is its current state.
+    /// Ends an active share now. Ending an ended share is not an error: the answer is its current state. A stop the
+    /// store could not record is refused (`.storage`), and nothing changes: the caller asks again, and a stop
+    /// recorded in memory alone would be undone by the next start and unknown to the other instances.
     @discardableResult
     public func stop(_ id: ShareID) throws(ShareError) -> Share {
         guard let snapshot = registry.snapshot(id) else { throw .notFound }
         // Returned from `end` rather than read again: with no retention the share may already be purged.
-        return end(id, reason: .stopped) ?? snapshot.share
+        do { return try endRecorded(id, reason: .stopped) ?? registry.snapshot(id)?.share ?? snapshot.share } catch {
+            throw .storage(error.description)
+        }
     }
 
     /// Moves an active share's end to now + duration. The link stays the same; a new device token (with the new
@@ -294,9 +302,11 @@ public final class ShareService: Sendable {
         let duration: Int64
         do { duration = try policy.duration(requested: durationSeconds) } catch { throw .invalid(error.description) }
         let expiresAt = clock.now() + duration * 1000
-        // The owning key's bound holds for the share's whole length, whoever extends it (the phone may).
-        if let maximum = keys.limits(ofOwner: snapshot.share.ownerKeyID)?.maxDurationSeconds,
-           expiresAt - snapshot.share.createdAt > maximum * 1000 {
+        // The owning key's bound holds for the share's whole length, whoever extends it (the phone may). A key that
+        // cannot be read is no reason to let the share run past it: the extension waits for the store.
+        let limits: KeyLimits?
+        do { limits = try keys.limits(ofOwner: snapshot.share.ownerKeyID) } catch { throw .storage(error.description) }
+        if let maximum = limits?.maxDurationSeconds, expiresAt - snapshot.share.createdAt > maximum * 1000 {
             throw refused(QuotaRefusal(limit: .maxDuration, value: maximum, retryAfterSeconds: nil))
         }
         let extended = ShareEvent.extended(id, at: clock.now(), expiresAt: expiresAt)
@@ -310,27 +320,38 @@ public final class ShareService: Sendable {
         return (updated, deviceToken(for: updated))
     }
 
-    /// The single place where a share ends, whichever the cause. Returns the ended share, or nil if it was not active.
+    /// An expiry: the single place where a share ends on its own. Returns the ended share, or nil if it was not active.
     @discardableResult
     func end(_ id: ShareID, reason: EndReason) -> Share? {
+        do { return try endRecorded(id, reason: reason, orInMemory: true) } catch {
+            return nil  // not reached: with `orInMemory` a failing store ends the share in memory
+        }
+    }
+
+    /// Ends a share, whichever the cause. Returns the ended share, or nil if it was not active (or another instance
+    /// ended it first). When the store cannot record the end, throws, unless `orInMemory`: then memory and broker
+    /// end it anyway (an expiry: refusing fixes matters more than the row, which is ended again at the next start-up
+    /// or sweep, since its expiry will have passed by then).
+    private func endRecorded(_ id: ShareID, reason: EndReason, orInMemory: Bool = false) throws(StoreError) -> Share? {
         guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { return nil }
         let now = clock.now()
         let endedEvent = ShareEvent.ended(id, at: now, reason: reason)
-        do {
-            guard try store.markEnded(row: snapshot.row, at: now, reason: reason, event: pending(endedEvent)) else {
-                // Another instance ended it first (its expiry fired there too, or it was stopped there): that one
-                // announces the end; here memory follows the store.
-                if let stored = try store.share(id: id) { adopt(stored) }
-                return nil
-            }
-        } catch {
-            // Memory and broker still end it now: refusing fixes matters more than the row. The row is ended
-            // again at the next start-up, since its expiry will have passed by then.
+        let recorded: Bool
+        do { recorded = try store.markEnded(row: snapshot.row, at: now, reason: reason, event: pending(endedEvent)) } catch {
+            guard orInMemory else { throw error }
             logger.error("share \(id): cannot record its end (\(error)); ending it in memory")
+            recorded = true
+        }
+        guard recorded else {
+            // Another instance ended it first (its expiry fired there too, or it was stopped there): that one
+            // announces the end; here memory follows the store (at its next change, if it cannot be read now).
+            do { follow(try store.share(id: id)) } catch { warnStore("share \(id): cannot read its end (\(error))") }
+            return nil
         }
         registry.markEnded(id, reason: reason, at: now)
         scheduler.withLock { $0?.cancel(.expire(id)) }
         publish(topic: Topics.location(id), payload: [], expiry: nil)
+        sweepRetained(id)
         var ended = snapshot.share
         ended.endedAt = now
         ended.endReason = reason
@@ -347,6 +368,7 @@ public final class ShareService: Sendable {
             // end before the revocation cuts it off. Sent here, it leaves the outbox's topic delivery done; a broker
             // that did not take it gets it from the outbox later, as every other event.
             if publisher.publish(topic: Topics.events(id), payload: endedEvent.body, qos: 1, retain: false, expirySeconds: nil) {
+                // Not recorded, the outbox publishes it again: at least once, as every event.
                 try? store.eventDelivered(id: endedEvent.id, destination: .mqtt)
                 metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", EventDestination.mqtt.name), ("result", "delivered")])
             }
@@ -377,6 +399,8 @@ public final class ShareService: Sendable {
         publish(topic: Topics.status(id), payload: [], expiry: nil)
         publish(topic: Topics.stored(id), payload: [], expiry: nil)
         publish(topic: Topics.audience(id), payload: [], expiry: nil)
+        // Again, in case the instance that ended it went before it could.
+        sweepRetained(id)
         logger.info("share \(id): history deleted")
     }
 
@@ -398,9 +422,13 @@ public final class ShareService: Sendable {
     /// ends one first announces it (the store's `markEnded` says who).
     private func sweepExpired() {
         defer { schedule(.sweep, at: clock.now() + Self.sweepMillis) }
-        guard let expired = try? store.expiredActiveShares(now: clock.now(), limit: 1000) else { return }
+        let expired: [StoredShare]
+        do { expired = try store.expiredActiveShares(now: clock.now(), limit: 1000) } catch {
+            warnStore("cannot look for expired shares (\(error)); looking again in \(Self.sweepMillis / 1000) s")
+            return
+        }
         for stored in expired {
-            adopt(stored)  // schedules its expiry, which has passed: the scheduler runs it at once
+            follow(stored)  // schedules its expiry, which has passed: the scheduler runs it at once
         }
     }
 
@@ -409,8 +437,8 @@ public final class ShareService: Sendable {
     func apply(_ change: StoreChange) {
         switch change {
         case .share(let id):
-            guard let stored = try? store.share(id: id) else { return }
-            adopt(stored)
+            // Unread now, it is read when a request asks for it, or at the next resynchronisation.
+            do { follow(try store.share(id: id)) } catch { warnStore("cannot read a share another instance changed (\(error))") }
         case .fixes(let fixes):
             let now = clock.now()
             for id in registry.record(rows: fixes, heardAt: now) { schedule(.tracker(id), at: now) }
@@ -423,25 +451,29 @@ public final class ShareService: Sendable {
 
     /// After the change feed was interrupted: everything read again, trails included. Live viewers stay subscribed.
     private func resync() {
-        guard let open = try? store.loadOpenShares() else { return }
-        let openIDs = Set(open.map(\.share.id))
-        for stored in open {
-            adopt(stored)
-            if let trail = try? store.recentFixes(row: stored.row, limit: registry.trailLength) {
-                registry.replaceFixes(stored.share.id, with: trail)
+        do {
+            let open = try store.loadOpenShares()
+            let openIDs = Set(open.map(\.share.id))
+            for stored in open {
+                try adopt(stored)
+                registry.replaceFixes(stored.share.id, with: try store.recentFixes(row: stored.row, limit: registry.trailLength))
             }
+            for id in registry.shareIDs where !openIDs.contains(id) {
+                if let stored = try store.share(id: id) { try adopt(stored) }
+            }
+            logger.info("resynchronised with the store: \(open.count) shares with history")
+        } catch {
+            // The feed resynchronises again when it next reconnects; requests read what memory lacks meanwhile.
+            warnStore("cannot resynchronise with the store (\(error))")
         }
-        for id in registry.shareIDs where !openIDs.contains(id) {
-            if let stored = try? store.share(id: id) { adopt(stored) }
-        }
-        logger.info("resynchronised with the store: \(open.count) shares with history")
     }
 
-    /// Brings memory in line with a share's row as the store has it: taken in (with its recent fixes) if it is new
-    /// here, ended, extended or forgotten as the row says, its timers set to match. Announces nothing: whoever
-    /// changed the row announced it. Returns what is now known.
+    /// Brings memory in line with a share's row as the store has it: taken in (with its recent fixes and answers) if
+    /// it is new here, ended, extended or forgotten as the row says, its timers set to match. Announces nothing:
+    /// whoever changed the row announced it. Returns what is now known. Throws when a share new here cannot have its
+    /// fixes or answers read: it is then not taken in at all (known with an empty trail, it would show no position).
     @discardableResult
-    func adopt(_ stored: StoredShare) -> ShareLookup {
+    func adopt(_ stored: StoredShare) throws(StoreError) -> ShareLookup {
         let share = stored.share
         if share.historyPurged {
             registry.remove(share.id)
@@ -449,13 +481,18 @@ public final class ShareService: Sendable {
             return .historyDeleted(share)
         }
         guard let current = registry.snapshot(share.id) else {
-            registry.insert(stored, recentFixes: (try? store.recentFixes(row: stored.row, limit: registry.trailLength)) ?? [])
-            if share.lastAnswerID != nil { takeAnswers(share.id, row: stored.row) }
+            let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
+            let answers = share.lastAnswerID == nil ? [] : try store.answers(row: stored.row, after: 0, limit: Self.answersPerShare)
+            registry.insert(stored, recentFixes: trail)
+            registry.addAnswers(share.id, Array(answers.suffix(ShareRegistry.answersKept)))
             scheduleNext(for: share)
             return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
         }
-        // An answer stored by another instance: its viewers here hear of it too.
-        if let newest = share.lastAnswerID, newest > registry.lastAnswerID(share.id) { takeAnswers(share.id, row: stored.row) }
+        // An answer stored by another instance: its viewers here hear of it too (or at the next change, if the store
+        // cannot be read now).
+        if let newest = share.lastAnswerID, newest > registry.lastAnswerID(share.id) {
+            do { try takeAnswers(share.id, row: stored.row) } catch { warnStore("share \(share.id): cannot read its answers (\(error))") }
+        }
         if current.share.isActive, let reason = share.endReason, let endedAt = share.endedAt {
             registry.markEnded(share.id, reason: reason, at: endedAt)
             scheduler.withLock { $0?.cancel(.expire(share.id)) }
@@ -466,6 +503,18 @@ public final class ShareService: Sendable {
         }
         registry.updateTracker(from: share)
         return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
+    }
+
+    /// `adopt` off the request paths (the change feed, sweeps, the scheduler's jobs): a share that cannot be read now
+    /// is read again at its next change, sweep or request, so a failure is only said.
+    private func follow(_ stored: StoredShare?) {
+        guard let stored else { return }
+        do { try adopt(stored) } catch { warnStore("share \(stored.share.id): cannot read it from the store (\(error)); memory follows at its next change") }
+    }
+
+    /// A store failure off the request paths, said at most a few times a minute.
+    private func warnStore(_ message: @autoclosure () -> String) {
+        if storeWarnings.take("store", nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
     }
 
     /// An active share's expiry; an ended one's purge.
@@ -479,18 +528,19 @@ public final class ShareService: Sendable {
 
     /// Shares another instance created a moment ago may not have reached this one's memory yet: a lookup that misses
     /// memory asks the store. Ids the store did not know are not asked about again for a while, so a stream of
-    /// messages for an unknown share costs one query, not one each.
-    private func lookUpInStore(_ read: () throws(StoreError) -> StoredShare?, missKey: String) -> ShareLookup? {
+    /// messages for an unknown share costs one query, not one each. A store that cannot answer is no answer: it is
+    /// thrown, never remembered as a miss.
+    private func lookUpInStore(_ read: () throws(StoreError) -> StoredShare?, missKey: String) throws(StoreError) -> ShareLookup? {
         let now = monotonicMillis()
         if let missedAt = recentMisses.withLock({ $0[missKey] }), now - missedAt < Self.missMemoryMillis { return nil }
-        guard let stored = (try? read()) ?? nil else {
+        guard let stored = try read() else {
             recentMisses.withLock { misses in
                 if misses.count >= 10_000 { misses.removeAll(keepingCapacity: true) }
                 misses[missKey] = now
             }
             return nil
         }
-        return adopt(stored)
+        return try adopt(stored)
     }
     private static let missMemoryMillis: Int64 = 5_000
 
@@ -621,7 +671,7 @@ public final class ShareService: Sendable {
         let event = change.low ? ShareEvent.batteryLow(id, at: now, level: change.level) : nil
         do {
             guard try store.recordBatteryLow(row: change.row, lowSince: change.low ? now : nil, event: event.map(pending)) else {
-                if let stored = try store.share(id: id) { adopt(stored) }
+                follow(try store.share(id: id))
                 return
             }
         } catch {
@@ -648,7 +698,7 @@ public final class ShareService: Sendable {
         }
         guard recorded else {
             // Another instance recorded this change (or a fix it stored says otherwise): memory follows the store.
-            if let stored = try? store.share(id: id) { adopt(stored) }
+            do { follow(try store.share(id: id)) } catch { warnStore("share \(id): cannot read its tracker state (\(error))") }
             return true
         }
         registry.updateTracker(id) { $0.tracker = record }
@@ -697,8 +747,11 @@ public final class ShareService: Sendable {
             accepted = try store.requestLocate(row: snapshot.row, at: now, minimumIntervalMillis: Self.locateIntervalMillis, event: pending(event))
         } catch { throw .storage(error.description) }
         guard accepted else {
-            let stored = (try? store.share(id: id)) ?? nil
-            if let stored { adopt(stored) }
+            let stored: StoredShare?
+            do {
+                stored = try store.share(id: id)
+                if let stored { try adopt(stored) }
+            } catch { throw .storage(error.description) }
             guard let share = stored?.share, share.isActive else { throw .ended }
             let waitMillis = (share.locateRequestedAt ?? now) + Self.locateIntervalMillis - now
             throw .tooSoon(retryAfterSeconds: Int(max(1, (waitMillis + 999) / 1000)))
@@ -733,8 +786,14 @@ public final class ShareService: Sendable {
         guard let snapshot = registry.snapshot(id), snapshot.share.isActive,
               let requestedAt = snapshot.share.locateRequestedAt, at >= requestedAt,
               (snapshot.share.locateAnsweredAt ?? 0) < requestedAt else { return }
-        guard (try? store.recordLocateAnswer(row: snapshot.row, at: at)) == true else {
-            if let stored = try? store.share(id: id) { adopt(stored) }
+        let recorded: Bool
+        do { recorded = try store.recordLocateAnswer(row: snapshot.row, at: at) } catch {
+            // The next answer, or another instance's, records it; the request stays open meanwhile.
+            warnStore("share \(id): cannot record the answer to the location request (\(error))")
+            return
+        }
+        guard recorded else {
+            do { follow(try store.share(id: id)) } catch { warnStore("share \(id): cannot read it from the store (\(error))") }
             return
         }
         registry.updateTracker(id) { $0.locateAnsweredAt = at }
@@ -744,22 +803,22 @@ public final class ShareService: Sendable {
     // MARK: Reading
 
     /// The share with this id: from memory, or else from the store (a share another instance just created, or one
-    /// whose history is deleted). Nil if unknown (or the store cannot be read: a lookup is never worth an error page).
-    public func share(_ id: ShareID) -> ShareLookup? {
+    /// whose history is deleted). Nil if unknown; throws when memory does not know it and the store cannot say.
+    public func share(_ id: ShareID) throws(StoreError) -> ShareLookup? {
         if let snapshot = registry.snapshot(id) { return .live(snapshot) }
-        return lookUpInStore({ () throws(StoreError) in try store.share(id: id) }, missKey: id.rawValue)
+        return try lookUpInStore({ () throws(StoreError) in try store.share(id: id) }, missKey: id.rawValue)
     }
 
     /// The share whose view token hashes to `hash`; see `share(_:)`.
-    public func share(viewTokenHash hash: SecretHash) -> ShareLookup? {
+    public func share(viewTokenHash hash: SecretHash) throws(StoreError) -> ShareLookup? {
         if let snapshot = registry.snapshot(viewTokenHash: hash) { return .live(snapshot) }
-        return lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: Base64URL.encode(hash.bytes))
+        return try lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: Base64URL.encode(hash.bytes))
     }
 
     /// What the ingest path needs for a fix of `id`, looking in the store when memory does not know the share.
-    func ingestContext(_ id: ShareID) -> ShareRegistry.IngestContext? {
+    func ingestContext(_ id: ShareID) throws(StoreError) -> ShareRegistry.IngestContext? {
         if let context = registry.ingestContext(id) { return context }
-        guard case .live = share(id) else { return nil }
+        guard case .live = try share(id) else { return nil }
         return registry.ingestContext(id)
     }
 
@@ -816,8 +875,8 @@ public final class ShareService: Sendable {
 
     /// A device token for `id` that verifies, for HTTP calls. The share's own state decides whether it still
     /// works (an extended share keeps accepting the token it was created with; an ended one refuses all).
-    public func authorizeDevice(token: String, for id: ShareID) -> Bool {
-        guard isDeviceToken(token, of: id), case .live(let snapshot) = share(id), snapshot.share.isActive else { return false }
+    public func authorizeDevice(token: String, for id: ShareID) throws(StoreError) -> Bool {
+        guard isDeviceToken(token, of: id), case .live(let snapshot) = try share(id), snapshot.share.isActive else { return false }
         return true
     }
 
@@ -872,7 +931,14 @@ public final class ShareService: Sendable {
         let at = clock.now()
         // The first viewer of all (on any instance) is `share.opened`: the store records it in the same transaction.
         let opened = snapshot.share.isActive ? ShareEvent.opened(snapshot.share.id, at: at) : nil
-        let isNew = (try? store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending))) ?? false
+        let isNew: Bool
+        do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending)) } catch {
+            // The page is answered all the same (it asked for the position, not to be counted); the viewer is noted
+            // at its next request instead.
+            viewerNotes.withLock { _ = $0.seen.removeValue(forKey: hash) }
+            warnStore("share \(snapshot.share.id): cannot note a viewer (\(error)); noted at its next request")
+            return
+        }
         guard isNew else { return }
         publishAudience(snapshot)
         eventRecorded()
@@ -901,20 +967,31 @@ public final class ShareService: Sendable {
         let now = clock.now()
         for (id, streams) in watched {
             guard let snapshot = registry.snapshot(id), snapshot.share.isActive else { continue }
-            for hash in streams.keys { _ = try? store.noteViewer(row: snapshot.row, viewer: hash, at: now) }
+            do {
+                for hash in streams.keys { _ = try store.noteViewer(row: snapshot.row, viewer: hash, at: now) }
+            } catch {
+                // The next heartbeat says it again, well within the watching window.
+                warnStore("cannot note the live viewers of share \(id) (\(error))")
+            }
             publishAudience(snapshot)
         }
         schedule(.audienceHeartbeat, at: now + Self.heartbeatMillis)
     }
 
     /// The share's audience, from the store (so every instance's viewers count).
-    public func audience(of snapshot: ShareSnapshot) -> Audience? {
-        try? store.audience(row: snapshot.row, watchingSince: clock.now() - Self.watchingWindowMillis)
+    public func audience(of snapshot: ShareSnapshot) throws(StoreError) -> Audience {
+        try store.audience(row: snapshot.row, watchingSince: clock.now() - Self.watchingWindowMillis)
     }
 
     /// The audience, retained on `…/audience` for the phone (its device token reads it), when it changed.
     private func publishAudience(_ snapshot: ShareSnapshot) {
-        guard snapshot.share.isActive, let audience = audience(of: snapshot) else { return }
+        guard snapshot.share.isActive else { return }
+        let audience: Audience
+        do { audience = try self.audience(of: snapshot) } catch {
+            // Published at the next change or heartbeat.
+            warnStore("share \(snapshot.share.id): cannot read its audience (\(error))")
+            return
+        }
         let changed = publishedAudience.withLock { published in
             guard published[snapshot.share.id] != audience else { return false }
             if published.count >= 100_000 { published.removeAll(keepingCapacity: true) }
@@ -975,8 +1052,8 @@ public final class ShareService: Sendable {
         do { return try store.answers(row: row, after: after, limit: limit) } catch { throw .storage(error.description) }
     }
 
-    private func takeAnswers(_ id: ShareID, row: Int64) {
-        guard let found = try? store.answers(row: row, after: registry.lastAnswerID(id), limit: Self.answersPerShare) else { return }
+    private func takeAnswers(_ id: ShareID, row: Int64) throws(StoreError) {
+        let found = try store.answers(row: row, after: registry.lastAnswerID(id), limit: Self.answersPerShare)
         registry.addAnswers(id, Array(found.suffix(ShareRegistry.answersKept)))
     }
 
@@ -1084,7 +1161,12 @@ public final class ShareService: Sendable {
         var sinceWait = 0
         for stored in open {
             // Memory follows the store first (and takes in shares another instance created).
-            guard case .live(let snapshot) = adopt(stored) else { continue }
+            let lookup: ShareLookup
+            do { lookup = try adopt(stored) } catch {
+                logger.warning("cannot read share \(stored.share.id) to restore it on the broker (\(error)); trying again")
+                return nil
+            }
+            guard case .live(let snapshot) = lookup else { continue }
             let share = snapshot.share
             let status = statusMessage(of: share)
             let statusSent: Bool
@@ -1125,7 +1207,12 @@ public final class ShareService: Sendable {
     @discardableResult
     public func confirmRestore(_ restored: RestoredState) -> Int {
         guard !restored.announcedActive.isEmpty else { return 0 }
-        guard let open = try? store.loadOpenShares() else { return 0 }
+        let open: [StoredShare]
+        do { open = try store.loadOpenShares() } catch {
+            // What a restore may have overtaken stays so until the next restore; said, since it is rare and matters.
+            logger.warning("cannot read the shares to confirm a broker restore (\(error))")
+            return 0
+        }
         let now = Dictionary(open.map { ($0.share.id, $0) }, uniquingKeysWith: { first, _ in first })
         var corrected = 0
         for (id, sentTst) in restored.announcedActive {
@@ -1136,7 +1223,12 @@ public final class ShareService: Sendable {
                 corrected += 1
                 continue
             }
-            guard case .live(let snapshot) = adopt(stored) else { continue }
+            let lookup: ShareLookup
+            do { lookup = try adopt(stored) } catch {
+                warnStore("cannot read share \(id) to confirm a broker restore (\(error))")
+                continue
+            }
+            guard case .live(let snapshot) = lookup else { continue }
             if !snapshot.share.isActive {
                 publish(topic: Topics.location(id), payload: [], expiry: nil)
                 publishStatus(of: snapshot.share)

@@ -103,9 +103,9 @@ public struct OwnTracksConfiguration: Sendable {
         writer.field("tid", trackerID)
         if case .mqtt = connection {
             // One MQTT session per share: a phone provisioned for a second share must not take over the first's.
-            writer.field("clientId", "flare-\(shareID.rawValue)")
+            writer.field("clientId", ClientIDs.device(shareID))
             // Locations go to exactly this topic; the apps' other messages (event, status, waypoint) go below it,
-            // where the device token may publish and the bridge does not listen.
+            // where the device token may not publish: the broker acknowledges and drops them (`ShareToken.acl`).
             writer.field("pubTopicBase", Topics.location(shareID))
             writer.field("pubQos", 1)
             // Both apps retain location messages only, never their events, status or last will (which neither app

@@ -32,21 +32,23 @@ public struct ShareToken: Sendable, Equatable {
 
     /// The rules, first match wins (the broker plugin holds at most 8 per token; EMQX reads the same list).
     ///
-    /// The device token's list, defined once for every feature that needs one:
-    /// 1. deny publish `…/location/cmd`: commands ("locate now") come from flared only;
-    /// 2. publish `…/location/#`: its fixes, and the apps' events, status and waypoints below them;
-    /// 3. subscribe `…/location/cmd`: the OwnTracks command topic (`<pubTopicBase>/cmd`);
-    /// 4. subscribe `…/status`: the share's state and tracker state (retained);
-    /// 5. subscribe `…/answers`: the family's answers (QoS 1);
-    /// 6. subscribe `…/audience`: how many opened the link and watch it (retained);
-    /// 7. subscribe `…/stored`: what Flare has stored of the tracker's fixes (its end-to-end confirmation).
-    /// A token issued before a rule was added keeps the rules it was signed with until it expires (at most the
-    /// longest share): such a device can still write its command topic and cannot read the newer topics.
+    /// The device token's list, defined once for every feature that needs one, exact topics only (a `#` would let one
+    /// token write retained messages to any number of topics, which outlive the share and fill the broker):
+    /// 1. publish `…/location`: its fixes and its last will, all Flare reads from a phone. The OwnTracks apps' other
+    ///    messages (`/event`, `/status`, `/waypoint`, `/waypoints`, `/dump`, `/step`, `/beacon`, `/info` below it) are
+    ///    refused, which the broker acknowledges and drops: the app carries on undisturbed;
+    /// 2. subscribe `…/location/cmd`: the OwnTracks command topic (`<pubTopicBase>/cmd`), written by flared only;
+    /// 3. subscribe `…/status`: the share's state and tracker state (retained);
+    /// 4. subscribe `…/answers`: the family's answers (QoS 1);
+    /// 5. subscribe `…/audience`: how many opened the link and watch it (retained);
+    /// 6. subscribe `…/stored`: what Flare has stored of the tracker's fixes (its end-to-end confirmation).
+    /// A token issued before a rule changed keeps the rules it was signed with until it expires (at most the longest
+    /// share): one issued before this list may still publish below `…/location/` (`ShareService` clears what is
+    /// retained there when the share ends) and write its command topic, and cannot read the newer topics.
     public var acl: [ACLRule] {
         switch role {
         case .device:
-            return [ACLRule(allow: false, action: "publish", topic: Topics.command(shareID)),
-                    ACLRule(action: "publish", topic: Topics.location(shareID) + "/#"),
+            return [ACLRule(action: "publish", topic: Topics.location(shareID)),
                     ACLRule(action: "subscribe", topic: Topics.command(shareID)),
                     ACLRule(action: "subscribe", topic: Topics.status(shareID)),
                     ACLRule(action: "subscribe", topic: Topics.answers(shareID)),
@@ -80,7 +82,7 @@ public struct ShareToken: Sendable, Equatable {
     }
 
     private static let encodedHeader = Base64URL.encode(#"{"alg":"HS256","typ":"JWT"}"#)
-    /// Longer tokens are refused before any parsing: a device token is about 1,150 bytes (seven rules), a watch token less.
+    /// Longer tokens are refused before any parsing: a device token is about 1,050 bytes (six rules), a watch token less.
     public static let maximumLength = 2048
 
     public enum VerificationError: Error, Equatable, CustomStringConvertible {

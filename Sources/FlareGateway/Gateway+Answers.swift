@@ -33,19 +33,18 @@ extension Gateway {
                 switch error {
                 case .ended: return APIError.shareEnded.response
                 case .storage(let message):
-                    logger.error("answer: \(message)")
-                    return APIError(status: 503, code: "store_unavailable", message: "cannot record the answer; retry",
-                                    headers: [("Retry-After", "2")]).response
+                    noteStoreFailure("answer: \(message)")
+                    return APIError.storeUnavailable.response
                 }
             }
         }
     }
 
-    func listAnswers(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
-        guard let lookup = shares.share(id), caller.sees(lookup.share), case .live(let snapshot) = lookup else {
-            return APIError.shareNotFound.response
+    func listAnswers(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
+        guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
+        guard let lookup = try lookUp(id), caller.sees(lookup.share), case .live(let snapshot) = lookup else {
+            throw .shareNotFound
         }
         var after: Int64 = 0
         if let text = request.query["after"] {
@@ -54,13 +53,13 @@ extension Gateway {
             }
             after = value
         }
-        do {
+        do throws(ShareError) {
             let found = try shares.answers(of: snapshot.row, after: after, limit: 100)
             return .api(200, ShareAnswerList(answers: found.map(Self.apiAnswer)))
         } catch {
             return shareErrorResponse(error)
         }
-    }
+    } }
 
     private func answerRequest(_ request: HTTPRequest) -> Result<(AnswerKind, String), APIError> {
         guard let object = (try? JSONValue.parse(request.body))?.objectValue else {

@@ -2,6 +2,7 @@ import FlareAPI
 import FlareBridge
 import FlareCore
 import FlareHTTP
+import FlareSystem
 
 /// HTTP ingest: for a device that cannot speak MQTT. The fix is validated here (so the caller gets a clear 4xx), then
 /// stored through the same batched writer as MQTT fixes; 202 only once it is committed. The writer then publishes it
@@ -10,15 +11,14 @@ extension Gateway {
     /// How long a request waits for its fix's commit before asking the client to come back (the fix stays queued).
     static let ingestCommitWaitMillis = 5_000
 
-    func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
-              shares.authorizeDevice(token: String(authorization.dropFirst("Bearer ".count)), for: id)
-        else {
-            if let found = shares.share(id), !found.share.isActive { return APIError.shareEnded.response }
-            return APIError.unauthorized.response
+    func ingestLocation(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
+        guard try authenticate(request, share: id, allowDevice: true) == .device else {
+            if let found = try lookUp(id), !found.share.isActive { throw .shareEnded }
+            throw .unauthorized
         }
-        guard let found = shares.share(id), case .live(let snapshot) = found else { return APIError.shareNotFound.response }
+        guard let found = try lookUp(id), case .live(let snapshot) = found else { throw .shareNotFound }
+        if let refusal = overFixRate(id) { throw refusal }
         let receivedAt = clock.now()
         switch parser.parse(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason):
@@ -29,7 +29,7 @@ extension Gateway {
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
             return .api(202, IngestReceipt(tst: fix.timestamp, commands: commands(for: snapshot)))
         }
-    }
+    } }
 
     /// Stores a fix that came over HTTP; nil once it is committed, else the answer that asks the client to retry.
     func storeOverHTTP(_ fix: Fix, _ snapshot: ShareSnapshot, receivedAt: UnixMillis) -> APIError? {
@@ -38,6 +38,7 @@ extension Gateway {
         case .stored:
             return nil
         case .unavailable:
+            // Longer than a lookup's Retry-After: the queue is full or the writer is failing, neither of which passes in a second.
             return APIError(status: 503, code: "store_unavailable", message: "the fix could not be stored now; retry",
                             headers: [("Retry-After", "5")])
         case .pending:
@@ -45,6 +46,13 @@ extension Gateway {
             return APIError(status: 503, code: "store_slow", message: "the fix is queued but not yet stored; retry",
                             headers: [("Retry-After", "2")])
         }
+    }
+
+    /// 429 once the share's devices have sent more fixes over HTTP than `FLARE_FIX_RATE_PER_SHARE` allows (nil: go on).
+    func overFixRate(_ id: ShareID) -> APIError? {
+        guard let wait = fixLimiter.take(id.rawValue, nowMillis: monotonicMillis()) else { return nil }
+        metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
+        return .rateLimited(retryAfter: wait)
     }
 
     /// The commands waiting for a tracker that reports over HTTP, handed out once.

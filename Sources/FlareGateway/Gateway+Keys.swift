@@ -26,20 +26,21 @@ extension Gateway {
             let enrollment = URL(string: configuration.publicURL).map { Enrollment(server: $0, key: key).link } ?? ""
             return .api(201, CreatedKey(key: key, info: Self.info(record), enrollmentURL: enrollment))
         } catch {
-            logger.error("cannot store a new owner key: \(error)")
-            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
-                            headers: [("Retry-After", "5")]).response
+            return storeFailed(error, "storing a new owner key").response
         }
     }
 
     func listKeys(_ request: HTTPRequest) -> HTTPResponse {
-        guard case .success(let caller) = ownerKey(request) else { return unauthorizedOwner(request) }
+        let caller: OwnerKeyRecord
+        switch currentKey(request) {
+        case .key(let key): caller = key
+        case .refused(let response): return response
+        }
         do {
             let keys = try shares.keys.list().filter { caller.isAdmin || $0.id == caller.id }
             return .api(200, KeyList(keys: keys.map(Self.info)))
         } catch {
-            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be read right now; retry",
-                            headers: [("Retry-After", "5")]).response
+            return storeFailed(error, "listing owner keys").response
         }
     }
 
@@ -57,8 +58,7 @@ extension Gateway {
             guard let record = try shares.keys.find(id: id) else { return APIError.notFound("no such key").response }
             return .api(200, Self.info(record))
         } catch {
-            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
-                            headers: [("Retry-After", "5")]).response
+            return storeFailed(error, "revoking an owner key").response
         }
     }
 
@@ -100,7 +100,11 @@ extension Gateway {
 
     /// The key whose webhook a request may change: its own, or any for an admin (others' ids answer 404, as shares do).
     private func webhookTarget(_ request: HTTPRequest, id text: String) -> KeyCheck<Int64> {
-        guard case .success(let caller) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
+        let caller: OwnerKeyRecord
+        switch currentKey(request) {
+        case .key(let key): caller = key
+        case .refused(let response): return .refused(response)
+        }
         guard let id = Int64(text), id > 0, caller.isAdmin || caller.id == id else { return .refused(APIError.notFound("no such key").response) }
         return .key(id)
     }
@@ -118,9 +122,9 @@ extension Gateway {
                             headers: [("Retry-After", String(wait))]).response
         case .noSuchKey:
             return APIError.notFound("no such key").response
-        case .storage:
-            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
-                            headers: [("Retry-After", "5")]).response
+        case .storage(let message):
+            noteStoreFailure("webhook: \(message)")
+            return APIError.storeUnavailable.response
         }
     }
 
@@ -130,8 +134,20 @@ extension Gateway {
         case refused(HTTPResponse)
     }
 
+    /// The request's current owner key; a missing or wrong one is charged to the address (`unauthorizedOwner`), a store
+    /// that cannot say is not.
+    private func currentKey(_ request: HTTPRequest) -> KeyCheck<OwnerKeyRecord> {
+        do { return .key(try ownerKey(request)) } catch {
+            return .refused(error.status == 401 ? unauthorizedOwner(request) : error.response)
+        }
+    }
+
     private func adminKey(_ request: HTTPRequest) -> KeyCheck<OwnerKeyRecord> {
-        guard case .success(let key) = ownerKey(request) else { return .refused(unauthorizedOwner(request)) }
+        let key: OwnerKeyRecord
+        switch currentKey(request) {
+        case .key(let found): key = found
+        case .refused(let response): return .refused(response)
+        }
         guard key.isAdmin else {
             return .refused(APIError(status: 403, code: "forbidden", message: "only an admin key may create or revoke keys").response)
         }

@@ -55,8 +55,14 @@ extension Gateway {
 
     private func ownTracksConfiguration(_ request: HTTPRequest, id text: String, ownerOnly: Bool) -> Result<OwnTracksConfiguration, APIError> {
         guard let id = ShareID(text) else { return .failure(.shareNotFound) }
-        let found = shares.share(id)
-        guard let caller = authenticate(request, share: id, allowDevice: !ownerOnly) else {
+        let found: ShareLookup?, caller: Caller?
+        do {
+            found = try lookUp(id)
+            caller = try authenticate(request, share: id, allowDevice: !ownerOnly)
+        } catch {
+            return .failure(error)
+        }
+        guard let caller else {
             if let found, !found.share.isActive { return .failure(.shareEnded) }
             return .failure(.unauthorized)
         }
@@ -98,8 +104,12 @@ extension Gateway {
 extension Gateway {
     func ownTracksHTTP(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         let now = monotonicMillis()
-        guard let id = ShareID(text), let token = Self.basicPassword(request, username: id.rawValue),
-              let found = shares.share(id), shares.isDeviceToken(token, of: id) else {
+        var found: ShareLookup?
+        if let id = ShareID(text), let token = Self.basicPassword(request, username: id.rawValue), shares.isDeviceToken(token, of: id) {
+            // A 503, which both apps retry, never the 401 that would have the person re-enter the password.
+            do { found = try lookUp(id) } catch { return error.response }
+        }
+        guard let id = ShareID(text), let found else {
             // Wrong credentials cost the address as an unknown link token does; once its budget is spent, 429. (A
             // phone with the right ones is limited per share below, not per address: many share a carrier's.)
             let client = clientKey(request)
@@ -113,10 +123,7 @@ extension Gateway {
         guard case .live(let snapshot) = found, snapshot.share.isActive else {
             return .json(200, Array("[".utf8) + OwnTracksConfiguration.stopReporting + Array("]".utf8))
         }
-        if let wait = ownTracksHTTPLimiter.take(id.rawValue, nowMillis: now) {
-            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
-            return APIError.rateLimited(retryAfter: wait).response
-        }
+        if let refusal = overFixRate(id) { return refusal.response }
         let receivedAt = clock.now()
         switch parser.parseMessage(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
         case .failure(let reason) where reason == .tooLarge || reason == .malformed && (try? JSONValue.parse(request.body)) == nil:

@@ -3,6 +3,7 @@ import FlareBridge
 import FlareCore
 import FlareHTTP
 import FlareStore
+import FlareSystem
 import FoundationEssentials
 
 /// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
@@ -25,18 +26,29 @@ extension Gateway {
         func sees(_ share: Share) -> Bool { key.map { $0.owns(share) } ?? true }
     }
 
-    func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool) -> Caller? {
+    /// Who the request's bearer token says the caller is; nil for no current credential. Throws
+    /// `APIError.storeUnavailable` when the store cannot say: a key or share that cannot be looked up is not a wrong one.
+    func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool) throws(APIError) -> Caller? {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer ") else { return nil }
         let token = String(authorization.dropFirst("Bearer ".count))
-        if OwnerKey.isWellFormed(token) { return shares.keys.key(token).map(Caller.owner) }
-        if allowDevice, let share, shares.authorizeDevice(token: token, for: share) { return .device }
+        do {
+            if OwnerKey.isWellFormed(token) { return try shares.keys.key(token).map(Caller.owner) }
+            if allowDevice, let share, try shares.authorizeDevice(token: token, for: share) { return .device }
+        } catch {
+            throw storeFailed(error, "checking a bearer token")
+        }
         return nil
     }
 
-    /// The owner key of the request, or the response for a request without a current one.
-    func ownerKey(_ request: HTTPRequest) -> Result<OwnerKeyRecord, APIError> {
-        guard let key = authenticate(request, share: nil, allowDevice: false)?.key else { return .failure(.unauthorized) }
-        return .success(key)
+    /// The owner key of the request; throws `unauthorized` without a current one (or `storeUnavailable`).
+    func ownerKey(_ request: HTTPRequest) throws(APIError) -> OwnerKeyRecord {
+        guard let key = try authenticate(request, share: nil, allowDevice: false)?.key else { throw .unauthorized }
+        return key
+    }
+
+    /// The share with this id (memory, or the store); throws `storeUnavailable` when the store cannot say.
+    func lookUp(_ id: ShareID) throws(APIError) -> ShareLookup? {
+        do { return try shares.share(id) } catch { throw storeFailed(error, "looking up a share") }
     }
 
     /// The request body as a `ShareRequest` (an empty body is an empty request). The content type is not checked:
@@ -58,11 +70,10 @@ extension Gateway {
         return parsed
     }
 
-    func createShare(_ request: HTTPRequest) -> HTTPResponse {
-        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
-        let body: ShareRequest
-        do { body = try shareRequest(request) } catch { return error.response }
-        do {
+    func createShare(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
+        let key = try ownerKey(request)
+        let body = try shareRequest(request)
+        do throws(ShareError) {
             let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds, owner: key)
             let id = created.share.id
             let base = configuration.publicURL
@@ -86,22 +97,24 @@ extension Gateway {
         } catch {
             return shareErrorResponse(error)
         }
-    }
+    } }
 
-    func showShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
+    func showShare(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
         // The owner key, or the share's device token: the phone may ask who has seen its link.
-        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
-        guard let lookup = shares.share(id), caller.sees(lookup.share) else { return APIError.shareNotFound.response }
+        guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
+        guard let lookup = try lookUp(id), caller.sees(lookup.share) else { throw .shareNotFound }
         var audience: Audience?
-        if case .live(let snapshot) = lookup { audience = shares.audience(of: snapshot) }
+        if case .live(let snapshot) = lookup {
+            do throws(StoreError) { audience = try shares.audience(of: snapshot) } catch { throw storeFailed(error, "reading an audience") }
+        }
         return .api(200, Self.status(of: lookup, audience: audience))
-    }
+    } }
 
     /// `GET /api/v1/shares`: newest first, in pages (see `FlareAPI.ShareList`): the caller's own shares, or for an
     /// admin key every share (`?key=ID`: that key's).
-    func listShares(_ request: HTTPRequest) -> HTTPResponse {
-        guard case .success(let key) = ownerKey(request) else { return APIError.unauthorized.response }
+    func listShares(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
+        let key = try ownerKey(request)
         var owner: Int64? = key.isAdmin ? nil : key.id
         if let text = request.query["key"] {
             guard let id = Int64(text), id > 0 else { return APIError.badRequest("invalid_key", "key must be a key id (flare keys list)").response }
@@ -129,7 +142,7 @@ extension Gateway {
             }
             position = parsed
         }
-        do {
+        do throws(ShareError) {
             // One more than asked for says whether there is a next page without a second query.
             let found = try shares.list(state: state, after: position, limit: limit + 1, owner: owner)
             let page = found.prefix(limit)
@@ -138,7 +151,7 @@ extension Gateway {
         } catch {
             return shareErrorResponse(error)
         }
-    }
+    } }
 
     static func status(of lookup: ShareLookup, audience: Audience? = nil) -> ShareStatus {
         let share = lookup.share
@@ -156,35 +169,36 @@ extension Gateway {
             audience: audience.map { ShareAudience(firstOpenedAt: $0.firstOpenedAt.map(Date.init(unixMillis:)), opened: $0.opened, watching: $0.watching) })
     }
 
-    func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard let caller = authenticate(request, share: id, allowDevice: true) else {
-            // An ended share refuses its device token; the answer stays 401 for a caller without the owner key.
-            return APIError.unauthorized.response
-        }
-        guard shares.share(id).map({ caller.sees($0.share) }) ?? true else { return APIError.shareNotFound.response }
-        do {
+    func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
+        // An ended share refuses its device token; the answer stays 401 for a caller without the owner key.
+        guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
+        guard try lookUp(id).map({ caller.sees($0.share) }) ?? true else { throw .shareNotFound }
+        do throws(ShareError) {
             let share = try shares.stop(id)
             return .api(200, StoppedShare(shareID: id.rawValue, state: .ended, reason: share.endReason?.rawValue ?? EndReason.stopped.rawValue,
                                           endedAt: share.endedAt.map(Date.init(unixMillis:))))
         } catch {
             return shareErrorResponse(error)
         }
-    }
+    } }
 
-    func extendShare(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        guard let id = ShareID(text) else { return APIError.shareNotFound.response }
-        guard let caller = authenticate(request, share: id, allowDevice: true) else { return APIError.unauthorized.response }
-        guard shares.share(id).map({ caller.sees($0.share) }) ?? true else { return APIError.shareNotFound.response }
-        let body: ShareRequest
-        do { body = try shareRequest(request) } catch { return error.response }
-        do {
+    func extendShare(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        guard let id = ShareID(text) else { throw .shareNotFound }
+        guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
+        guard try lookUp(id).map({ caller.sees($0.share) }) ?? true else { throw .shareNotFound }
+        if caller == .device, let wait = deviceExtendLimiter.take(id.rawValue, nowMillis: monotonicMillis()) {
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "extend")])
+            throw .rateLimited(retryAfter: wait)
+        }
+        let body = try shareRequest(request)
+        do throws(ShareError) {
             let (share, deviceToken) = try shares.extend(id, durationSeconds: body.durationSeconds)
             return .api(200, ExtendedShare(shareID: id.rawValue, expiresAt: Date(unixMillis: share.expiresAt), deviceToken: deviceToken))
         } catch {
             return shareErrorResponse(error)
         }
-    }
+    } }
 
     func shareErrorResponse(_ error: ShareError) -> HTTPResponse {
         switch error {
@@ -196,9 +210,8 @@ extension Gateway {
             if let wait = refusal.retryAfterSeconds { response.headers.append(("Retry-After", String(wait))) }
             return response
         case .storage(let message):
-            logger.error("share operation failed: \(message)")
-            return APIError(status: 503, code: "store_unavailable", message: "the store cannot be written right now; retry",
-                            headers: [("Retry-After", "5")]).response
+            noteStoreFailure("share operation failed: \(message)")
+            return APIError.storeUnavailable.response
         }
     }
 }

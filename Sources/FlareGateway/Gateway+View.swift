@@ -31,7 +31,12 @@ extension Gateway {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "token")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)
         }
-        guard let found = shares.share(viewTokenHash: hash) else { return unknown() }
+        let found: ShareLookup?
+        do { found = try shares.share(viewTokenHash: hash) } catch {
+            // Not charged as an unknown token: the link may be good, and the family will try it again.
+            return .refused(storeFailed(error, "looking up a link").response)
+        }
+        guard let found else { return unknown() }
         return .found(found)
     }
 
@@ -96,7 +101,9 @@ extension Gateway {
         guard let subscription else {
             // Ended between the lookup and the subscription.
             stream.finish()
-            return .json(410, shares.view(of: shares.share(id) ?? .live(snapshot)).document(serverTime: clock.now()))
+            // Ended meanwhile, so known in memory: the view of its end (or, if it is gone already, of what was seen).
+            let ended = (try? shares.share(id)) ?? nil
+            return .json(410, shares.view(of: ended ?? .live(snapshot)).document(serverTime: clock.now()))
         }
         let streamID = liveStreams.add(stream)
         if let viewer { shares.watching(snapshot, viewer: viewer, open: true) }
@@ -134,9 +141,8 @@ extension Gateway {
                     return APIError(status: 429, code: "locate_too_soon", message: "the phone was asked less than \(ShareService.locateIntervalMillis / 1000) s ago",
                                     headers: [("Retry-After", String(seconds))]).response
                 case .storage(let message):
-                    logger.error("locate: \(message)")
-                    return APIError(status: 503, code: "store_unavailable", message: "cannot record the request; retry",
-                                    headers: [("Retry-After", "2")]).response
+                    noteStoreFailure("locate: \(message)")
+                    return APIError.storeUnavailable.response
                 }
             }
         }

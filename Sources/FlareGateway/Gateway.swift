@@ -2,6 +2,8 @@ import FlareAPI
 public import FlareBridge
 public import FlareCore
 public import FlareHTTP
+import FlareStore
+import FlareSystem
 import Synchronization
 
 /// Health of the parts the gateway cannot see for itself.
@@ -34,12 +36,16 @@ public final class Gateway: Sendable {
     let assets: ViewerAssets
     let addressLimiter: RateLimiter
     let tokenLimiter: RateLimiter
-    /// OwnTracks HTTP mode, per share: far above a phone in move mode (one message every few seconds), enough for
-    /// an Android phone sending the backlog it queued while offline, one message per request.
-    let ownTracksHTTPLimiter = RateLimiter(rule: .init(ratePerSecond: 20, burst: 600))
+    /// Fixes over HTTP, per share (`FLARE_FIX_RATE_PER_SHARE`, the bound the broker applies over MQTT): one budget for
+    /// Flare's ingest and the OwnTracks apps' HTTP mode, far above a phone in move mode (one message every few
+    /// seconds), enough for one sending the backlog it queued while offline, one message per request.
+    let fixLimiter: RateLimiter
+    /// Extensions with a device token, per share: a phone prolongs its share now and then, not in a loop.
+    let deviceExtendLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10))
     /// Answers per address and share: 5 at once, then one every 10 s.
     let answerLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5))
     let liveStreams: LiveStreams
+    private let storeFailureLog = RateLimiter(rule: .init(ratePerSecond: 0.2, burst: 5), maximumKeys: 4)
     let parser: LocationPayloadParser
 
     public init(configuration: GatewayConfiguration, shares: ShareService, ingestor: FixIngestor, metrics: Metrics, logger: Logger,
@@ -56,6 +62,7 @@ public final class Gateway: Sendable {
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
+        self.fixLimiter = RateLimiter(rule: configuration.fixRatePerShare)
         self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds)
         metrics.register(FlareMetrics.httpRequests)
         // The statuses the gateway answers with, counted without a lock (every request counts one).
@@ -63,6 +70,22 @@ public final class Gateway: Sendable {
             .map { ($0, metrics.counter(FlareMetrics.httpRequests, labels: [("status", String($0))])) })
         metrics.register(FlareMetrics.rateLimited)
         metrics.registerGauge(FlareMetrics.sseClients) { [liveStreams] in Double(liveStreams.count) }
+    }
+
+    /// Runs a handler whose refusals are thrown (`APIError`), answering each as its response.
+    func answering(_ body: () throws(APIError) -> HTTPResponse) -> HTTPResponse {
+        do { return try body() } catch { return error.response }
+    }
+
+    /// A store failure on a request path: said in the log (a few times a minute at most: an outage fails every
+    /// request) and answered `storeUnavailable`.
+    func storeFailed(_ error: StoreError, _ doing: String) -> APIError {
+        noteStoreFailure("\(doing): \(error)")
+        return .storeUnavailable
+    }
+
+    func noteStoreFailure(_ message: @autoclosure () -> String) {
+        if storeFailureLog.take("store", nowMillis: monotonicMillis()) == nil { logger.error(message()) }
     }
 
     /// Ends every live stream (the drain before the HTTP server stops).
@@ -161,6 +184,10 @@ struct APIError: Error {
     static let methodNotAllowed = APIError(status: 405, code: "method_not_allowed", message: "this endpoint does not take that method")
     static let unauthorized = APIError(status: 401, code: "unauthorized", message: "a valid bearer token is required",
                                        headers: [("WWW-Authenticate", "Bearer")])
+    /// The store could not answer (down, paused, out of space): a failure to retry, never "unauthorized", "not found"
+    /// or "ended" (FlareClient retries a 503; it gives up on a 401).
+    static let storeUnavailable = APIError(status: 503, code: "store_unavailable", message: "the store cannot answer right now; retry",
+                                           headers: [("Retry-After", "2")])
     static func rateLimited(retryAfter: Int) -> APIError {
         APIError(status: 429, code: "rate_limited", message: "too many requests; retry later",
                  headers: [("Retry-After", String(retryAfter))])

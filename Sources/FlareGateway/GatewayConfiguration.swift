@@ -18,6 +18,8 @@ public struct GatewayConfiguration: Sendable {
     public var linkRatePerAddress: RateLimiter.Rule
     /// Per view token.
     public var linkRatePerToken: RateLimiter.Rule
+    /// Per share, the fixes its devices send over HTTP (Flare's ingest and the OwnTracks apps' HTTP mode alike).
+    public var fixRatePerShare: RateLimiter.Rule
     /// Reverse proxies whose X-Forwarded-For names the client (the per-address limit's key).
     public var trustedProxies: TrustedProxies
     /// What an unknown or malformed token costs the caller's address bucket, in requests.
@@ -41,6 +43,7 @@ public struct GatewayConfiguration: Sendable {
         self.staleAfterSeconds = Int(try config.integer("FLARE_STALE_AFTER_S"))
         self.linkRatePerAddress = try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS")
         self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
+        self.fixRatePerShare = try config.rateRule("FLARE_FIX_RATE_PER_SHARE")
         self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
     }
 

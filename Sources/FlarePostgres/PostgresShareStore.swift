@@ -153,12 +153,14 @@ public final class PostgresShareStore: ShareStore {
     /// - Parameters:
     ///   - url: `postgresql://user[:password]@host:port/db` (any libpq connection URI or conninfo string).
     ///   - instance: this process's name in `pg_stat_activity` (and, for the change feed, whose changes are whose).
-    public init(url: String, instance: String, connections: Int = 4) throws(StoreError) {
+    ///   - callTimeout: how long a call may wait for a connection and the server before it fails (and a request is
+    ///     answered 503): the server may be paused or cut off without closing its sockets.
+    public init(url: String, instance: String, connections: Int = 4, callTimeout: Duration = .seconds(2)) throws(StoreError) {
         description = StoreLocation.redacted(url)
         self.url = url
         self.instance = instance
-        pool = try PostgresPool(conninfo: url, applicationName: instance, size: max(2, connections))
-        let found = try pool.with(operation: "migrate") { connection throws(StoreError) in try Self.migrate(connection) }
+        pool = try PostgresPool(conninfo: url, applicationName: instance, size: max(2, connections), callTimeout: callTimeout)
+        let found = try pool.with(operation: "migrate", long: true) { connection throws(StoreError) in try Self.migrate(connection) }
         upgradedFromSchema = found > 0 && found < Self.schemaVersion ? found : nil
     }
 
@@ -397,7 +399,7 @@ public final class PostgresShareStore: ShareStore {
 
     @discardableResult
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
-        try pool.with(operation: "purge history") { connection throws(StoreError) in
+        try pool.with(operation: "purge history", long: true) { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
                 for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers"] {
                     try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
@@ -433,14 +435,14 @@ public final class PostgresShareStore: ShareStore {
         }
     }
 
-    private func selectShares(_ condition: String, _ parameters: [String?], operation: String) throws(StoreError) -> [StoredShare] {
-        try pool.with(operation: operation) { connection throws(StoreError) in
+    private func selectShares(_ condition: String, _ parameters: [String?], operation: String, long: Bool = false) throws(StoreError) -> [StoredShare] {
+        try pool.with(operation: operation, long: long) { connection throws(StoreError) in
             Self.shares(try connection.execute("SELECT \(Self.shareColumns) FROM shares \(condition)", parameters, operation: operation))
         }
     }
 
     public func loadOpenShares() throws(StoreError) -> [StoredShare] {
-        try selectShares("WHERE NOT history_purged", [], operation: "load shares")
+        try selectShares("WHERE NOT history_purged", [], operation: "load shares", long: true)
     }
 
     public func share(id: ShareID) throws(StoreError) -> StoredShare? {
@@ -518,7 +520,7 @@ public final class PostgresShareStore: ShareStore {
 
     public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
         guard !fixes.isEmpty else { return [] }
-        return try pool.with(operation: "insert fixes") { connection throws(StoreError) in
+        return try pool.with(operation: "insert fixes", long: true) { connection throws(StoreError) in
             if !connection.hasFixStaging {  // outside the transaction, which may roll back
                 try connection.execute("CREATE TEMPORARY TABLE IF NOT EXISTS fixes_staging (LIKE fixes) ON COMMIT DELETE ROWS",
                                        operation: "insert fixes")
@@ -826,7 +828,7 @@ public final class PostgresShareStore: ShareStore {
         guard !handled.isEmpty else { return [] }
         let byShare = Dictionary(grouping: handled, by: \.shareRow)
         let operation = "record handled sequences"
-        return try pool.with(operation: operation) { connection throws(StoreError) in
+        return try pool.with(operation: operation, long: true) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) in
                 var marks: [(shareRow: Int64, mark: TrackerSequence)] = []
                 // In row order, so that two instances lock the same shares' marks in the same order.
@@ -980,6 +982,10 @@ public final class PostgresShareStore: ShareStore {
 
 /// A fixed set of connections, each used by one thread at a time. A connection that broke is reconnected when it is
 /// next taken; if that fails, the call fails (and the connection is tried again next time).
+/// The store's connections, each lent to one call at a time. A call waits for a connection and for the server within
+/// one deadline: `callTimeout` (every call on a request path, answered 503 past it), or the longer `longCallTimeout`
+/// for the work that is large by nature and off the request paths (migrations, loading every share, a batch of fixes,
+/// deleting a share's history).
 final class PostgresPool: Sendable {
     private final class Slots: @unchecked Sendable {
         // @unchecked: touched only with `lock` held.
@@ -988,16 +994,27 @@ final class PostgresPool: Sendable {
     }
     private let lock = ConditionLock()
     private let slots: Slots
+    let callTimeout: Duration
+    static let longCallTimeout: Duration = .seconds(60)
 
-    init(conninfo: String, applicationName: String, size: Int) throws(StoreError) {
+    init(conninfo: String, applicationName: String, size: Int, callTimeout: Duration) throws(StoreError) {
         var connections: [PostgresConnection] = []
         for _ in 0..<size { connections.append(try PostgresConnection(conninfo: conninfo, applicationName: applicationName)) }
         slots = Slots(connections)
+        self.callTimeout = callTimeout
     }
 
-    func with<T>(operation: String, _ body: (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
-        let connection = lock.withLock {
-            while slots.idle.isEmpty { lock.wait() }
+    func with<T>(operation: String, long: Bool = false, _ body: (PostgresConnection) throws(StoreError) -> T) throws(StoreError) -> T {
+        let deadline = ContinuousClock.now + (long ? Self.longCallTimeout : callTimeout)
+        let connection = try lock.withLock { () throws(StoreError) -> PostgresConnection in
+            while slots.idle.isEmpty {
+                // Every connection is held by a call waiting for the server: this one gives up with them.
+                let remaining = deadline - .now
+                guard remaining > .zero else {
+                    throw StoreError(operation: operation, postgres: "no database connection became free in time")
+                }
+                lock.wait(timeout: remaining)
+            }
             return slots.idle.removeLast()
         }
         defer {
@@ -1006,6 +1023,7 @@ final class PostgresPool: Sendable {
                 lock.signal()
             }
         }
+        connection.deadline = deadline
         if connection.isBroken { try connection.reset() }
         return try body(connection)
     }

@@ -28,14 +28,18 @@ final class SQLiteDatabase {
         }
         handle = db
         sqlite3_extended_result_codes(db, 1)
-        sqlite3_busy_timeout(db, 5000)
+        sqlite3_busy_timeout(db, Self.busyMillis)
     }
 
-    /// Runs `body` with a shorter wait for another connection's lock than the usual 5 s: for periodic jobs that try
+    /// How long a call waits for another connection's lock (another process writing the file: `flare keys create`,
+    /// a backup) before it fails: a request is answered 503 within about this long, as with PostgreSQL's deadline.
+    static let busyMillis: Int32 = 2_000
+
+    /// Runs `body` with a shorter wait for another connection's lock than `busyMillis`: for periodic jobs that try
     /// again anyway (leases), which must not hold the store's one connection for seconds while a write is stuck.
     func withBusyTimeout<T>(milliseconds: Int32, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         sqlite3_busy_timeout(handle, milliseconds)
-        defer { sqlite3_busy_timeout(handle, 5000) }
+        defer { sqlite3_busy_timeout(handle, Self.busyMillis) }
         return try body()
     }
 

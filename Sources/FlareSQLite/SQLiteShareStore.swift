@@ -146,7 +146,7 @@ public final class SQLiteShareStore: ShareStore {
 
     /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
     /// this call, of all instances', made the change). `busyMillis`: a shorter wait for another connection's lock than
-    /// the usual 5 s (see `leaseBusyMillis`).
+    /// the usual `SQLiteDatabase.busyMillis` (see `leaseBusyMillis`).
     @discardableResult
     private func changedRows(_ sql: String, busyMillis: Int32? = nil, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in

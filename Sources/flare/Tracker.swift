@@ -94,7 +94,7 @@ struct Tracker {
 
     func run() throws -> Int32 {
         let fixSource = SourceBox(try makeSource())
-        var mqttOptions = MQTTClient.Options(clientID: "flare-track-\(shareID.rawValue.prefix(8))-\(UInt32.random(in: 0...UInt32.max))")
+        var mqttOptions = MQTTClient.Options(clientID: ClientIDs.device(shareID, suffix: "track-" + ClientIDs.randomSuffix()))
         mqttOptions.host = broker.host
         mqttOptions.port = broker.port
         mqttOptions.username = shareID.rawValue

@@ -38,6 +38,10 @@ final class Daemon: Sendable {
 
         let location = try StoreLocation(url: config.string("FLARE_STORE_URL"), dataDirectory: dataDirectory)
         let clientID = config.string("FLARE_MQTT_CLIENT_ID") ?? ""
+        // Share tokens connect as flare-<share id>…: a bridge with such an id could have its session taken by a phone.
+        guard !ClientIDs.isTokenForm(clientID) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_CLIENT_ID must not start with \"flare-\": those ids belong to share tokens (use e.g. flared-a)")
+        }
         let store: any ShareStore
         do { store = try Stores.open(location, instance: clientID) } catch {
             throw Configuration.ConfigurationError("cannot open the store (FLARE_STORE_URL: \(location)): \(error)")
@@ -65,10 +69,11 @@ final class Daemon: Sendable {
         let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: serverWebhook,
                                        sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
+        let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
         let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
                                   tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
-                                  eventRecorded: { deliverer.wake() })
+                                  eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
         let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
@@ -112,6 +117,7 @@ final class Daemon: Sendable {
             }, stop: { _ in
                 shares.stopFollowing()
                 shares.stopScheduler()
+                sweeper.stop()
                 return true
             }),
             .init("store writer", start: { ingestor.start() }, stop: { remaining in

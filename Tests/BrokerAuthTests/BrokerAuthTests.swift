@@ -20,7 +20,11 @@ import Testing
         #expect(try device.subscribe(Topics.status(a)))
         // Commands ("locate now") come only from flared: the device reads its command topic and cannot write it.
         #expect(try device.publish(Topics.command(a), #"{"_type":"cmd","action":"reportLocation"}"#) == notAuthorized)
-        #expect(try device.publish(Topics.location(a) + "/event", #"{"_type":"transition"}"#) == nil)
+        // Exact topics: nothing below the location topic (the apps' events, waypoints, or any number of retained
+        // messages that would outlive the share).
+        for below in ["/event", "/waypoint", "/x/1", "/x/2"] {
+            #expect(try device.publish(Topics.location(a) + below, #"{"_type":"transition"}"#) == notAuthorized, "\(below)")
+        }
         for topic in [Topics.command(a), Topics.answers(a), Topics.audience(a), Topics.stored(a)] {
             #expect(try device.subscribe(topic), "\(topic)")
         }
@@ -46,6 +50,72 @@ import Testing
         let impostor = try fixture.client(b.rawValue, fixture.token(a, .device))
         #expect(impostor.waitForOutcome() == .refused)
         #expect(fixture.broker.log.contains("token is for another share"))
+    }
+
+    /// A client id names a session, and whoever connects with it takes that session over, with what the broker
+    /// queued for it: a token may use only its own share's ids, the phone's or a watcher's by its role.
+    @Test func aTokenConnectsOnlyWithTheClientIDsItsRoleMayUse() throws {
+        let fixture = try AuthFixture()
+        let a = ShareID.generate(), b = ShareID.generate()
+        let device = fixture.token(a, .device), watch = fixture.token(a, .watch)
+        let cases: [(token: String, clientID: String, connects: Bool)] = [
+            (device, "flare-\(a.rawValue)", true),
+            (device, "flare-\(a.rawValue)-tablet.2", true),
+            (watch, "flare-\(a.rawValue)-watch-dispatch_1", true),
+            // The service accounts' sessions: the bridge, a cluster instance, the epoch probe.
+            (device, "flared", false), (watch, "flared", false), (device, "flared-a", false), (device, "flared-epoch", false),
+            // Another share's phone and watcher.
+            (device, "flare-\(b.rawValue)", false), (watch, "flare-\(b.rawValue)-watch-x", false),
+            // The phone's session for a watcher, a watcher's for the phone.
+            (watch, "flare-\(a.rawValue)", false), (watch, "flare-\(a.rawValue)-tablet", false),
+            (device, "flare-\(a.rawValue)-watch-x", false),
+            // Near misses: an empty suffix, a longer share id, a character outside the suffix alphabet, an id the
+            // broker would have assigned.
+            (device, "flare-\(a.rawValue)-", false), (watch, "flare-\(a.rawValue)-watch-", false),
+            (device, "flare-\(a.rawValue)x", false), (device, "flare-\(a.rawValue)-a/b", false),
+            (device, "auto-5D3C2A10-0B1E-4F6A-8C7D-9E0F1A2B3C4D", false),
+            (device, "flare-\(a.rawValue)-" + String(repeating: "x", count: 65), false),
+        ]
+        for (token, clientID, connects) in cases {
+            let client = try fixture.client(a.rawValue, token, clientID: clientID)
+            #expect(client.waitForOutcome() == (connects ? .connected : .refused), "\(clientID)")
+        }
+        #expect(fixture.broker.log.contains("client id is not one this token may use"))
+        // The bridge's own id stays the bridge's: its connection was never closed by any of the attempts.
+        let flared = try fixture.client("flared", fixture.flaredPassword, clientID: "flared")
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try fixture.client(a.rawValue, device, clientID: "flared").waitForOutcome() == .refused)
+        #expect(flared.mqtt.isConnected && flared.disconnectCount == 0)
+        #expect(!fixture.broker.log.contains("Client flared already connected"))
+    }
+
+    /// A share's devices share one publish budget. Beyond it the broker disconnects the device before it answers the
+    /// publish, so the device is never told a message was taken that was then dropped: it sends it again once it has
+    /// reconnected. Another share's budget is its own, and the service accounts have none.
+    @Test func aShareBeyondItsPublishRateIsDisconnectedBeforeItsMessageIsAcknowledged() throws {
+        let fixture = try AuthFixture(fixRate: "1/5")
+        let a = ShareID.generate(), b = ShareID.generate()
+        let flared = try fixture.flared()
+        #expect(flared.waitForOutcome() == .connected)
+        #expect(try flared.subscribe(Topics.location(a)))
+        let phone = try fixture.client(a.rawValue, fixture.token(a, .device), clientID: ClientIDs.device(a))
+        let tablet = try fixture.client(a.rawValue, fixture.token(a, .device), clientID: ClientIDs.device(a, suffix: "tablet"))
+        #expect(phone.waitForOutcome() == .connected && tablet.waitForOutcome() == .connected)
+        // The burst of five, between the share's two devices: all acknowledged and delivered.
+        for n in 0..<5 { #expect(try (n % 2 == 0 ? phone : tablet).publish(Topics.location(a), #"{"n":\#(n)}"#) == nil) }
+        // The sixth: the connection ends with no acknowledgement, so the phone keeps the message; reconnected (a second
+        // later, when the budget has one more), it sends it again, and that one is taken: once, and acknowledged.
+        try phone.mqtt.publishAndWait(topic: Topics.location(a), payload: Array(#"{"n":5}"#.utf8), qos: 1, retain: false, timeout: .seconds(15))
+        #expect(phone.disconnectCount >= 1)
+        #expect(fixture.broker.log.contains("share \(a.rawValue) over its publish rate"))
+        let fromDevices = { flared.messages.filter { String(decoding: $0.payload, as: UTF8.self).hasPrefix(#"{"n""#) }.map { String(decoding: $0.payload, as: UTF8.self) } }
+        #expect(eventually { fromDevices().count == 6 })
+        #expect(Set(fromDevices()) == Set((0..<6).map { #"{"n":\#($0)}"# }) && fromDevices().count == 6, "\(fromDevices())")
+        // Another share is not held up by this one; nor is flared, which has no budget.
+        let other = try fixture.client(b.rawValue, fixture.token(b, .device))
+        #expect(other.waitForOutcome() == .connected)
+        #expect(try other.publish(Topics.location(b), #"{"n":0}"#) == nil)
+        for n in 0..<10 { #expect(try flared.publish(Topics.location(a), #"{"flared":\#(n)}"#) == nil) }
     }
 
     @Test func aWatchTokenSubscribesToItsShareButCannotPublish() throws {
@@ -246,9 +316,10 @@ import Testing
     /// SIGKILL closes its socket without a DISCONNECT, as a phone losing its network does.
     final class Tracker {
         let process = Process()
-        let clientID = "will-test-\(UUID().uuidString.prefix(8))"
+        let clientID: String
 
         init(fixture: AuthFixture, share: ShareID, will: String, qos: Int) throws {
+            clientID = "flare-\(share.rawValue)-will-\(UUID().uuidString.prefix(8))"
             process.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_sub")
             process.arguments = ["-h", "127.0.0.1", "-p", String(fixture.broker.port), "-V", "mqttv311", "-c", "-i", clientID,
                                  "-u", share.rawValue, "-P", fixture.token(share, .device), "-t", Topics.status(share),

@@ -49,8 +49,8 @@ import Glibc
         #expect(key.count == 32)
 
         // Plain listener: anonymous refused, flared's generated password accepted.
-        #expect(try Client(port: port, username: nil, password: nil).waitForOutcome() == .refused)
-        #expect(try Client(port: port, username: "flared", password: password).waitForOutcome() == .connected)
+        #expect(try Client(port: port, username: nil, password: nil, clientID: "script-test-anonymous").waitForOutcome() == .refused)
+        #expect(try Client(port: port, username: "flared", password: password, clientID: "flared").waitForOutcome() == .connected)
 
         // TLS listener with the self-signed certificate: a device token signed with the script's key works, a
         // forged one does not.
@@ -61,7 +61,7 @@ import Glibc
         let cafile = data.appendingPathComponent("broker/tls/cert.pem").path
         func publishOverTLS(_ password: String) throws -> CommandResult {
             try runCommand("/usr/bin/mosquitto_pub", ["-V", "5", "-h", "localhost", "-p", String(tlsPort), "--cafile", cafile,
-                                                      "-u", id.rawValue, "-P", password, "-t", Topics.location(id), "-q", "1", "-m", "{}"])
+                                                      "-u", id.rawValue, "-P", password, "-i", ClientIDs.device(id), "-t", Topics.location(id), "-q", "1", "-m", "{}"])
         }
         #expect(try publishOverTLS(token).status == 0)
         #expect(try publishOverTLS(forged).status != 0)

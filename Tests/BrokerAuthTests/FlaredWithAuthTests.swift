@@ -78,6 +78,82 @@ import Testing
         #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
     }
 
+    /// The attack that lost acknowledged fixes of every share: a token of one share (any limited key can make one)
+    /// connecting with the bridge's client id and a persistent session, which would hand it the bridge's session and
+    /// drop what the broker queued there; or with another share's phone's id. While another share's phone streams
+    /// QoS 1 fixes, every attempt is refused at CONNACK: all the fixes are stored, and neither the bridge nor the
+    /// phone is ever disconnected.
+    @Test func noTokenTakesTheBridgesOrAnotherPhonesSessionWhileAShareStreams() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory, extraEnvironment: ["FLARE_TRAIL_LENGTH": "100"])
+        defer { flared.stop() }
+        func create() throws -> (id: ShareID, device: String, view: String) {
+            let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+            let share = try #require(created.json as? [String: String])
+            return (try #require(share["share_id"].flatMap { ShareID($0) }), try #require(share["device_token"]),
+                    try #require(share["share_url"]?.split(separator: "/").last.map(String.init)))
+        }
+        let victim = try create(), attacker = try create()
+        let attackerWatch = try #require(try flared.request("POST", "/api/v1/shares/\(attacker.id.rawValue)/watch-tokens",
+                                                           bearer: flared.ownerKey).json?["watch_token"] as? String)
+        let bridgeID = try #require(flared.environment["FLARE_MQTT_CLIENT_ID"])
+        let stolenIDs = [bridgeID, "flared", "flared-a", bridgeID + "-epoch", "flare-\(victim.id.rawValue)",
+                         "flare-\(victim.id.rawValue)-watch-x"]
+        let phone = try fixture.client(victim.id.rawValue, victim.device, clientID: "flare-\(victim.id.rawValue)", cleanSession: false)
+        #expect(phone.waitForOutcome() == .connected)
+
+        let count = 40
+        let start = Int(Date().timeIntervalSince1970) - 120
+        for n in 0..<count {
+            let fix = #"{"_type":"location","lat":\#(10 + Double(n) / 100),"lon":20,"tst":\#(start + n)}"#
+            #expect(try phone.publish(Topics.location(victim.id), fix) == nil, "fix \(n) not acknowledged")
+            let token = n % 2 == 0 ? attacker.device : attackerWatch
+            let thief = try fixture.client(attacker.id.rawValue, token, clientID: stolenIDs[n % stolenIDs.count], cleanSession: false)
+            #expect(thief.waitForOutcome() == .refused, "\(stolenIDs[n % stolenIDs.count]) was not refused")
+        }
+        #expect(eventually(timeout: .seconds(20)) {
+            ((try? flared.request("GET", "/api/v1/view/\(victim.view)"))?.json?["trail"] as? [Any])?.count == count
+        })
+        let trail = try #require(try flared.request("GET", "/api/v1/view/\(victim.view)").json?["trail"] as? [[String: Any]])
+        #expect(Set(trail.compactMap { $0["tst"] as? Int }) == Set((0..<count).map { start + $0 }))
+        #expect(phone.mqtt.isConnected && phone.disconnectCount == 0)
+        #expect(!flared.log.contains("lost the broker") && !flared.log.contains("disconnected from the broker"))
+        #expect(!fixture.broker.log.contains("already connected, closing old connection"))
+        #expect(fixture.broker.log.contains("client id is not one this token may use"))
+    }
+
+    /// A device token signed under the old rules (publish `…/location/#`) can still leave retained messages below the
+    /// location topic until it expires; when the share ends, Flare clears them, and the location itself, so nothing it
+    /// wrote outlives the share. Today's token cannot write there at all.
+    @Test func anEndedSharesRetainedMessagesBelowItsLocationAreCleared() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let current = try fixture.client(id.rawValue, try #require(share["device_token"]))
+        #expect(current.waitForOutcome() == .connected)
+        #expect(try current.publish(Topics.location(id) + "/junk/0", "x") == notAuthorized)
+
+        let legacy = try fixture.client(id.rawValue, fixture.legacyDeviceToken(id, expiresAt: Int64(Date().timeIntervalSince1970) + 600))
+        #expect(legacy.waitForOutcome() == .connected)
+        let junk = String(repeating: "j", count: 12_000)
+        for n in 1...3 {
+            try legacy.mqtt.publishAndWait(topic: Topics.location(id) + "/junk/\(n)", payload: Array(junk.utf8), qos: 1, retain: true,
+                                           timeout: .seconds(10))
+        }
+        try current.mqtt.publishAndWait(topic: Topics.location(id), payload: Array(#"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970))}"#.utf8),
+                                        qos: 1, retain: true, timeout: .seconds(10))
+        let before = try fixture.retained(below: Topics.location(id) + "/#")
+        #expect(before.count == 4 && before[Topics.location(id) + "/junk/2"] == 12_000, "\(before)")
+
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
+        #expect(eventually(timeout: .seconds(15)) { (try? fixture.retained(below: Topics.location(id) + "/#"))?.isEmpty == true },
+                "\((try? fixture.retained(below: Topics.location(id) + "/#")) ?? [:])")
+        #expect(eventually { flared.log.contains("cleared 3 retained messages") })
+    }
+
     /// The OwnTracks apps' HTTP mode end to end: the configuration, a message posted with Basic auth as Android
     /// posts it (stored, then published where integrators read), "locate now" handed to the phone in an answer,
     /// a wrong password, and the ended share telling the phone to stop.

@@ -16,7 +16,7 @@ struct AuthFixture {
 
     /// `directory` is laid out like FLARE_DATA_DIR after scripts/broker.sh ran: token.key and
     /// broker/flared.password, so a `flared` started on it finds both by default.
-    init() throws {
+    init(fixRate: String? = nil) throws {
         directory = try TempDirectory.make(prefix: "flare-auth")
         key = Crypto.randomBytes(32)
         keyPath = directory.appendingPathComponent("token.key").path
@@ -25,7 +25,7 @@ struct AuthFixture {
         try FileManager.default.createDirectory(at: brokerFiles, withIntermediateDirectories: true)
         try (flaredPassword + "\n").write(to: brokerFiles.appendingPathComponent("flared.password"), atomically: true, encoding: .utf8)
         broker = try TestBroker(auth: BrokerAuth(tokenKeyPath: keyPath,
-                                                 serviceAccounts: ["flared": flaredPassword, "admin": adminPassword]))
+                                                 serviceAccounts: ["flared": flaredPassword, "admin": adminPassword], fixRate: fixRate))
     }
 
     func token(_ share: ShareID, _ role: ShareToken.Role, expiresIn seconds: Int64 = 3600) -> String {
@@ -33,11 +33,54 @@ struct AuthFixture {
         return ShareToken(shareID: share, role: role, issuedAt: now, expiresAt: now + seconds).signed(with: key)
     }
 
-    func client(_ username: String?, _ password: String?) throws -> Client {
-        try Client(port: broker.port, username: username, password: password)
+    /// A client as Flare's own connect: with the client id its token may use (the plugin binds them), unless told.
+    func client(_ username: String?, _ password: String?, clientID: String? = nil, cleanSession: Bool = true) throws -> Client {
+        try Client(port: broker.port, username: username, password: password,
+                   clientID: clientID ?? allowedClientID(username: username, password: password), cleanSession: cleanSession)
     }
 
-    func flared() throws -> Client { try client("flared", flaredPassword) }
+    /// A watcher's id for a watch token (`flare-<share>-watch-<suffix>`), the phone's (`flare-<share>-<suffix>`) for
+    /// any other password given with a share id, and an id of no share for the service accounts.
+    func allowedClientID(username: String?, password: String?) -> String {
+        let suffix = UUID().uuidString.prefix(12)
+        guard let username, ShareID(username) != nil else { return "auth-test-\(suffix)" }
+        if let password, let token = try? ShareToken.verify(password, key: key, nowSeconds: Int64.min), token.role == .watch {
+            return "flare-\(username)-watch-\(suffix)"
+        }
+        return "flare-\(username)-\(suffix)"
+    }
+
+    func flared(clientID: String? = nil) throws -> Client { try client("flared", flaredPassword, clientID: clientID) }
+
+    /// A device token as a release before exact topics signed it: publish `…/location/#` (it stays valid, with those
+    /// rules, until its `exp`).
+    func legacyDeviceToken(_ share: ShareID, expiresAt: Int64) -> String {
+        let now = Int64(Date().timeIntervalSince1970)
+        let claims = #"{"sub":"\#(share.rawValue)","role":"device","iat":\#(now),"exp":\#(expiresAt),"acl":["#
+            + #"{"permission":"deny","action":"publish","topic":"\#(Topics.command(share))"},"#
+            + #"{"permission":"allow","action":"publish","topic":"\#(Topics.location(share))/#"},"#
+            + #"{"permission":"allow","action":"subscribe","topic":"\#(Topics.command(share))"},"#
+            + #"{"permission":"allow","action":"subscribe","topic":"\#(Topics.status(share))"}]}"#
+        let input = Base64URL.encode(#"{"alg":"HS256","typ":"JWT"}"#) + "." + Base64URL.encode(Array(claims.utf8))
+        return input + "." + Base64URL.encode(Crypto.hmacSHA256(key: key, message: Array(input.utf8)))
+    }
+
+    /// The retained messages the broker holds below `filter`, as a new subscriber gets them (payload not empty).
+    func retained(below filter: String) throws -> [String: Int] {
+        let reader = try flared(clientID: "retained-reader-\(UUID().uuidString.prefix(8))")
+        guard reader.waitForOutcome() == .connected, try reader.subscribe(filter) else { throw TestSupportError("cannot read retained messages") }
+        // A marker after the subscription: once it is back, every retained message has arrived before it.
+        let marker = "flare/v1/test-marker/\(UUID().uuidString)"
+        guard try reader.subscribe(marker), try reader.publish(marker, "m") == nil,
+              eventually(timeout: .seconds(10), { reader.messages.contains { $0.topic == marker } }) else {
+            throw TestSupportError("the marker did not come back")
+        }
+        var found: [String: Int] = [:]
+        for message in reader.messages where message.retain && !message.payload.isEmpty && message.topic != marker {
+            found[message.topic] = message.payload.count
+        }
+        return found
+    }
 }
 
 /// An MQTT v5 client (the real libmosquitto one) that records its connection events and messages.
@@ -51,8 +94,9 @@ final class Client: Sendable {
     }
     private let recorder = Recorder()
 
-    init(port: Int, username: String?, password: String?) throws {
-        var options = MQTTClient.Options(clientID: "auth-test-\(UUID().uuidString.prefix(12))")
+    init(port: Int, username: String?, password: String?, clientID: String, cleanSession: Bool = true) throws {
+        var options = MQTTClient.Options(clientID: clientID)
+        options.cleanSession = cleanSession
         options.port = port
         options.username = username
         options.password = password

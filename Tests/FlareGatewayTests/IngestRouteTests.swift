@@ -30,7 +30,7 @@ import Testing
         #expect(reply.text.contains(#""commands":[]"#))
         // Stored and known to viewers before the answer: no waiting.
         let id = try #require(ShareID(created.shareID))
-        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        guard case .live(let snapshot) = try fixture.service.share(id) else { Issue.record("share not live"); return }
         #expect(snapshot.last?.timestamp == tst)
         #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
         // Over HTTP, a tracker sends no will: its state can only become stale, and the page says so.
@@ -172,7 +172,7 @@ import Testing
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()
         let id = try #require(ShareID(created.shareID))
-        guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+        guard case .live(let snapshot) = try fixture.service.share(id) else { Issue.record("share not live"); return }
         let lock = try SQLiteLock(path: fixture.directory.appendingPathComponent("flare.db").path)
         let tst = GatewayFixture.now
         // Queued, not committed within the wait (the writer waits out SQLite's busy timeout, then retries).
@@ -188,5 +188,39 @@ import Testing
         #expect(eventually(timeout: .seconds(15)) { (try? fixture.store.fixCount(row: snapshot.row)) == 1 && fixture.ingestor.isStoreHealthy })
         #expect(fixture.send("POST", "/api/v1/shares/\(created.shareID)/locations", bearer: created.deviceToken, json: Self.location(tst: tst)).status == 202)
         #expect(try fixture.store.fixCount(row: snapshot.row) == 1)
+    }
+}
+
+/// One bound for the fixes a share's devices send over HTTP (`FLARE_FIX_RATE_PER_SHARE`, which the broker applies
+/// over MQTT too): Flare's ingest and the OwnTracks apps' HTTP mode draw on the same budget, and beyond it the answer
+/// is 429 with `Retry-After`, never a 2xx for a fix that was not taken. Another share's budget is its own.
+@Suite struct FixRateTests {
+    @Test func aSharesHTTPFixesShareOneBudgetAndBeyondItAre429() throws {
+        let fixture = try GatewayFixture(settings: ["FLARE_FIX_RATE_PER_SHARE": "0.01/4"])
+        let created = try fixture.createShare(), other = try fixture.createShare()
+        let ingest = "/api/v1/shares/\(created.shareID)/locations"
+        for n in 0..<3 {
+            #expect(fixture.send("POST", ingest, bearer: created.deviceToken, json: IngestRouteTests.location(tst: GatewayFixture.now - Int64(n))).status == 202)
+        }
+        let basic = ["Authorization": "Basic " + Data("\(created.shareID):\(created.deviceToken)".utf8).base64EncodedString()]
+        let ownTracks = "/api/v1/shares/\(created.shareID)/owntracks/http"
+        #expect(fixture.send("POST", ownTracks, body: Array(IngestRouteTests.location(tst: GatewayFixture.now - 5).utf8), headers: basic).status == 200)
+        for (path, headers, bearer) in [(ingest, [String: String](), created.deviceToken as String?), (ownTracks, basic, nil)] {
+            let refused = fixture.send("POST", path, bearer: bearer, body: Array(IngestRouteTests.location(tst: GatewayFixture.now - 9).utf8), headers: headers)
+            #expect(refused.status == 429 && refused.errorCode == "rate_limited" && refused.header("Retry-After") != nil, "\(path): \(refused.status) \(refused.text)")
+        }
+        #expect(fixture.send("POST", "/api/v1/shares/\(other.shareID)/locations", bearer: other.deviceToken, json: IngestRouteTests.location()).status == 202)
+        #expect(fixture.metrics.renderText().contains(#"flare_http_rate_limited_total{scope="share"} 2"#))
+    }
+
+    /// The phone may extend its share, now and then: ten at once, then one a minute. The owner key is not limited.
+    @Test func extendingWithTheDeviceTokenIsRateLimited() throws {
+        let fixture = try GatewayFixture()
+        let created = try fixture.createShare()
+        let path = "/api/v1/shares/\(created.shareID)/extend"
+        for _ in 0..<10 { #expect(fixture.send("POST", path, bearer: created.deviceToken, json: #"{"duration_s":600}"#).status == 200) }
+        let refused = fixture.send("POST", path, bearer: created.deviceToken, json: #"{"duration_s":600}"#)
+        #expect(refused.status == 429 && refused.header("Retry-After") != nil)
+        #expect(fixture.send("POST", path, bearer: fixture.ownerKey, json: #"{"duration_s":600}"#).status == 200)
     }
 }

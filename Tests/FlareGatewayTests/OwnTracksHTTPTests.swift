@@ -65,7 +65,7 @@ import Testing
             #expect(reply.status == 200, "\(reply.text)")
             #expect(reply.contentType == "application/json")
             #expect(reply.text == "[]")
-            guard case .live(let snapshot) = fixture.service.share(id) else { Issue.record("share not live"); return }
+            guard case .live(let snapshot) = try fixture.service.share(id) else { Issue.record("share not live"); return }
             #expect(snapshot.last?.timestamp == tst)
         }
         let view = try fixture.send("GET", "/api/v1/view/\(created.viewToken)").decode(ViewDocument.self)

@@ -62,13 +62,23 @@ final class GatewayFixture {
     let ingestor: FixIngestor
     let health = HealthBox()
     let gateway: Gateway
-    let ownerKey = OwnerKey.generate()
+    let ownerKey: String
+    let tokenKey: [UInt8]
+    /// The store as the service sees it, when it fails on demand (`faulty: true`).
+    let faults: FaultyStore?
     static let publicURL = "https://sos.example.org"
     static let mqttPublicURL = "mqtts://sos.example.org:8883"
 
-    init(settings: [String: String] = [:], hostResolver: any HostResolving = SystemHostResolver()) throws {
-        directory = try TempDirectory.make(prefix: "flare-gateway")
+    /// - Parameters:
+    ///   - faulty: the service's store is a `FaultyStore` around the SQLite one (`faults`).
+    ///   - other: use that fixture's database, token key and owner key, with a memory of its own that knows nothing
+    ///     yet: what another instance, or this one after a restart, would be.
+    ///   - hostResolver: where setting a limited key's webhook looks its host name up.
+    init(settings: [String: String] = [:], faulty: Bool = false, sharingDatabaseOf other: GatewayFixture? = nil,
+         hostResolver: any HostResolving = SystemHostResolver()) throws {
+        directory = try other?.directory ?? TempDirectory.make(prefix: "flare-gateway")
         store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
+        faults = faulty ? FaultyStore(store) : nil
         let config = try Configuration.defaults(FlaredSettings.all, overriding: [
             "FLARE_PUBLIC_URL": Self.publicURL,
             "FLARE_MQTT_PUBLIC_URL": Self.mqttPublicURL,
@@ -80,8 +90,10 @@ final class GatewayFixture {
         var key = [UInt8](repeating: 0, count: 32)
         var random = SystemRandomNumberGenerator()
         for index in key.indices { key[index] = random.next() }
-        service = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
-                               tokenKey: key, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
+        tokenKey = other?.tokenKey ?? key
+        ownerKey = other?.ownerKey ?? OwnerKey.generate()
+        service = ShareService(store: faults ?? store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
+                               tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
                                hostResolver: hostResolver)
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
@@ -89,7 +101,7 @@ final class GatewayFixture {
         let health = self.health
         gateway = try Gateway(configuration: GatewayConfiguration(config), shares: service, ingestor: ingestor,
                               metrics: metrics, logger: logger, clock: clock, parser: parser, health: { health.report })
-        try store.insertOwnerKey(hash: SecretHash(of: ownerKey), label: "test", createdAt: clock.now())
+        if other == nil { try store.insertOwnerKey(hash: SecretHash(of: ownerKey), label: "test", createdAt: clock.now()) }
     }
 
     deinit {
@@ -151,7 +163,7 @@ final class GatewayFixture {
         let id = try #require(ShareID(share.shareID), sourceLocation: sourceLocation)
         #expect(ingestor.waitUntilStored(), sourceLocation: sourceLocation)
         let recorded = eventually {
-            guard case .live(let snapshot) = service.share(id) else { return false }
+            guard case .live(let snapshot) = try? service.share(id) else { return false }
             return snapshot.last?.timestamp == tst
         }
         try #require(recorded, "the fix at \(tst) never became the share's last", sourceLocation: sourceLocation)

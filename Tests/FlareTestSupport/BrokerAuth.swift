@@ -8,10 +8,13 @@ public struct BrokerAuth: Sendable {
     public var tokenKeyPath: String
     /// username → password, e.g. ["flared": "…"].
     public var serviceAccounts: [String: String]
+    /// The plugin's per-share publish bound, "RATE/BURST" (its default when nil).
+    public var fixRate: String?
 
-    public init(tokenKeyPath: String, serviceAccounts: [String: String]) {
+    public init(tokenKeyPath: String, serviceAccounts: [String: String], fixRate: String? = nil) {
         self.tokenKeyPath = tokenKeyPath
         self.serviceAccounts = serviceAccounts
+        self.fixRate = fixRate
     }
 
     func configLines(in directory: URL) throws -> [String] {
@@ -29,6 +32,7 @@ public struct BrokerAuth: Sendable {
             "plugin_opt_token_key_file \(tokenKeyPath)",
             "plugin_opt_revocations_file \(directory.appendingPathComponent("revocations").path)",
             "plugin_opt_control_user flared",
+        ] + (fixRate.map { ["plugin_opt_fix_rate \($0)"] } ?? []) + [
             "password_file \(passwordFile.path)",
             "acl_file \(aclFile.path)",
             "log_type notice",

@@ -157,10 +157,11 @@ public func runCommand(_ path: String, _ arguments: [String], environment: [Stri
 
 /// Debian's mosquitto_pub against a test broker (as a device or an integrator would use it).
 public enum MosquittoClients {
+    /// With a `username` (a share id), the client id is one of the share's device ids, as the broker's plugin requires.
     public static func publish(port: Int, topic: String, payload: String, retain: Bool = true, username: String? = nil, password: String? = nil) throws -> CommandResult {
         var arguments = ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-q", "1", "-m", payload]
         if retain { arguments.append("-r") }
-        if let username { arguments += ["-u", username] }
+        if let username { arguments += ["-u", username, "-i", "flare-\(username)-cli-\(UInt32.random(in: 0...UInt32.max))"] }
         if let password { arguments += ["-P", password] }
         return try runCommand("/usr/bin/mosquitto_pub", arguments)
     }

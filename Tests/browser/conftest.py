@@ -74,7 +74,7 @@ class FlareBackend:
             http_json('POST', f'/api/v1/shares/{share.id}/locations', payload, share.device_token)
         else:
             subprocess.run(['mosquitto_pub', '-h', self.mqtt_host, '-p', str(self.mqtt_port), '-u', share.id,
-                            '-P', share.device_token, '-t', share.topic, '-q', '1', '-r', '-m', json.dumps(payload)],
+                            '-P', share.device_token, '-i', f'flare-{share.id}-browser-test', '-t', share.topic, '-q', '1', '-r', '-m', json.dumps(payload)],
                            check=True, capture_output=True, timeout=30)
         return fix
 

@@ -346,18 +346,20 @@ def test_no_layout_jump_while_loading(flare, viewer):
     assert abs(top0 - top1) < 1, f'actions moved from {top0} to {top1}'
 
 
-def _device_client(share, *args):
-    """A real MQTT client with the share's device token (Debian's mosquitto_sub), as a phone connects."""
+def _device_client(share, *args, client_id=None):
+    """A real MQTT client with the share's device token (Debian's mosquitto_sub), as a phone connects: with the
+    phone's own client id if told, else one of the share's other device ids (the broker admits no other)."""
     return subprocess.Popen(['mosquitto_sub', '-h', os.environ.get('FLARE_MQTT_HOST', '127.0.0.1'),
                              '-p', os.environ.get('FLARE_MQTT_PORT', '1883'), '-V', 'mqttv311', '-u', share.id,
-                             '-P', share.device_token] + list(args),
+                             '-P', share.device_token, '-i', client_id or f'flare-{share.id}-{secrets.token_hex(4)}']
+                            + list(args),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 def _connected_phone(share, will, qos):
     """A phone with the last will of an OwnTracks app, connected: subscribed to its status, which is retained, so its
     first line says it is in. SIGKILL (`.kill()`) cuts its connection without a DISCONNECT."""
-    phone = _device_client(share, '-c', '-i', 'phone-' + share.id, '-t', f'flare/v1/shares/{share.id}/status',
+    phone = _device_client(share, '-c', '-t', f'flare/v1/shares/{share.id}/status', client_id=f'flare-{share.id}',
                            '--will-topic', share.topic, '--will-payload', will, '--will-qos', str(qos))
     assert phone.stdout.readline()
     return phone
@@ -534,7 +536,8 @@ def test_an_integrator_hears_the_people_side_on_the_events_topic(flare, viewer):
     watch = http_json('POST', f'/api/v1/shares/{share.id}/watch-tokens', {}, key)
     events = subprocess.Popen(['mosquitto_sub', '-h', os.environ.get('FLARE_MQTT_HOST', '127.0.0.1'),
                                '-p', os.environ.get('FLARE_MQTT_PORT', '1883'), '-V', 'mqttv5', '-u', share.id,
-                               '-P', watch['watch_token'], '-q', '1', '-t', f'flare/v1/shares/{share.id}/events',
+                               '-P', watch['watch_token'], '-i', watch['mqtt_client_id_prefix'] + 'browser-test',
+                               '-q', '1', '-t', f'flare/v1/shares/{share.id}/events',
                                '-W', '30'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)  # subscribed before the page opens
     d = viewer()

@@ -5,8 +5,9 @@
  * flared issues (claims sub, role, iat, exp, and an EMQX-5-style acl list). The plugin verifies the token at
  * CONNECT, keeps the verified claims per connected client, and on every publish, subscribe and delivery checks
  * again that the token has not expired, that the share has not been revoked, and that the acl claim allows
- * the topic. Any username that is not a share id is deferred to mosquitto's own password_file / acl_file
- * (the service accounts: flared, an admin).
+ * the topic. A token also binds the client id (client_id_allowed): a session belongs to whoever may take it.
+ * Any username that is not a share id is deferred to mosquitto's own password_file / acl_file (the service
+ * accounts: flared, an admin).
  *
  * Revocation: flared publishes {"op":"revoke","share_id":"...","until":<unix s>} to $CONTROL/flare/v1 when a
  * share is stopped before its expiry. The plugin kicks that share's clients and refuses its tokens until
@@ -17,6 +18,10 @@
  *   plugin_opt_token_key_file    base64url HS256 key, shared with flared ($FLARE_DATA_DIR/token.key). Required.
  *   plugin_opt_revocations_file  append-only revocation list. Without it revocations last until a restart.
  *   plugin_opt_control_user      the only username allowed to write $CONTROL/flare/v1 (default "flared").
+ *   plugin_opt_fix_rate          publishes per second per share and the burst, "R/B" (default "100/6000"; flared's
+ *                                FLARE_FIX_RATE_PER_SHARE, which its HTTP ingest applies too). A share's device clients
+ *                                beyond it are disconnected before the message is acknowledged, so nothing they were
+ *                                told was taken is dropped: they reconnect and send it again.
  *
  * Never logged: tokens, keys, payloads. Logged: share ids (they are the usernames mosquitto logs anyway).
  *
@@ -60,6 +65,7 @@ enum verdict {
 	V_WRONG_USER,
 	V_REVOKED,
 	V_NO_KEY,
+	V_CLIENT_ID,
 };
 
 static const char *verdict_text(enum verdict v)
@@ -73,6 +79,7 @@ static const char *verdict_text(enum verdict v)
 		case V_WRONG_USER: return "token is for another share";
 		case V_REVOKED: return "share was stopped";
 		case V_NO_KEY: return "no token key loaded";
+		case V_CLIENT_ID: return "client id is not one this token may use";
 	}
 	return "refused";
 }
@@ -117,6 +124,14 @@ struct revocation {
 	long long until;
 };
 
+/* A share's publish budget: a token bucket shared by all of the share's device clients. */
+struct share_budget {
+	struct share_budget *next;
+	char share[SHARE_ID_LEN + 1];
+	double tokens;
+	long long at_ms;
+};
+
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Plugin state (one broker thread: no locks)                                                                 */
 
@@ -142,6 +157,14 @@ static struct revocation **revocations;
 static size_t revocation_buckets;
 static size_t revocation_count;
 static size_t revocation_file_lines;
+
+static double fix_rate_per_s = 100.0;
+static double fix_burst = 6000.0;
+static struct share_budget **budgets;
+static size_t budget_buckets;
+static size_t budget_count;
+static long long budgets_pruned_at_ms;
+static unsigned long long rate_disconnects;
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                              */
@@ -187,6 +210,40 @@ static bool is_share_id(const char *text)
 		if(text[i] == '\0' || b64url_value((unsigned char)text[i]) < 0) return false;
 	}
 	return text[SHARE_ID_LEN] == '\0';
+}
+
+/* The client ids a token may use (MQTT client ids name sessions: whoever connects with an id takes that session
+ * over, with what the broker queued for it). A device token: "flare-<its share id>" or "flare-<its share
+ * id>-<suffix>" with a suffix not starting with "watch-"; a watch token: "flare-<its share id>-watch-<suffix>". A
+ * suffix is 1-64 characters of [A-Za-z0-9._-]. So no token can take a service account's session ("flared",
+ * "flared-a", the epoch probe's "<id>-epoch"), another share's phone or watcher, its own share's phone (a watcher)
+ * or a watcher's (the phone), nor a broker-assigned id ("auto-…": a client sending no id is refused). */
+#define MAX_CLIENT_ID_SUFFIX 64
+#define WATCH_PREFIX "watch-"
+
+static bool is_suffix(const char *text)
+{
+	size_t n = 0;
+	for(; text[n] != '\0'; n++){
+		unsigned char c = (unsigned char)text[n];
+		if(n >= MAX_CLIENT_ID_SUFFIX) return false;
+		if(!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) return false;
+	}
+	return n > 0;
+}
+
+static bool client_id_allowed(const char *id, const char *share, int role)
+{
+	const char *rest;
+
+	if(id == NULL || strncmp(id, "flare-", 6) != 0 || strncmp(id + 6, share, SHARE_ID_LEN) != 0) return false;
+	rest = id + 6 + SHARE_ID_LEN;
+	if(role == ROLE_DEVICE){
+		if(rest[0] == '\0') return true;
+		return rest[0] == '-' && strncmp(rest + 1, WATCH_PREFIX, strlen(WATCH_PREFIX)) != 0 && is_suffix(rest + 1);
+	}
+	return role == ROLE_WATCH && rest[0] == '-' && strncmp(rest + 1, WATCH_PREFIX, strlen(WATCH_PREFIX)) == 0
+		&& is_suffix(rest + 1 + strlen(WATCH_PREFIX));
 }
 
 static size_t hash_pointer(const void *p, size_t buckets)
@@ -800,6 +857,101 @@ static bool store_client(const struct mosquitto *client, const struct claims *c)
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* Publish budgets per share                                                                                  */
+
+static long long monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool grow_budgets(void)
+{
+	size_t buckets = budget_buckets ? budget_buckets * 2 : 1024;
+	struct share_budget **table = calloc(buckets, sizeof(*table));
+	if(table == NULL) return false;
+	for(size_t i = 0; i < budget_buckets; i++){
+		struct share_budget *b = budgets[i];
+		while(b){
+			struct share_budget *next = b->next;
+			size_t h = hash_share(b->share, buckets);
+			b->next = table[h];
+			table[h] = b;
+			b = next;
+		}
+	}
+	free(budgets);
+	budgets = table;
+	budget_buckets = buckets;
+	return true;
+}
+
+/* Takes one publish from the share's budget: false once it is spent. Out of memory, the publish is let through (a
+ * budget is a bound against abuse; losing a fix over it would be worse). */
+static bool take_budget(const char *share, long long now_ms)
+{
+	struct share_budget *b = NULL;
+	if(budget_buckets > 0){
+		for(b = budgets[hash_share(share, budget_buckets)]; b; b = b->next){
+			if(!memcmp(b->share, share, SHARE_ID_LEN)) break;
+		}
+	}
+	if(b == NULL){
+		if(budget_count >= budget_buckets && !grow_budgets()) return true;
+		b = calloc(1, sizeof(*b));
+		if(b == NULL) return true;
+		memcpy(b->share, share, SHARE_ID_LEN);
+		b->tokens = fix_burst;
+		b->at_ms = now_ms;
+		size_t h = hash_share(share, budget_buckets);
+		b->next = budgets[h];
+		budgets[h] = b;
+		budget_count++;
+	}
+	b->tokens += (double)(now_ms - b->at_ms) * fix_rate_per_s / 1000.0;
+	if(b->tokens > fix_burst) b->tokens = fix_burst;
+	b->at_ms = now_ms;
+	if(b->tokens < 1.0) return false;
+	b->tokens -= 1.0;
+	return true;
+}
+
+/* Forgets the budgets that have filled up again (a share quiet for burst/rate seconds): at most once a minute. */
+static void prune_budgets(long long now_ms)
+{
+	if(now_ms - budgets_pruned_at_ms < 60000) return;
+	budgets_pruned_at_ms = now_ms;
+	for(size_t i = 0; i < budget_buckets; i++){
+		struct share_budget **link = &budgets[i];
+		while(*link){
+			struct share_budget *b = *link;
+			if(b->tokens + (double)(now_ms - b->at_ms) * fix_rate_per_s / 1000.0 >= fix_burst){
+				*link = b->next;
+				free(b);
+				budget_count--;
+			}else{
+				link = &b->next;
+			}
+		}
+	}
+}
+
+/* "R/B": R publishes a second (a positive number), a burst of B (at least 1). */
+static bool parse_rate(const char *text)
+{
+	char *end;
+	double rate = strtod(text, &end);
+	if(end == text || *end != '/' || !(rate > 0) || rate > 1e6) return false;
+	const char *burst_text = end + 1;
+	double burst = strtod(burst_text, &end);
+	if(end == burst_text || *end != '\0' || !(burst >= 1) || burst > 1e9) return false;
+	fix_rate_per_s = rate;
+	fix_burst = burst;
+	return true;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* Token verification                                                                                         */
 
 static enum verdict verify_token(const char *username, const char *token, time_t now, struct claims *c)
@@ -907,6 +1059,7 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 		return MOSQ_ERR_PLUGIN_DEFER;
 	}
 	v = verify_token(ed->username, ed->password, time(NULL), &c);
+	if(v == V_OK && !client_id_allowed(mosquitto_client_id(ed->client), c.sub, c.role)) v = V_CLIENT_ID;
 	if(v != V_OK){
 		remove_client(ed->client);
 		mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: refused %s: %s", ed->username, verdict_text(v));
@@ -928,12 +1081,26 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 	(void)event;
 	(void)userdata;
 
+	int rc;
+
 	if(!is_share_id(username)) return MOSQ_ERR_PLUGIN_DEFER;
 	e = find_client(ed->client);
 	if(e == NULL || strcmp(e->sub, username) != 0) return MOSQ_ERR_ACL_DENIED;
 	now = time(NULL);
 	if(e->exp <= (long long)now || is_revoked(e->sub, now)) return MOSQ_ERR_ACL_DENIED;
-	return check_rules(e, ed->topic, ed->access);
+	rc = check_rules(e, ed->topic, ed->access);
+	/* A will is sent as the client leaves: not counted, and nothing to disconnect. */
+	if(rc == MOSQ_ERR_SUCCESS && ed->access == MOSQ_ACL_WRITE && !e->leaving && !take_budget(e->sub, monotonic_ms())){
+		/* Disconnected here, before mosquitto answers the publish: its PUBACK cannot be sent, so the client keeps the
+		 * message and sends it again once it has reconnected (a denied publish alone would be acknowledged and
+		 * dropped). mosquitto frees the client only later, so it is safe to use after the kick. */
+		const char *id = mosquitto_client_id(ed->client);
+		rate_disconnects++;
+		mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: share %s over its publish rate; disconnecting a device", e->sub);
+		if(id != NULL) mosquitto_kick_client_by_clientid(id, false);
+		return MOSQ_ERR_ACL_DENIED;
+	}
+	return rc;
 }
 
 /* SIGHUP: read the token key again (a rotated key takes effect without dropping connections; clients already
@@ -998,6 +1165,7 @@ static int on_tick(int event, void *event_data, void *userdata)
 		if(e != NULL && e->leaving) remove_client(leaving[i]);
 	}
 	leaving_count = 0;
+	prune_budgets(monotonic_ms());
 	return MOSQ_ERR_SUCCESS;
 }
 
@@ -1094,6 +1262,11 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 			if(!copy_option(revocations_path, sizeof(revocations_path), v, k)) return MOSQ_ERR_INVAL;
 		}else if(!strcmp(k, "control_user")){
 			if(!copy_option(control_user, sizeof(control_user), v, k)) return MOSQ_ERR_INVAL;
+		}else if(!strcmp(k, "fix_rate")){
+			if(!parse_rate(v)){
+				mosquitto_log_printf(MOSQ_LOG_ERR, "flare_auth: plugin_opt_fix_rate must be RATE/BURST, e.g. 100/6000");
+				return MOSQ_ERR_INVAL;
+			}
 		}
 	}
 	if(key_path[0] == '\0'){
@@ -1106,7 +1279,7 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 	if(revocations_path[0] == '\0'){
 		mosquitto_log_printf(MOSQ_LOG_WARNING, "flare_auth: no plugin_opt_revocations_file; revocations last until a restart");
 	}
-	if(!grow_clients() || !grow_revocations()) return MOSQ_ERR_NOMEM;
+	if(!grow_clients() || !grow_revocations() || !grow_budgets()) return MOSQ_ERR_NOMEM;
 	load_revocations(now);
 
 	if(mosquitto_callback_register(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL, NULL) != MOSQ_ERR_SUCCESS
@@ -1156,6 +1329,16 @@ int mosquitto_plugin_cleanup(void *userdata, struct mosquitto_opt *options, int 
 	free(revocations);
 	revocations = NULL;
 	revocation_buckets = revocation_count = 0;
+	for(size_t i = 0; i < budget_buckets; i++){
+		while(budgets[i]){
+			struct share_budget *next = budgets[i]->next;
+			free(budgets[i]);
+			budgets[i] = next;
+		}
+	}
+	free(budgets);
+	budgets = NULL;
+	budget_buckets = budget_count = 0;
 	OPENSSL_cleanse(token_key, sizeof(token_key));
 	token_key_len = 0;
 	return MOSQ_ERR_SUCCESS;

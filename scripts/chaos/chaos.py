@@ -306,7 +306,8 @@ def case_broker_restart(work, quick):
         assert status == 201, (status, body[:200])
         watch_token = json.loads(body)["watch_token"]
         retained = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-t", f"flare/v1/shares/{share['share_id']}/#",
-                                   "-u", share["share_id"], "-P", watch_token, "-C", "2", "-W", "5", "-v"],
+                                   "-u", share["share_id"], "-P", watch_token, "-i", f"flare-{share['share_id']}-watch-chaos",
+                                   "-C", "2", "-W", "5", "-v"],
                                   capture_output=True, text=True).stdout
         assert '"state":"active"' in retained, "retained status lost"
         assert "/location" in retained, "retained last position lost"
@@ -418,8 +419,9 @@ def case_broker_crash(work, quick):
         assert f"flare/v1/shares/{stopped['share_id']}/location" not in state, "the stopped share got a position back"
         assert stack.metric("flare_broker_restores_total") == 1, "flared did not count one restore"
         # The stopped share's device token is still refused by the restarted broker.
+        # The phone's own client id: refused for the revocation alone.
         refused = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", stopped["share_id"],
-                                  "-P", stopped["device_token"], "-t", f"flare/v1/shares/{stopped['share_id']}/location",
+                                  "-P", stopped["device_token"], "-i", f"flare-{stopped['share_id']}", "-t", f"flare/v1/shares/{stopped['share_id']}/location",
                                   "-m", json.dumps({"_type": "location", "lat": 1, "lon": 2, "tst": now}), "-q", "1"],
                                  capture_output=True, text=True)
         assert refused.returncode != 0, "the stopped share's device token works again after the crash"
@@ -774,7 +776,52 @@ def case_cluster_postgres_restart(work, quick):
         cluster.stop()
 
 
+def case_cluster_postgres_pause(work, quick):
+    """PostgreSQL paused (SIGSTOP: its sockets stay open, nothing answers): the instance that has not seen a share
+    answers its link, and an owner key it has not seen, 503 with Retry-After within seconds (never 401, 404 or no
+    answer at all), and serves both within a moment of SIGCONT."""
+    cluster = ClusterStack(work)
+    paused = False
+    try:
+        admin = {"Authorization": f"Bearer {cluster.a.owner_key}", "Content-Type": "application/json"}
+        status, _, body = cluster.a.request("POST", "/api/v1/keys", json.dumps({"label": "chaos"}), admin)
+        assert status == 201, (status, body[:200])
+        new_key = {"Authorization": f"Bearer {json.loads(body)['key']}"}
+        # B is stopped while A makes the share, so that B's change feed cannot have read it before the pause.
+        cluster.b.flared.send_signal(signal.SIGSTOP)
+        try:
+            token = cluster.a.create_share()["share_url"].rsplit("/", 1)[1]
+            cluster.postgres.pause()
+            paused = True
+        finally:
+            cluster.b.flared.send_signal(signal.SIGCONT)
+        waits = {}
+        for what, path, headers in [("link", f"/api/v1/view/{token}", {}), ("owner key", "/api/v1/shares", new_key)]:
+            started = time.monotonic()
+            status, answer_headers, body = cluster.b.request("GET", path, headers=headers)
+            waits[what] = time.monotonic() - started
+            assert status == 503 and "Retry-After" in answer_headers, f"{what} answered {status} while PostgreSQL was paused: {body[:200]}"
+            assert json.loads(body)["error"] == "store_unavailable", body[:200]
+            assert waits[what] < 8, f"the {what} took {waits[what]:.1f} s to be answered while PostgreSQL was paused"
+        cluster.postgres.resume()
+        paused = False
+        resumed = time.monotonic()
+        wait_for(lambda: cluster.b.status(f"/api/v1/view/{token}") == 200, 15, "B serving the link after SIGCONT")
+        back = time.monotonic() - resumed
+        status = cluster.b.request("GET", "/api/v1/shares", headers=new_key)[0]
+        assert status == 200, f"the owner key answered {status} after SIGCONT"
+        return (f"PostgreSQL paused: B answered a link it had not seen in {waits['link']:.2f} s and an owner key in "
+                f"{waits['owner key']:.2f} s, both 503 store_unavailable with Retry-After; the link served {back:.2f} s "
+                f"after SIGCONT"), {"link_503_s": round(waits["link"], 3), "key_503_s": round(waits["owner key"], 3),
+                                     "served_after_resume_s": round(back, 3)}
+    finally:
+        if paused:
+            cluster.postgres.resume()
+        cluster.stop()
+
+
 CASES = [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
+         ("cluster: PostgreSQL paused", case_cluster_postgres_pause),
          ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
 

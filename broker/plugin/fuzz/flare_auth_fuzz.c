@@ -5,7 +5,9 @@
  *   - signs a few valid tokens, checks they verify, then mutates them at random (byte flips, truncation,
  *     insertion, segment swaps): no mutation that differs from the original may verify;
  *   - feeds random and mutated bytes to the header, claims and control-message scanners and to the
- *     subscription-filter check.
+ *     subscription-filter check;
+ *   - checks the client-id rule on a table of ids, then on random edits of an allowed id: an edit is allowed only
+ *     if it is itself of the allowed form (checked by a second, naive reading of the rule).
  * Deterministic (fixed seed, or argv[2]); argv[1] = iterations. Exit 0 = no finding.
  */
 #include "../flare_auth.c"
@@ -25,6 +27,18 @@ const char *mosquitto_client_username(const struct mosquitto *client)
 {
 	(void)client;
 	return stub_username;
+}
+const char *mosquitto_client_id(const struct mosquitto *client)
+{
+	(void)client;
+	return NULL;
+}
+int mosquitto_kick_client_by_clientid(const char *clientid, bool with_will)
+{
+	(void)clientid;
+	(void)with_will;
+	kicks++;
+	return MOSQ_ERR_SUCCESS;
 }
 int mosquitto_kick_client_by_username(const char *username, bool with_will)
 {
@@ -129,6 +143,81 @@ static void exercise_bytes(const unsigned char *data, size_t len)
 	}
 }
 
+/* The client-id rule read naively, as the plugin's comment states it: an independent second reading to hold the
+ * plugin's against. */
+static bool naive_suffix(const char *s)
+{
+	size_t n = strlen(s);
+	if(n == 0 || n > 64) return false;
+	return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+static bool naive_allowed(const char *id, const char *share, int role)
+{
+	char base[64];
+	size_t blen;
+	snprintf(base, sizeof(base), "flare-%s", share);
+	blen = strlen(base);
+	if(strncmp(id, base, blen) != 0) return false;
+	if(role == ROLE_DEVICE){
+		if(strcmp(id, base) == 0) return true;
+		return id[blen] == '-' && strncmp(id + blen + 1, "watch-", 6) != 0 && naive_suffix(id + blen + 1);
+	}
+	return strncmp(id + blen, "-watch-", 7) == 0 && naive_suffix(id + blen + 7);
+}
+
+static long check_client_ids(long iterations)
+{
+	const char *share = "9jTgdYONYS8zk5dEPCLI6w";
+	const struct { const char *id; int role; bool allowed; } table[] = {
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w", ROLE_DEVICE, true },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-phone", ROLE_DEVICE, true },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-watch-x", ROLE_DEVICE, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-watch-x", ROLE_WATCH, true },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w", ROLE_WATCH, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-phone", ROLE_WATCH, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-watch-", ROLE_WATCH, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-", ROLE_DEVICE, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6wX", ROLE_DEVICE, false },
+		{ "flare-9jTgdYONYS8zk5dEPCLI6w-a b", ROLE_DEVICE, false },
+		{ "flare-AAAAAAAAAAAAAAAAAAAAAA", ROLE_DEVICE, false },
+		{ "flared", ROLE_DEVICE, false },
+		{ "flared", ROLE_WATCH, false },
+		{ "flared-a", ROLE_DEVICE, false },
+		{ "flared-epoch", ROLE_DEVICE, false },
+		{ "auto-1B7A8E2C-0F0B-4B34-9A3B-6C9C2D1E0F00", ROLE_DEVICE, false },
+		{ "", ROLE_DEVICE, false },
+	};
+	static const char edit_bytes[] = "aZ09-_. /\xc3watch";
+	long findings = 0;
+	char id[160];
+
+	if(client_id_allowed(NULL, share, ROLE_DEVICE)) findings++;
+	for(size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++){
+		if(client_id_allowed(table[i].id, share, table[i].role) != table[i].allowed
+				|| naive_allowed(table[i].id, share, table[i].role) != table[i].allowed){
+			if(findings++ < 5) fprintf(stderr, "client id \"%s\" (%s) judged wrongly\n", table[i].id, table[i].role == ROLE_WATCH ? "watch" : "device");
+		}
+	}
+	for(long i = 0; i < iterations; i++){
+		int role = rnd() % 2 ? ROLE_DEVICE : ROLE_WATCH;
+		size_t len;
+		snprintf(id, sizeof(id), "%s", table[rnd() % 4].id);
+		len = strlen(id);
+		for(int k = 0, edits = 1 + (int)(rnd() % 3); k < edits && len > 0; k++){
+			switch(rnd() % 3){
+				case 0: id[rnd() % len] = edit_bytes[rnd() % (sizeof(edit_bytes) - 1)]; break;
+				case 1: id[rnd() % (len + 1)] = '\0'; len = strlen(id); break;
+				default: if(len + 1 < sizeof(id)){ id[len++] = "-wx9"[rnd() % 4]; id[len] = '\0'; } break;
+			}
+		}
+		if(client_id_allowed(id, share, role) != naive_allowed(id, share, role)){
+			if(findings++ < 5) fprintf(stderr, "client id \"%s\" judged differently by the two readings\n", id);
+		}
+	}
+	return findings;
+}
+
 int main(int argc, char **argv)
 {
 	long iterations = argc > 1 ? atol(argv[1]) : 200000;
@@ -149,6 +238,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+
+	findings += check_client_ids(iterations);
 
 	for(long i = 0; i < iterations; i++){
 		int t = (int)(rnd() % 3);

@@ -1,0 +1,32 @@
+/// The MQTT client ids a share's tokens may use. A client id names a session on the broker: whoever connects with one
+/// takes that session over, with everything the broker queued for it. So the broker's auth plugin binds them
+/// (`client_id_allowed` in broker/plugin/flare_auth.c holds the same rule):
+/// - a device token: `flare-<share id>` (the phone) or `flare-<share id>-<suffix>`, the suffix not starting `watch-`;
+/// - a watch token: `flare-<share id>-watch-<suffix>`;
+/// - a suffix: 1–64 characters of `A-Z a-z 0-9 . _ -`.
+/// Any other id is refused at CONNACK, the service accounts' (`flared`, `flared-a`, `<id>-epoch`) above all, and so
+/// is an empty id (the broker would assign one). Everything Flare hands out follows the rule.
+public enum ClientIDs {
+    static let prefix = "flare-"
+    static let watchPrefix = "watch-"
+
+    /// The phone's own id (the OwnTracks configuration's `clientId`), or another device's of the share with `suffix`.
+    public static func device(_ share: ShareID, suffix: String? = nil) -> String {
+        prefix + share.rawValue + (suffix.map { "-" + $0 } ?? "")
+    }
+
+    /// What every watcher's id of the share starts with; the integrator adds a suffix of its own.
+    public static func watcherPrefix(_ share: ShareID) -> String { prefix + share.rawValue + "-" + watchPrefix }
+
+    public static func watcher(_ share: ShareID, suffix: String) -> String { watcherPrefix(share) + suffix }
+
+    /// A fresh suffix: 8 random characters, for a client that wants a session of its own each run.
+    public static func randomSuffix() -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<8).map { _ in alphabet.randomElement()! })
+    }
+
+    /// Whether an id is of the form share tokens use: a service account must not take one (a phone would take its
+    /// session back).
+    public static func isTokenForm(_ id: String) -> Bool { id.hasPrefix(prefix) }
+}

@@ -1,0 +1,93 @@
+import FlareCore
+import FlareStore
+import Synchronization
+
+/// A store that fails on demand: the real SQLite store, wrapped, throwing for the calls named in `failing` (by
+/// method name; `share(id:)`, `share(viewTokenHash:)`, `ownerKey(hash:)` and `ownerKey(id:)` apart) as a database
+/// blip would, and recording which calls a request made. What a request path answers while a call it needs fails
+/// is the test (`StoreFailureTests`), so every call of the protocol goes through `fault`.
+final class FaultyStore: ShareStore {
+    let base: any ShareStore
+    private struct State {
+        var failing: Set<String> = []
+        var failAll = false
+        var calls: [String] = []
+    }
+    private let state = Mutex(State())
+
+    init(_ base: any ShareStore) { self.base = base }
+
+    /// Makes the named calls fail (all calls with `["*"]`), or none with `[]`.
+    func fail(_ names: Set<String>) {
+        state.withLock { $0.failing = names; $0.failAll = names.contains("*") }
+    }
+
+    /// The calls made since the last `takeCalls`, in order.
+    func takeCalls() -> [String] {
+        state.withLock { state in
+            defer { state.calls = [] }
+            return state.calls
+        }
+    }
+
+    private func fault(_ name: String) throws(StoreError) {
+        let fails = state.withLock { state -> Bool in
+            state.calls.append(name)
+            return state.failAll || state.failing.contains(name)
+        }
+        if fails { throw StoreError(operation: name, code: 10, message: "disk I/O error (injected)", engine: "test") }
+    }
+
+    func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64 { try fault("insertShare"); return try base.insertShare(share, event: event) }
+    func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> { try fault("insertShare"); return try base.insertShare(share, limits: limits, now: now, event: event) }
+    func updateExpiry(row: Int64, expiresAt: UnixMillis, event: PendingEvent?) throws(StoreError) { try fault("updateExpiry"); try base.updateExpiry(row: row, expiresAt: expiresAt, event: event) }
+    func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool { try fault("markEnded"); return try base.markEnded(row: row, at: endedAt, reason: reason, event: event) }
+    func purgeHistory(row: Int64) throws(StoreError) -> Bool { try fault("purgeHistory"); return try base.purgeHistory(row: row) }
+    func loadOpenShares() throws(StoreError) -> [StoredShare] { try fault("loadOpenShares"); return try base.loadOpenShares() }
+    func share(id: ShareID) throws(StoreError) -> StoredShare? { try fault("share(id:)"); return try base.share(id: id) }
+    func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? { try fault("share(viewTokenHash:)"); return try base.share(viewTokenHash: viewTokenHash) }
+    func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64?) throws(StoreError) -> [StoredShare] { try fault("listShares"); return try base.listShares(state: state, after: position, limit: limit, owner: owner) }
+    func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool { try fault("recordTracker"); return try base.recordTracker(row: row, record, condition: condition, event: event) }
+    func recordBatteryLow(row: Int64, lowSince: UnixMillis?, event: PendingEvent?) throws(StoreError) -> Bool { try fault("recordBatteryLow"); return try base.recordBatteryLow(row: row, lowSince: lowSince, event: event) }
+    func requestLocate(row: Int64, at now: UnixMillis, minimumIntervalMillis: Int64, event: PendingEvent?) throws(StoreError) -> Bool { try fault("requestLocate"); return try base.requestLocate(row: row, at: now, minimumIntervalMillis: minimumIntervalMillis, event: event) }
+    func recordLocateAnswer(row: Int64, at: UnixMillis) throws(StoreError) -> Bool { try fault("recordLocateAnswer"); return try base.recordLocateAnswer(row: row, at: at) }
+    func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool { try fault("takeLocateCommand"); return try base.takeLocateCommand(row: row, now: now, validForMillis: validForMillis) }
+    func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer? { try fault("insertAnswer"); return try base.insertAnswer(row: row, kind: kind, name: name, at: at, event: event) }
+    func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer] { try fault("answers"); return try base.answers(row: row, after: after, limit: limit) }
+    func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool { try fault("noteViewer"); return try base.noteViewer(row: row, viewer: viewer, at: at, firstViewEvent: firstViewEvent) }
+    func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience { try fault("audience"); return try base.audience(row: row, watchingSince: watchingSince) }
+    func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] { try fault("insertFixes"); return try base.insertFixes(fixes) }
+    func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] { try fault("recentFixes"); return try base.recentFixes(row: row, limit: limit) }
+    func fixCount(row: Int64) throws(StoreError) -> Int { try fault("fixCount"); return try base.fixCount(row: row) }
+    func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)] { try fault("recordHandledSequences"); return try base.recordHandledSequences(handled) }
+    func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 { try fault("insertOwnerKey"); return try base.insertOwnerKey(hash: hash, label: label, createdAt: createdAt, admin: admin, limits: limits) }
+    func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord? { try fault("ownerKey(hash:)"); return try base.ownerKey(hash: hash) }
+    func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord? { try fault("ownerKey(id:)"); return try base.ownerKey(id: id) }
+    func ownerKeys() throws(StoreError) -> [OwnerKeyRecord] { try fault("ownerKeys"); return try base.ownerKeys() }
+    func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool { try fault("revokeOwnerKey"); return try base.revokeOwnerKey(id: id, at: at) }
+    func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError) { try fault("noteOwnerKeyUsed"); try base.noteOwnerKeyUsed(id: id, at: at) }
+    func ownerKeyCount() throws(StoreError) -> Int { try fault("ownerKeyCount"); return try base.ownerKeyCount() }
+    func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] { try fault("dueEvents"); return try base.dueEvents(now: now, limit: limit) }
+    func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) { try fault("eventsDelivered"); try base.eventsDelivered(deliveries) }
+    func eventDelivered(id: String, destination: EventDestination) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(id: id, destination: destination) }
+    func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) { try fault("eventFailed"); try base.eventFailed(row: row, destination: destination, attempts: attempts, retryAt: retryAt) }
+    func outboxBacklog() throws(StoreError) -> [OutboxBacklog] { try fault("outboxBacklog"); return try base.outboxBacklog() }
+    func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool { try fault("setKeyWebhook"); return try base.setKeyWebhook(id: id, url: url, sealedSecret: sealedSecret, at: at) }
+    func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook? { try fault("keyWebhook"); return try base.keyWebhook(id: id) }
+    func registerInstance(_ clientID: String, process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> Bool { try fault("registerInstance"); return try base.registerInstance(clientID, process: process, now: now, staleAfter: staleAfter) }
+    func instanceProcess(_ clientID: String) throws(StoreError) -> String? { try fault("instanceProcess"); return try base.instanceProcess(clientID) }
+    func heartbeat(_ clientID: String, process: String, now: UnixMillis) throws(StoreError) -> Bool { try fault("heartbeat"); return try base.heartbeat(clientID, process: process, now: now) }
+    func claimStaleInstance(process: String, now: UnixMillis, staleAfter: Int64) throws(StoreError) -> String? { try fault("claimStaleInstance"); return try base.claimStaleInstance(process: process, now: now, staleAfter: staleAfter) }
+    func removeInstance(_ clientID: String, process: String) throws(StoreError) { try fault("removeInstance"); try base.removeInstance(clientID, process: process) }
+    func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? { try fault("holdLease"); return try base.holdLease(name, holder: holder, now: now, durationMillis: durationMillis) }
+    func setLeaseValue(_ name: String, holder: String, value: Int64) throws(StoreError) -> Bool { try fault("setLeaseValue"); return try base.setLeaseValue(name, holder: holder, value: value) }
+    func releaseLease(_ name: String, holder: String) throws(StoreError) { try fault("releaseLease"); try base.releaseLease(name, holder: holder) }
+    func expiredActiveShares(now: UnixMillis, limit: Int) throws(StoreError) -> [StoredShare] { try fault("expiredActiveShares"); return try base.expiredActiveShares(now: now, limit: limit) }
+
+    var upgradedFromSchema: Int? { base.upgradedFromSchema }
+    var isShared: Bool { base.isShared }
+    func watchChanges(_ handler: @escaping @Sendable (StoreChange) -> Void) { base.watchChanges(handler) }
+    func stopWatching() { base.stopWatching() }
+    func writeProblem() -> String? { base.writeProblem() }
+    func recoverAfterFailedWrite() { base.recoverAfterFailedWrite() }
+}
