@@ -23,6 +23,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // Locks, named threads, timed waits and the monotonic clock: the one home of Flare's system primitives.
         .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
@@ -36,6 +37,8 @@ let package = Package(
         .target(name: "FlareStores", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
+        // Webhook requests: an HTTP POST pinned to the addresses its caller checked.
+        .target(name: "FlareHTTPClient", dependencies: ["CCurl"], swiftSettings: swiftSettings),
 
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
@@ -46,7 +49,7 @@ let package = Package(
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
         // The service's two halves.
-        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
         .target(
             name: "FlareGateway",
             dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
@@ -68,6 +71,7 @@ let package = Package(
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareHTTPClientTests", dependencies: ["FlareHTTPClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),

@@ -9,6 +9,8 @@ packages+=(libqrencode-dev zbar-tools)
 packages+=(gpsd gpsd-clients)
 # The PostgreSQL store (FLARE_STORE_URL=postgresql://…); the tests and `make cluster` start a server of their own.
 packages+=(postgresql libpq-dev)
+# Webhooks are posted with libcurl, pinned to the address the address rule checked.
+packages+=(libcurl4-openssl-dev)
 # make chaos: a read-only store on a loop-mounted ext4 image.
 packages+=(e2fsprogs util-linux)
 if [ "${1:-}" = "--browser" ]; then

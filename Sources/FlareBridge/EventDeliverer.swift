@@ -13,9 +13,13 @@ public enum WebhookResponse: Sendable, Equatable {
     case failed(String)
 }
 
-/// Sends one webhook request. Implementations never follow redirects (a receiver could point flared anywhere).
+/// Sends one webhook request.
 public protocol WebhookPosting: Sendable {
-    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse
+    /// Posts `body` to `url`, connecting to `addresses` and nowhere else: they are what the address rule checked, and
+    /// another lookup of the name could answer something else. Never follows a redirect (a receiver could point
+    /// flared anywhere).
+    func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
+              timeout: Duration) -> WebhookResponse
 }
 
 /// The operator's webhook (`FLARE_WEBHOOK_URL`, `FLARE_WEBHOOK_SECRET`): every share's events, to any address.
@@ -49,54 +53,6 @@ extension ServerWebhook {
     }
 }
 
-/// Which addresses a host name stands for, for the webhook address rule.
-public enum HostResolver {
-    /// Every address `getaddrinfo` gives for `host` (an IP literal gives itself); empty when it does not resolve.
-    public static func addresses(of host: String) -> [IPAddress] {
-        if let literal = IPAddress(host) { return [literal] }
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &result) == 0, let first = result else { return [] }
-        defer { freeaddrinfo(first) }
-        var found: [IPAddress] = []
-        var entry: UnsafeMutablePointer<addrinfo>? = first
-        while let current = entry {
-            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-            if current.pointee.ai_family == AF_INET {
-                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
-                    var raw = address.pointee.sin_addr
-                    _ = inet_ntop(AF_INET, &raw, &text, socklen_t(text.count))
-                }
-            } else if current.pointee.ai_family == AF_INET6 {
-                current.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
-                    var raw = address.pointee.sin6_addr
-                    _ = inet_ntop(AF_INET6, &raw, &text, socklen_t(text.count))
-                }
-            }
-            if let address = IPAddress(String(cString: text)) { found.append(address) }
-            entry = current.pointee.ai_next
-        }
-        return found
-    }
-
-    /// Refuses a URL whose host is, or resolves to, any address that is not public (or that does not resolve).
-    public static func checkPublic(_ url: WebhookURL) throws(WebhookURL.Problem) {
-        let addresses = addresses(of: url.host)
-        guard !addresses.isEmpty else { throw .notPublic("nothing (it does not resolve)") }
-        if let inside = addresses.first(where: { !$0.isPublic }) { throw .notPublic(inside.text) }
-    }
-}
-
-extension IPAddress {
-    /// The address written out (`inet_ntop`).
-    public var text: String {
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        var raw = bytes
-        _ = inet_ntop(isV6 ? AF_INET6 : AF_INET, &raw, &buffer, socklen_t(buffer.count))
-        return String(cString: buffer)
-    }
-}
 
 /// Delivers the store's outbox: every event at least once to each of its destinations (the MQTT events topic, the
 /// operator's webhook, the owning key's webhook), retried with exponential backoff for 24 h (`EventRetry`).
@@ -104,19 +60,37 @@ extension IPAddress {
 /// One instance delivers at a time: the holder of the store lease `leaseName` (renewed every second, taken over by
 /// another instance `leaseMillis` after its holder stops), so that several instances do not send each event several
 /// times. Events recorded on this instance wake it at once; those recorded elsewhere are found within a second.
-/// Deliveries run on a few threads of their own, one destination per thread at a time and in order within it: a
-/// receiver that is down or slow holds up only its own events, never ingest or the link endpoints, which only ever
-/// insert a row into the outbox.
+///
+/// Deliveries run on threads of their own, one destination per thread at a time and in order within it: ingest and the
+/// link endpoints only ever insert a row into the outbox. A receiver that is down or slow holds up only its own events:
+/// - the topic and the operator's webhook have a thread each; the keys' webhooks share `keyWorkers`, so no number of
+///   slow key receivers holds up the topic or the operator's webhook;
+/// - a webhook lane's turn on a thread ends after `turnMillis`, or at a delivery that got no answer, and the lane that
+///   has waited longest goes next: slow keys take turns with the others rather than keeping a thread for a whole batch;
+/// - a destination that did not answer rests (`firstRestMillis`, doubling up to `longestRestMillis`) before it is tried
+///   again, so a silent receiver costs a thread one request timeout per rest, not one per event.
 public final class EventDeliverer: @unchecked Sendable {
     // @unchecked: `state` is only touched with `lock` held; everything else is immutable.
     public static let leaseName = "event-delivery"
     static let leaseMillis: Int64 = 10_000
-    static let workers = 4
+    /// Threads for the keys' webhooks; the topic and the operator's webhook have one each besides.
+    static let keyWorkers = 4
     /// Deliveries read at once per destination.
     static let batch = 500
     /// The shortest time between two reads of the outbox: what a new event may wait before it is sent.
     static let coalesceMillis: Int64 = 50
-    public static let requestTimeout: Duration = .seconds(10)
+    /// Deliveries one worker takes from a lane at once: the topic's are published back to back and acknowledged
+    /// together, and each batch's successes are recorded in one transaction.
+    static let laneBatch = 200
+    /// How long a webhook lane keeps its thread; what is left of its batch waits at the front of the lane.
+    static let turnMillis: Int64 = 5_000
+    /// How long a destination rests after a delivery that got no answer; each further one doubles it, up to
+    /// `longestRestMillis`, and an answer ends it.
+    static let firstRestMillis: Int64 = EventRetry.firstDelayMillis
+    static let longestRestMillis: Int64 = 300_000
+    /// A webhook request's time limit unless the deliverer is given another: the receiver answers within it, or the
+    /// delivery fails.
+    public static let defaultRequestTimeout: Duration = .seconds(10)
 
     private struct State {
         var holding = false
@@ -127,6 +101,11 @@ public final class EventDeliverer: @unchecked Sendable {
         /// Per destination, the deliveries handed to the workers and not yet done, in order.
         var lanes: [EventDestination: [OutboxDelivery]] = [:]
         var busy: Set<EventDestination> = []
+        /// When each lane last had its turn (turns counted): the lane with the oldest goes next.
+        var lastTurn: [EventDestination: Int] = [:]
+        var turns = 0
+        /// Destinations whose last delivery got no answer: not tried again before `until` (monotonic ms); `times` in a row.
+        var resting: [EventDestination: (until: Int64, times: Int)] = [:]
         /// (event row, destination) of everything in `lanes` or being sent, so that the next read skips them.
         var inFlight: Set<InFlight> = []
         var woken = false
@@ -141,9 +120,23 @@ public final class EventDeliverer: @unchecked Sendable {
         let destination: EventDestination
     }
 
+    /// Which lanes a delivery thread takes.
+    private enum Crew {
+        case topic, serverWebhook, keyWebhooks
+
+        func takes(_ destination: EventDestination) -> Bool {
+            switch (self, destination) {
+            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook): true
+            default: false
+            }
+        }
+    }
+
     private let store: any ShareStore
     private let publisher: any BrokerPublisher
     private let poster: any WebhookPosting
+    private let resolver: any HostResolving
+    private let requestTimeout: Duration
     private let serverWebhook: ServerWebhook?
     private let sealer: WebhookSecretSealer
     private let holder: String
@@ -154,11 +147,19 @@ public final class EventDeliverer: @unchecked Sendable {
     private var state = State()
     private let warningLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 1024)
 
-    public init(store: any ShareStore, publisher: any BrokerPublisher, poster: any WebhookPosting, serverWebhook: ServerWebhook?,
-                sealer: WebhookSecretSealer, holder: String, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    /// - Parameters:
+    ///   - poster: sends each webhook request, to the addresses `resolver` answered and the address rule passed.
+    ///   - resolver: looks up a webhook's host name, once per delivery.
+    ///   - requestTimeout: for each webhook request, and for the broker's acknowledgement of a batch for the topic.
+    public init(store: any ShareStore, publisher: any BrokerPublisher, poster: any WebhookPosting,
+                resolver: any HostResolving = SystemHostResolver(), requestTimeout: Duration = defaultRequestTimeout,
+                serverWebhook: ServerWebhook?, sealer: WebhookSecretSealer, holder: String, clock: any WallClock, metrics: Metrics,
+                logger: Logger) {
         self.store = store
         self.publisher = publisher
         self.poster = poster
+        self.resolver = resolver
+        self.requestTimeout = requestTimeout
         self.serverWebhook = serverWebhook
         self.sealer = sealer
         self.holder = holder
@@ -193,8 +194,10 @@ public final class EventDeliverer: @unchecked Sendable {
             lock.withLock { state.readerFinished = true }
         }
         var threads = [reader]
-        for index in 0..<Self.workers {
-            threads.append(NamedThread.start(name: "flare-deliver-\(index)") { [self] in work() })
+        threads.append(NamedThread.start(name: "flare-ev-topic") { [self] in work(.topic) })
+        threads.append(NamedThread.start(name: "flare-ev-server") { [self] in work(.serverWebhook) })
+        for index in 0..<Self.keyWorkers {
+            threads.append(NamedThread.start(name: "flare-ev-key-\(index)") { [self] in work(.keyWebhooks) })
         }
         lock.withLock { state.threads = threads }
     }
@@ -246,58 +249,73 @@ public final class EventDeliverer: @unchecked Sendable {
                 state.inFlight.insert(key)
                 state.lanes[delivery.destination, default: []].append(delivery)
             }
+            // A rest long over says nothing about the next try: forget it (the map holds only destinations with trouble).
+            state.resting = state.resting.filter { now < $0.value.until + Self.longestRestMillis }
+            // Also what wakes the workers for a lane whose rest has ended.
             lock.broadcast(1)
         }
     }
 
-    /// Delivers until every lane handed over is empty: for tests, which call `step` themselves.
+    /// Delivers until every lane handed over is empty or resting: for tests, which call `step` themselves.
     func drain() {
-        while let (destination, batch) = lock.withLock({ takeBatch(busy: false) }) {
-            deliver(batch, to: destination)
-            finish(batch, of: destination)
+        while let (destination, batch) = lock.withLock({ takeBatch(for: nil, markBusy: false) }) {
+            finish(batch, of: destination, untried: deliver(batch, to: destination))
         }
     }
 
-    private func work() {
+    private func work(_ crew: Crew) {
         while true {
             let next: (EventDestination, [OutboxDelivery])? = lock.withLock {
                 while !state.stopping {
-                    if let batch = takeBatch(busy: true) { return batch }
+                    if let batch = takeBatch(for: crew, markBusy: true) { return batch }
                     lock.wait(1)
                 }
                 return nil
             }
             guard let (destination, batch) = next else { return }
-            deliver(batch, to: destination)
-            finish(batch, of: destination)
+            finish(batch, of: destination, untried: deliver(batch, to: destination))
         }
     }
 
-    /// The next lane's deliveries, up to `laneBatch` of them, in order (call with the lock held). `busy`: skip lanes a
-    /// worker is on, and mark this one so.
-    private func takeBatch(busy: Bool) -> (EventDestination, [OutboxDelivery])? {
-        guard let (destination, lane) = state.lanes.first(where: { !$0.value.isEmpty && !(busy && state.busy.contains($0.key)) }) else { return nil }
-        if busy { state.busy.insert(destination) }
+    /// The next deliveries of the lane that has waited longest among those `crew` takes (any, for nil) that are not
+    /// resting, up to `laneBatch` of them, in order (call with the lock held). `markBusy`: skip lanes a worker is on,
+    /// and mark this one so.
+    private func takeBatch(for crew: Crew?, markBusy: Bool) -> (EventDestination, [OutboxDelivery])? {
+        let now = monotonicMillis()
+        var chosen: (destination: EventDestination, lastTurn: Int)?
+        for (destination, lane) in state.lanes where !lane.isEmpty && crew?.takes(destination) ?? true {
+            if markBusy && state.busy.contains(destination) { continue }
+            if let rest = state.resting[destination], now < rest.until { continue }
+            let lastTurn = state.lastTurn[destination] ?? -1
+            if chosen == nil || lastTurn < chosen!.lastTurn { chosen = (destination, lastTurn) }
+        }
+        guard let destination = chosen?.destination, let lane = state.lanes[destination] else { return nil }
+        if markBusy { state.busy.insert(destination) }
+        state.turns += 1
+        state.lastTurn[destination] = state.turns
         let batch = Array(lane.prefix(Self.laneBatch))
         state.lanes[destination] = lane.count > batch.count ? Array(lane.dropFirst(batch.count)) : nil
         return (destination, batch)
     }
 
-    private func finish(_ batch: [OutboxDelivery], of destination: EventDestination) {
+    /// A worker is done with `batch`: what it tried is out of flight, and what it did not (the end of the batch) goes
+    /// back to the front of its lane.
+    private func finish(_ batch: [OutboxDelivery], of destination: EventDestination, untried: [OutboxDelivery]) {
         lock.withLock {
             state.busy.remove(destination)
-            for delivery in batch { state.inFlight.remove(InFlight(row: delivery.row, destination: destination)) }
+            let done = state.stopping ? batch : Array(batch.dropLast(untried.count))
+            for delivery in done { state.inFlight.remove(InFlight(row: delivery.row, destination: destination)) }
+            if !state.stopping && !untried.isEmpty { state.lanes[destination] = untried + (state.lanes[destination] ?? []) }
+            if state.lanes[destination] == nil { state.lastTurn[destination] = nil }
             lock.broadcast(1)
         }
     }
 
-    /// Deliveries one worker takes from a lane at once: the topic's are published back to back and acknowledged
-    /// together, and each batch's successes are recorded in one transaction.
-    static let laneBatch = 200
-
-    /// Sends a lane's events, in order, and records the outcomes in the store.
-    func deliver(_ batch: [OutboxDelivery], to destination: EventDestination) {
+    /// Sends a batch of one lane's events, in order, and records the outcomes in the store.
+    /// - Returns: the end of the batch, not tried: the lane's turn ended (see the type's comment).
+    func deliver(_ batch: [OutboxDelivery], to destination: EventDestination) -> [OutboxDelivery] {
         var delivered: [OutboxDelivery] = []
+        var untried: [OutboxDelivery] = []
         if destination == .mqtt {
             // Published back to back, the last one waited for: the broker acknowledges a connection's QoS 1 messages in
             // order, so its acknowledgement covers the batch (a batch cut by a lost connection is sent again whole).
@@ -306,7 +324,7 @@ public final class EventDeliverer: @unchecked Sendable {
                 let event = delivery.event
                 sent = index == batch.count - 1
                     ? publisher.publishAndWait(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false,
-                                               expirySeconds: nil, timeout: Self.requestTimeout)
+                                               expirySeconds: nil, timeout: requestTimeout)
                     : publisher.publish(topic: Topics.events(event.shareID), payload: event.body, qos: 1, retain: false, expirySeconds: nil)
             }
             if sent {
@@ -315,21 +333,45 @@ public final class EventDeliverer: @unchecked Sendable {
                 for delivery in batch { failed(delivery, .failed("the broker did not acknowledge it")) }
             }
         } else {
-            for delivery in batch {
+            let turnEnds = monotonicMillis() + Self.turnMillis
+            var answered = false, unreachable = false
+            for (index, delivery) in batch.enumerated() {
                 // The target is read for each delivery: a webhook removed, or a key revoked, stops the rest of a batch.
-                switch send(delivery.event, to: webhookTarget(destination)) {
+                let outcome = send(delivery.event, to: webhookTarget(destination))
+                switch outcome {
                 case .delivered: delivered.append(delivery)
-                case let outcome: failed(delivery, outcome)
+                default: failed(delivery, outcome)
+                }
+                switch outcome {
+                case .delivered, .failed: answered = true
+                case .unreachable: unreachable = true
+                case .dropped: break
+                }
+                if unreachable || monotonicMillis() >= turnEnds {
+                    untried = Array(batch.dropFirst(index + 1))
+                    break
                 }
             }
+            if unreachable { rest(destination) } else if answered { lock.withLock { state.resting[destination] = nil } }
         }
-        guard !delivered.isEmpty else { return }
+        guard !delivered.isEmpty else { return untried }
         do {
             try store.eventsDelivered(delivered.map { ($0.row, $0.destination) })
-            metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination.name), ("result", "delivered")], by: Double(delivered.count))
+            metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination.metricLabel), ("result", "delivered")],
+                              by: Double(delivered.count))
         } catch {
             // Not recorded: these events are sent again (receivers drop repeats by their id).
             warn("record", "cannot record event deliveries in the store (\(error))")
+        }
+        return untried
+    }
+
+    /// `destination` did not answer: it is not tried again before its rest is over.
+    private func rest(_ destination: EventDestination) {
+        lock.withLock {
+            let times = (state.resting[destination]?.times ?? 0) + 1
+            let millis = min(Self.firstRestMillis << Int64(min(times - 1, 16)), Self.longestRestMillis)
+            state.resting[destination] = (monotonicMillis() + millis, times)
         }
     }
 
@@ -342,7 +384,7 @@ public final class EventDeliverer: @unchecked Sendable {
         var retryAt: UnixMillis? = nil
         switch outcome {
         case .delivered: return
-        case .failed(let reason):
+        case .failed(let reason), .unreachable(let reason):
             why = reason
             retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
         case .dropped(let reason):
@@ -354,7 +396,8 @@ public final class EventDeliverer: @unchecked Sendable {
             warn("record", "cannot record an event delivery in the store (\(error))")
             return
         }
-        metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", destination), ("result", retryAt == nil ? "given_up" : "failed")])
+        metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", delivery.destination.metricLabel),
+                                                                  ("result", retryAt == nil ? "given_up" : "failed")])
         if let retryAt {
             warn(destination, "event \(delivery.event.type.rawValue) to \(destination): \(why); attempt \(attempts), next in \((retryAt - clock.now() + 999) / 1000) s")
         } else {
@@ -364,8 +407,11 @@ public final class EventDeliverer: @unchecked Sendable {
 
     private enum Outcome {
         case delivered
-        /// Worth trying again later.
+        /// The receiver answered, but not 2xx: worth trying again later.
         case failed(String)
+        /// No answer, or nowhere to ask (no address the rule allows, no connection, no answer in time, or the store
+        /// cannot say where): worth trying again later, and the destination rests meanwhile.
+        case unreachable(String)
         /// Never deliverable (the key's webhook is gone): dropped at once.
         case dropped(String)
     }
@@ -390,7 +436,7 @@ public final class EventDeliverer: @unchecked Sendable {
             do {
                 webhook = try store.keyWebhook(id: id)
                 key = try store.ownerKey(id: id)
-            } catch { return .refuse(.failed("cannot read the key's webhook (\(error))")) }
+            } catch { return .refuse(.unreachable("cannot read the key's webhook (\(error))")) }
             guard let webhook, let key, !key.isRevoked else { return .refuse(.dropped("the key has no webhook any more")) }
             guard let url = try? WebhookURL(webhook.url), let secret = sealer.open(webhook.sealedSecret, ownerKey: id) else {
                 return .refuse(.dropped("the key's webhook cannot be read (sealed with another token key?)"))
@@ -409,25 +455,28 @@ public final class EventDeliverer: @unchecked Sendable {
         case .refuse(let outcome):
             return outcome
         case .post(let url, let secrets, let mustBePublic):
-            if mustBePublic {
-                // Checked again at each delivery: the name may have been pointed inside since the URL was set.
-                do { try HostResolver.checkPublic(url) } catch { return .failed(error.description) }
+            // One lookup per delivery, and its answers, once checked, are the only addresses the request may connect to:
+            // a name pointed inside since the URL was set is refused now, and one whose answer changes between this check
+            // and the connection (DNS rebinding, a TTL of 0) is never looked up a second time.
+            let addresses: [IPAddress]
+            do { addresses = try resolver.permittedAddresses(for: url, publicOnly: mustBePublic) } catch {
+                return .unreachable(error.description)
             }
-            return post(event, to: url, secrets: secrets)
+            return post(event, to: url, addresses: addresses, secrets: secrets)
         }
     }
 
     /// After a key sets a new webhook secret, the old one keeps signing this long beside it.
     public static let previousSecretMillis: Int64 = 86_400_000
 
-    private func post(_ event: ShareEvent, to url: WebhookURL, secrets: [WebhookSecret]) -> Outcome {
+    private func post(_ event: ShareEvent, to url: WebhookURL, addresses: [IPAddress], secrets: [WebhookSecret]) -> Outcome {
         var headers = WebhookSignature.headers(id: event.id, timestamp: clock.now() / 1000, body: event.body, secrets: secrets)
         headers.append(("content-type", "application/json"))
         headers.append(("user-agent", "flared"))
-        switch poster.post(url: url.text, headers: headers, body: event.body, timeout: Self.requestTimeout) {
+        switch poster.post(url, connectingTo: addresses, headers: headers, body: event.body, timeout: requestTimeout) {
         case .status(let status) where (200..<300).contains(status): return .delivered
         case .status(let status): return .failed("the receiver answered \(status)")
-        case .failed(let why): return .failed(why)
+        case .failed(let why): return .unreachable(why)
         }
     }
 
@@ -463,8 +512,16 @@ public final class EventDeliverer: @unchecked Sendable {
         }
         guard let backlog = try? store.outboxBacklog() else { return }
         let now = clock.now()
-        metrics.setSeries(FlareMetrics.eventsWaiting, backlog.map { ([("destination", $0.destination.name)], Double($0.waiting)) })
-        metrics.setSeries(FlareMetrics.eventsOldestWaiting, backlog.map { ([("destination", $0.destination.name)], Double(max(0, now - $0.oldestAt)) / 1000) })
+        // Summed per label: every key's webhook is one series (`metricLabel`).
+        var waiting: [String: (count: Int, oldestAt: UnixMillis)] = [:]
+        for entry in backlog {
+            let label = entry.destination.metricLabel
+            let sum = waiting[label] ?? (0, .max)
+            waiting[label] = (sum.count + entry.waiting, min(sum.oldestAt, entry.oldestAt))
+        }
+        let labels = waiting.keys.sorted()
+        metrics.setSeries(FlareMetrics.eventsWaiting, labels.map { ([("destination", $0)], Double(waiting[$0]!.count)) })
+        metrics.setSeries(FlareMetrics.eventsOldestWaiting, labels.map { ([("destination", $0)], Double(max(0, now - waiting[$0]!.oldestAt)) / 1000) })
     }
 
     private func warn(_ key: String, _ message: @autoclosure () -> String) {
@@ -472,8 +529,18 @@ public final class EventDeliverer: @unchecked Sendable {
     }
 }
 
+extension EventDestination {
+    /// The destination as metrics name it: `mqtt`, `server`, and `key` for every key's webhook. `/metrics` may be
+    /// public, and a series per key would tell anyone whether that key's receiver answers and how much its shares do.
+    /// The logs name the key.
+    var metricLabel: String {
+        if case .keyWebhook = self { return "key" }
+        return name
+    }
+}
+
 extension FlareMetrics {
-    public static let eventDeliveries = Metrics.Family("flare_event_deliveries_total", .counter, "Event delivery attempts, by destination (mqtt, server, key:<id>) and result (delivered, failed, given_up).")
-    public static let eventsWaiting = Metrics.Family("flare_events_waiting", .gauge, "Events in the outbox not yet delivered, by destination (on the delivering instance).")
-    public static let eventsOldestWaiting = Metrics.Family("flare_events_oldest_waiting_seconds", .gauge, "Age of the oldest undelivered event, by destination (on the delivering instance).")
+    public static let eventDeliveries = Metrics.Family("flare_event_deliveries_total", .counter, "Event delivery attempts, by destination (mqtt, server, or key for all keys' webhooks) and result (delivered, failed, given_up).")
+    public static let eventsWaiting = Metrics.Family("flare_events_waiting", .gauge, "Events in the outbox not yet delivered, by destination (mqtt, server, key; on the delivering instance).")
+    public static let eventsOldestWaiting = Metrics.Family("flare_events_oldest_waiting_seconds", .gauge, "Age of the oldest undelivered event, by destination (mqtt, server, key; on the delivering instance).")
 }

@@ -24,10 +24,18 @@ public final class OwnerKeyService: Sendable {
     private let sealer: WebhookSecretSealer
     /// Webhook changes per key: each may resolve a host name, and a key has no reason to change it often.
     private let webhookChanges = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10), maximumKeys: 10_000)
+    /// Where setting a limited key's webhook looks its host name up: off the HTTP request thread.
+    private let lookups: HostLookups
+    /// How long setting a webhook waits for its host name's lookup before answering "retry" (`lookupRetrySeconds`
+    /// later): a lookup takes milliseconds when DNS answers, and one that does not must not hold one of the few HTTP
+    /// threads for the resolver's own timeouts (10 s and more).
+    static let lookupWait: Duration = .seconds(2)
+    static let lookupRetrySeconds = 5
 
-    init(store: any ShareStore, sealer: WebhookSecretSealer, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    init(store: any ShareStore, sealer: WebhookSecretSealer, resolver: any HostResolving, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.sealer = sealer
+        self.lookups = HostLookups(resolver: resolver)
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -106,13 +114,20 @@ extension OwnerKeyService {
     public enum WebhookRefusal: Error, Equatable {
         case invalid(WebhookURL.Problem)
         case tooOften(retryAfterSeconds: Int)
+        /// The host name's lookup did not answer in time (it goes on meanwhile): try again then.
+        case lookupUnfinished(retryAfterSeconds: Int)
         case noSuchKey
         case storage(String)
     }
 
     /// Sets the webhook of key `id` (asked by `caller`: the key itself or an admin), with a new secret returned this
-    /// once and kept sealed. The address rule follows the key whose shares' events go there: a limited key's URL must
-    /// resolve to public addresses only (checked now and before every delivery); an admin key's may point anywhere.
+    /// once and kept sealed.
+    ///
+    /// The address rule follows the key whose shares' events go there: a limited key's URL must resolve to public
+    /// addresses only; an admin key's may point anywhere. It is checked here, so that the caller learns at once of an
+    /// address that will never do, and again at every delivery, which connects only to the addresses it checked. The
+    /// lookup here runs on a thread of its own (`HostLookups`): a name whose DNS does not answer within `lookupWait`
+    /// is refused with `.lookupUnfinished`, and a retry finds the lookup's answer.
     public func setWebhook(id: Int64, url text: String) throws(WebhookRefusal) -> (url: WebhookURL, secret: WebhookSecret, replaced: Bool) {
         let url: WebhookURL
         do { url = try WebhookURL(text) } catch { throw .invalid(error) }
@@ -121,7 +136,16 @@ extension OwnerKeyService {
         do { key = try store.ownerKey(id: id) } catch { throw .storage(error.description) }
         guard let key, !key.isRevoked else { throw .noSuchKey }
         if !key.isAdmin {
-            do { try HostResolver.checkPublic(url) } catch { throw .invalid(error) }
+            let answers: [IPAddress]
+            if let literal = url.hostAddress {
+                answers = [literal]
+            } else {
+                switch lookups.addresses(of: url.host, timeout: Self.lookupWait) {
+                case .addresses(let found): answers = found
+                case .unfinished: throw .lookupUnfinished(retryAfterSeconds: Self.lookupRetrySeconds)
+                }
+            }
+            do { _ = try url.permittedAddresses(answers, publicOnly: true) } catch { throw .invalid(error) }
         }
         let secret = WebhookSecret.generate()
         guard let sealed = sealer.seal(secret, ownerKey: id) else { throw .storage("cannot seal the secret") }

@@ -138,14 +138,17 @@ public final class ShareService: Sendable {
     /// Ids and token hashes the store did not know, with when it was asked (see `lookUpInStore`).
     private let recentMisses = Mutex<[String: Int64]>([:])
 
-    /// - Parameter trailLength: recent positions kept in memory per share for the viewer's trail.
+    /// - Parameters:
+    ///   - trailLength: recent positions kept in memory per share for the viewer's trail.
+    ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
                 eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {},
-                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }) {
+                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
-        self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), clock: clock, metrics: metrics, logger: logger)
+        self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), resolver: hostResolver, clock: clock,
+                                    metrics: metrics, logger: logger)
         self.registry = registry
         self.publisher = publisher
         self.tokenKey = tokenKey

@@ -1,74 +1,24 @@
-import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
+public import FlareCore
+import FlareHTTPClient
 
-/// Posts webhooks with Foundation's URLSession (libcurl on Linux: HTTP/1.1 and HTTPS with the system's CAs). No
-/// cookies, no cache, no proxy from the environment, and never a redirect: the receiver's answer to the request sent
-/// is the outcome. Called from the deliverer's worker threads, each waiting for its own request.
-public final class WebhookClient: NSObject, WebhookPosting, URLSessionTaskDelegate, @unchecked Sendable {
-    // @unchecked: `session` is set once in init; URLSession is thread-safe.
-    private var session: URLSession!
+/// Posts webhooks with libcurl (`HTTPPostClient`): HTTP/1.1 or HTTP/2, HTTPS verified against the system's CAs, to the
+/// addresses the address rule checked and nowhere else. No cookies, no proxy from the environment, and never a
+/// redirect: the receiver's answer to the request sent is the outcome. Called from the deliverer's threads, each
+/// waiting for its own request.
+public struct WebhookClient: WebhookPosting {
+    private let client: HTTPPostClient
 
-    public override init() {
-        super.init()
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpCookieStorage = nil
-        configuration.urlCache = nil
-        configuration.httpShouldSetCookies = false
-        configuration.connectionProxyDictionary = [:]
-        configuration.httpMaximumConnectionsPerHost = 1
-        session = URLSession(configuration: configuration, delegate: self, delegateQueue: nil)
+    /// - Parameter connectTimeout: for each address tried; a request's whole time limit is the deliverer's.
+    public init(connectTimeout: Duration = .seconds(5)) {
+        client = HTTPPostClient(connectTimeout: connectTimeout)
     }
 
-    public func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse {
-        guard let target = URL(string: url) else { return .failed("not a URL") }
-        var request = URLRequest(url: target)
-        request.httpMethod = "POST"
-        request.timeoutInterval = Double(timeout.components.seconds)
-        for header in headers { request.setValue(header.value, forHTTPHeaderField: header.name) }
-        request.httpBody = Data(body)
-        let outcome = Outcome()
-        let done = DispatchSemaphore(value: 0)
-        let task = session.dataTask(with: request) { _, response, error in
-            if let http = response as? HTTPURLResponse {
-                outcome.set(.status(http.statusCode))
-            } else {
-                outcome.set(.failed(error.map { Self.describe($0) } ?? "no answer"))
-            }
-            done.signal()
+    public func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
+                     timeout: Duration) -> WebhookResponse {
+        do {
+            return .status(try client.post(url: url.text, connectingTo: addresses.map(\.text), headers: headers, body: body, timeout: timeout))
+        } catch {
+            return .failed(error.reason)
         }
-        task.resume()
-        if done.wait(timeout: .now() + .seconds(Int(timeout.components.seconds) + 5)) == .timedOut {
-            task.cancel()
-            return .failed("no answer within \(timeout.components.seconds) s")
-        }
-        return outcome.value ?? .failed("no answer")
-    }
-
-    /// A redirect is answered with the redirect itself (a 3xx: failed, tried again later), never followed.
-    public func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                           newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
-        completionHandler(nil)
-    }
-
-    /// What went wrong, without the URL (it may hold a path the key's owner considers private).
-    private static func describe(_ error: Error) -> String {
-        let nsError = error as NSError
-        switch nsError.code {
-        case NSURLErrorTimedOut: return "timed out"
-        case NSURLErrorCannotConnectToHost: return "connection refused"
-        case NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed: return "host not found"
-        case NSURLErrorNetworkConnectionLost: return "connection lost"
-        case NSURLErrorSecureConnectionFailed, NSURLErrorServerCertificateUntrusted, NSURLErrorServerCertificateHasBadDate,
-             NSURLErrorServerCertificateNotYetValid, NSURLErrorServerCertificateHasUnknownRoot: return "TLS failed"
-        default: return "request failed (\(nsError.code))"
-        }
-    }
-
-    private final class Outcome: @unchecked Sendable {
-        // @unchecked: written once by the completion handler before the semaphore is signalled, read after it.
-        private(set) var value: WebhookResponse?
-        func set(_ value: WebhookResponse) { self.value = value }
     }
 }

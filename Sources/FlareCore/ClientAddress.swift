@@ -22,6 +22,14 @@ public struct IPAddress: Sendable, Equatable {
     }
 
     public var isV6: Bool { bytes.count == 16 }
+
+    /// The address written out (`inet_ntop`).
+    public var text: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        var raw = bytes
+        _ = inet_ntop(isV6 ? AF_INET6 : AF_INET, &raw, &buffer, socklen_t(buffer.count))
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 }
 
 /// Which peers are reverse proxies whose `X-Forwarded-For` is believed (`FLARE_TRUSTED_PROXIES`), and so which

@@ -14,10 +14,13 @@ public struct WebhookURL: Sendable, Equatable, CustomStringConvertible {
         /// Loopback, private, link-local and the like: refused for URLs a non-admin key sets, so that flared is not a
         /// way into the operator's network.
         case notPublic(String)
+        /// The host name stands for no address (at the lookup the rule was applied to).
+        case unresolved
 
         public var description: String {
             switch self {
             case .malformed: "a webhook URL is http:// or https://, a host and an optional port and path, with no user name or password, at most 2048 bytes"
+            case .unresolved: "the webhook's host name does not resolve"
             case .notPublic(let address): "the webhook's host resolves to \(address), a loopback, private or link-local address; only an admin key may send events there"
             }
         }
@@ -53,6 +56,23 @@ public struct WebhookURL: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { text }
+}
+
+extension WebhookURL {
+    /// The host as an address, when it is an IP literal: it needs no lookup.
+    public var hostAddress: IPAddress? { IPAddress(host) }
+
+    /// The address rule, applied to what the URL's host stood for at one lookup (itself, for an IP literal): the
+    /// addresses a request may connect to, and no others (a second lookup may answer something else).
+    ///
+    /// - Parameter publicOnly: a limited key's webhook: every answer must be public, or the URL is refused (a name
+    ///   answering one public and one inside address could otherwise be reached inside by a client that tries both).
+    /// - Returns: `answers`, once they pass.
+    public func permittedAddresses(_ answers: [IPAddress], publicOnly: Bool) throws(Problem) -> [IPAddress] {
+        guard !answers.isEmpty else { throw .unresolved }
+        if publicOnly, let inside = answers.first(where: { !$0.isPublic }) { throw .notPublic(inside.text) }
+        return answers
+    }
 }
 
 extension IPAddress {

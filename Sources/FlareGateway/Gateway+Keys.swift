@@ -63,7 +63,8 @@ extension Gateway {
     }
 
     /// `PUT /api/v1/keys/{id}/webhook` `{"url": "…"}`: the key itself, or an admin, sets where its shares' events go;
-    /// the answer holds the signing secret, once.
+    /// the answer holds the signing secret, once. A limited key's host name is looked up off this thread: one whose DNS
+    /// has not answered in time is answered 503 with `Retry-After` (`OwnerKeyService.setWebhook`).
     func setWebhook(_ request: HTTPRequest, id text: String) -> HTTPResponse {
         let id: Int64
         switch webhookTarget(request, id: text) {
@@ -115,6 +116,10 @@ extension Gateway {
         case .tooOften(let wait):
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "webhook")])
             return APIError.rateLimited(retryAfter: wait).response
+        case .lookupUnfinished(let wait):
+            return APIError(status: 503, code: "webhook_lookup_unfinished",
+                            message: "the webhook's host name has not resolved yet; retry (the lookup goes on meanwhile)",
+                            headers: [("Retry-After", String(wait))]).response
         case .noSuchKey:
             return APIError.notFound("no such key").response
         case .storage(let message):

@@ -67,13 +67,17 @@ final class WebhookReceiver: @unchecked Sendable {
 @Suite(.serialized) struct EventDeliveryTests {
     static let secret = "whsec_" + Data((0..<32).map { UInt8($0 * 7 & 0xFF) }).base64EncodedString()
 
-    /// Every event of a share, with the same id, reaches the events topic and the signed webhook.
+    /// Every event of a share, with the same id, reaches the events topic and the signed webhook, directly: not through
+    /// a proxy named in flared's environment.
     @Test func aSharesEventsReachTheTopicAndTheSignedWebhook() throws {
         let broker = try TestBroker()
         let receiver = try WebhookReceiver(port: try FreePort.next(), secret: Self.secret)
         try receiver.start()
+        let proxy = try RecordingReceiver(status: 204)
+        defer { proxy.stop() }
         let flared = try FlaredProcess(broker: broker, extraEnvironment: [
-            "FLARE_WEBHOOK_URL": "http://127.0.0.1:\(receiver.port)/flare", "FLARE_WEBHOOK_SECRET": Self.secret])
+            "FLARE_WEBHOOK_URL": "http://127.0.0.1:\(receiver.port)/flare", "FLARE_WEBHOOK_SECRET": Self.secret,
+            "http_proxy": "http://127.0.0.1:\(proxy.port)", "HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)"])
         let topic = TopicListener(port: broker.port, topic: "flare/v1/shares/+/events")
         try topic.start()
         defer { topic.stop() }
@@ -94,6 +98,7 @@ final class WebhookReceiver: @unchecked Sendable {
         let expected: Set = ["share.started", "tracker.battery_low", "share.opened", "share.answered", "share.extended", "share.ended"]
         #expect(eventually(timeout: .seconds(15)) { Set(receiver.types(of: id)) == expected }, "\(receiver.types(of: id))\n\(flared.log)")
         let deliveries = receiver.deliveries.filter { $0.json["share_id"] as? String == id }
+        #expect(proxy.requests.isEmpty)
         #expect(deliveries.allSatisfy { $0.signatureValid })
         #expect(deliveries.count == expected.count, "\(deliveries.map(\.type))")  // nothing twice while nothing failed
         // Ordered as they happened; the answer says who and what; no token or coordinate anywhere.

@@ -11,9 +11,10 @@ import Testing
 final class ScriptedPoster: WebhookPosting, @unchecked Sendable {
     struct Request { let url: String; let headers: [(name: String, value: String)]; let body: [UInt8] }
     private let state = Mutex<(requests: [Request], answer: WebhookResponse)>(([], .status(204)))
-    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse {
+    func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
+              timeout: Duration) -> WebhookResponse {
         state.withLock { state in
-            state.requests.append(Request(url: url, headers: headers, body: body))
+            state.requests.append(Request(url: url.text, headers: headers, body: body))
             return state.answer
         }
     }
@@ -26,7 +27,8 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     private let seconds: Double
     private let answered = Mutex(0)
     init(seconds: Double) { self.seconds = seconds }
-    func post(url: String, headers: [(name: String, value: String)], body: [UInt8], timeout: Duration) -> WebhookResponse {
+    func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
+              timeout: Duration) -> WebhookResponse {
         Thread.sleep(forTimeInterval: seconds)
         answered.withLock { $0 += 1 }
         return .status(204)
@@ -40,7 +42,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     let secret = WebhookSecret.generate()
 
     func deliverer(_ fixture: BridgeFixture, poster: ScriptedPoster, holder: String = "a") throws -> EventDeliverer {
-        EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster,
+        EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
                        sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: holder, clock: SystemWallClock(), metrics: fixture.metrics,
                        logger: Logger(label: "test", level: .error))
@@ -118,7 +120,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     @Test func aSlowReceiverHoldsUpOnlyItsOwnDeliveries() throws {
         let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
         let poster = SlowPoster(seconds: 1)
-        let deliverer = EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster,
+        let deliverer = EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
                                        sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: SystemWallClock(),
                                        metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
@@ -174,11 +176,170 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
     }
 
+    // MARK: Webhooks over the network
+
+    /// A deliverer posting with libcurl (`WebhookClient`) to real receivers, its lookups answered by `resolver`.
+    func networkDeliverer(_ fixture: BridgeFixture, resolver: any HostResolving, serverWebhook: ServerWebhook? = nil,
+                          connectTimeout: Duration = .seconds(5), requestTimeout: Duration = EventDeliverer.defaultRequestTimeout) -> EventDeliverer {
+        EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: WebhookClient(connectTimeout: connectTimeout),
+                       resolver: resolver, requestTimeout: requestTimeout, serverWebhook: serverWebhook,
+                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: SystemWallClock(), metrics: fixture.metrics,
+                       logger: Logger(label: "test", level: .error))
+    }
+
+    func shareIDs(_ requests: [RecordingReceiver.Request]) -> [String] {
+        requests.compactMap { try? JSONValue.parse($0.body).objectValue?["share_id"]?.stringValue }
+    }
+
+    /// DNS rebinding: the one lookup a delivery makes answers a public address, and any later lookup would answer
+    /// 127.0.0.1 (`localhost`, libcurl's own lookup, answers that too). The request goes to the address that was
+    /// checked, so the receiver on loopback never sees it, and the failure shows in public metrics without the key.
+    @Test func aNameThatTurnsToLoopbackAfterItsCheckNeverReachesLoopback() throws {
+        let receiver = try RecordingReceiver()
+        defer { receiver.stop() }
+        let fixture = try BridgeFixture()  // setWebhook's own lookup answers a public address
+        let resolver = RebindingResolver()
+        let deliverer = networkDeliverer(fixture, resolver: resolver, connectTimeout: .seconds(1), requestTimeout: .seconds(2))
+        let (_, key) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
+        _ = try fixture.service.keys.setWebhook(id: key.id, url: "http://localhost:\(receiver.port)/k")
+        let owner = try #require(try fixture.store.ownerKey(id: key.id))
+        let id = try fixture.service.create(name: nil, durationSeconds: 600, owner: owner).share.id
+
+        #expect(try deliver(deliverer, timeout: .seconds(30)) {
+            try fixture.store.dueEvents(now: .max, limit: 10).contains { $0.destination == .keyWebhook(key.id) && $0.attempts == 1 }
+        })
+        #expect(eventTypes(fixture, id) == ["share.started"])
+        #expect(receiver.requests.isEmpty)
+        #expect(resolver.lookups == 1)
+        #expect(fixture.metrics.value(FlareMetrics.eventDeliveries, labels: [("destination", "key"), ("result", "failed")]) == 1)
+        #expect(!fixture.metrics.renderText().contains(#"destination="key:"#))
+    }
+
+    /// An admin key's webhook may point at the operator's own network: a name on loopback gets its events, signed, at
+    /// the address its lookup answered. No DNS knows the name, so a request that looked it up again would go nowhere.
+    @Test func anAdminKeysWebhookOnLoopbackGetsItsEventsAtTheAddressLookedUp() throws {
+        let receiver = try RecordingReceiver()
+        defer { receiver.stop() }
+        let fixture = try BridgeFixture()
+        let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback)
+        let (_, key) = try fixture.service.keys.create(label: "desk", admin: true, limits: .none)
+        let set = try fixture.service.keys.setWebhook(id: key.id, url: "http://receiver.flare.invalid:\(receiver.port)/k?desk=1")
+        let owner = try #require(try fixture.store.ownerKey(id: key.id))
+        let id = try fixture.service.create(name: nil, durationSeconds: 600, owner: owner).share.id
+
+        #expect(deliver(deliverer, timeout: .seconds(30)) { receiver.requests.count == 1 })
+        let request = try #require(receiver.requests.first)
+        #expect(request.method == "POST" && request.path == "/k?desk=1")
+        #expect(request.headers["host"] == "receiver.flare.invalid:\(receiver.port)")
+        #expect(request.headers["content-type"] == "application/json")
+        #expect(WebhookSignature.verify(id: request.headers["webhook-id"] ?? "", timestamp: Int64(request.headers["webhook-timestamp"] ?? "") ?? 0,
+                                        body: request.body, signatures: request.headers["webhook-signature"] ?? "", secret: set.secret,
+                                        now: Int64(Date().timeIntervalSince1970)))
+        #expect(shareIDs(receiver.requests) == [id.rawValue])
+        #expect(try fixture.store.dueEvents(now: .max, limit: 10).isEmpty)
+    }
+
+    /// A receiver that answers with a redirect gets no delivery out of it: the redirect is the answer (a failure, tried
+    /// again later), and where it points gets nothing.
+    @Test func aRedirectIsNotFollowed() throws {
+        let elsewhere = try RecordingReceiver()
+        defer { elsewhere.stop() }
+        let redirecting = try RecordingReceiver(status: 307, headers: [("Location", "http://127.0.0.1:\(elsewhere.port)/inside")])
+        defer { redirecting.stop() }
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback,
+                                         serverWebhook: ServerWebhook(url: try WebhookURL("http://127.0.0.1:\(redirecting.port)/flare"), secrets: [secret]))
+        _ = try fixture.service.create(name: nil, durationSeconds: 600)
+
+        #expect(deliver(deliverer, timeout: .seconds(30)) {
+            fixture.metrics.value(FlareMetrics.eventDeliveries, labels: [("destination", "server"), ("result", "failed")]) == 1
+        })
+        #expect(redirecting.requests.count == 1)
+        #expect(elsewhere.requests.isEmpty)
+        #expect(try fixture.store.dueEvents(now: .max, limit: 10).map(\.destination) == [.serverWebhook])
+    }
+
+    /// Five keys whose receivers take the connection and never answer: the events topic and the operator's webhook go on
+    /// delivering meanwhile, and so does a sixth key whose receiver answers. The silent keys' events wait in the outbox.
+    @Test func silentKeyReceiversHoldUpOnlyTheirOwnDeliveries() throws {
+        let silent = try (0..<5).map { _ in try SilentReceiver() }
+        defer { for receiver in silent { receiver.stop() } }
+        let server = try RecordingReceiver(), answering = try RecordingReceiver()
+        defer { server.stop(); answering.stop() }
+        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback,
+                                         serverWebhook: ServerWebhook(url: try WebhookURL("http://127.0.0.1:\(server.port)/flare"), secrets: [secret]),
+                                         requestTimeout: .seconds(4))
+        deliverer.start()
+        defer { deliverer.stop() }
+        func key(webhook: String) throws -> OwnerKeyRecord {
+            let (_, key) = try fixture.service.keys.create(label: "desk", admin: true, limits: .none)
+            _ = try fixture.service.keys.setWebhook(id: key.id, url: webhook)
+            return try #require(try fixture.store.ownerKey(id: key.id))
+        }
+        // More events each than a thread would get through in a minute if it waited out every one.
+        let silentKeys = try silent.map { try key(webhook: "http://127.0.0.1:\($0.port)/k") }
+        for owner in silentKeys {
+            for _ in 0..<30 { _ = try fixture.service.create(name: nil, durationSeconds: 600, owner: owner) }
+        }
+        #expect(eventually(timeout: .seconds(60)) { silent.allSatisfy { $0.connections >= 1 } })
+
+        // Every silent receiver holds a request now; new events come.
+        let answeringKey = try key(webhook: "http://127.0.0.1:\(answering.port)/k")
+        let probes = try (0..<3).map { _ in try fixture.service.create(name: nil, durationSeconds: 600, owner: answeringKey).share.id }
+        #expect(eventually(timeout: .seconds(60)) { probes.allSatisfy { eventTypes(fixture, $0) == ["share.started"] } })
+        #expect(eventually(timeout: .seconds(60)) { Set(probes.map(\.rawValue)).isSubset(of: shareIDs(server.requests)) },
+                "\(shareIDs(server.requests).count) events reached the operator's webhook")
+        #expect(eventually(timeout: .seconds(60)) { Set(probes.map(\.rawValue)) == Set(shareIDs(answering.requests)) })
+        let waiting = try fixture.store.dueEvents(now: .max, limit: 1_000)
+        for owner in silentKeys {
+            #expect(waiting.filter { $0.destination == .keyWebhook(owner.id) }.count == 30)
+        }
+    }
+
+    /// Setting a limited key's webhook looks its host name up on a thread of its own: while the name's DNS does not
+    /// answer, the caller is told to retry (the lookup goes on, and no second one starts for the same name), names
+    /// beyond the limit of lookups at once are told so without a lookup, and a retry after the answer is accepted.
+    @Test func settingAWebhookDoesNotWaitForADNSThatDoesNotAnswer() throws {
+        let resolver = BlockingResolver(answers: FixedResolver.public.answers)
+        defer { resolver.release() }
+        let fixture = try BridgeFixture(hostResolver: resolver)
+        let (_, key) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
+        func set(_ url: String) throws -> Result<WebhookURL, OwnerKeyService.WebhookRefusal> {
+            // On a thread of the test's own: a lookup on the caller's thread would never return.
+            let outcome = Mutex<Result<WebhookURL, OwnerKeyService.WebhookRefusal>?>(nil)
+            Thread.detachNewThread {
+                let result: Result<WebhookURL, OwnerKeyService.WebhookRefusal>
+                do throws(OwnerKeyService.WebhookRefusal) {
+                    result = .success(try fixture.service.keys.setWebhook(id: key.id, url: url).url)
+                } catch {
+                    result = .failure(error)
+                }
+                outcome.withLock { $0 = result }
+            }
+            try #require(eventually(timeout: .seconds(30)) { outcome.withLock { $0 != nil } }, "setWebhook(\(url)) waited for the lookup")
+            return outcome.withLock { $0! }
+        }
+        let unfinished = OwnerKeyService.WebhookRefusal.lookupUnfinished(retryAfterSeconds: 5)
+
+        #expect(try set("https://hooks.example.org/flare") == .failure(unfinished))
+        #expect(try set("https://HOOKS.example.org/again") == .failure(unfinished))
+        #expect(resolver.lookups == 1)
+        for index in 1...4 { #expect(try set("https://hooks\(index).example.org/") == .failure(unfinished)) }
+        #expect(resolver.lookups == 4)  // at most four at once
+        #expect(try fixture.store.keyWebhook(id: key.id) == nil)
+
+        resolver.release()
+        #expect(eventually(timeout: .seconds(30)) { resolver.answered == 4 })
+        #expect(try set("https://hooks.example.org/flare") == .success(try WebhookURL("https://hooks.example.org/flare")))
+        #expect(try fixture.store.keyWebhook(id: key.id)?.url == "https://hooks.example.org/flare")
+    }
+
     /// Rounds of delivery until `done` holds (the fixture's clock, never reading the same millisecond twice, runs a
     /// little ahead of the system's: an event is due a moment after it was made).
     @discardableResult
-    func deliver(_ deliverers: EventDeliverer..., until done: () throws -> Bool) rethrows -> Bool {
-        try eventually(timeout: .seconds(5)) {
+    func deliver(_ deliverers: EventDeliverer..., timeout: Duration = .seconds(5), until done: () throws -> Bool) rethrows -> Bool {
+        try eventually(timeout: timeout) {
             for deliverer in deliverers { deliverer.step() }
             for deliverer in deliverers { deliverer.drain() }
             return try done()
@@ -189,4 +350,51 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil)
         #expect(fixture.ingestor.waitUntilStored())
     }
+}
+
+/// Answers a public address and 127.0.0.1 by turns, as a name with a TTL of 0 can for whoever switches it between two
+/// lookups; counts the lookups.
+final class RebindingResolver: HostResolving, @unchecked Sendable {
+    private let calls = Mutex(0)
+
+    func addresses(of host: String) -> [IPAddress] {
+        let call = calls.withLock { calls in
+            calls += 1
+            return calls
+        }
+        return call % 2 == 1 ? FixedResolver.public.answers : FixedResolver.loopback.answers
+    }
+
+    var lookups: Int { calls.withLock { $0 } }
+}
+
+/// A name whose DNS does not answer until the test says so: every lookup waits for `release`.
+final class BlockingResolver: HostResolving, @unchecked Sendable {
+    // @unchecked: everything is behind `condition`.
+    private let condition = NSCondition()
+    private var released = false
+    private var calls = 0
+    private var returned = 0
+    private let answers: [IPAddress]
+
+    init(answers: [IPAddress]) { self.answers = answers }
+
+    func addresses(of host: String) -> [IPAddress] {
+        condition.lock()
+        defer { condition.unlock() }
+        calls += 1
+        while !released { condition.wait() }
+        returned += 1
+        return answers
+    }
+
+    func release() {
+        condition.lock()
+        released = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var lookups: Int { condition.lock(); defer { condition.unlock() }; return calls }
+    var answered: Int { condition.lock(); defer { condition.unlock() }; return returned }
 }

@@ -70,7 +70,8 @@ struct BridgeFixture {
     let key: [UInt8]
 
     init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
-         publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt]) throws {
+         publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt],
+         hostResolver: any HostResolving = FixedResolver.public) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
         self.publisher = publisher
@@ -81,7 +82,7 @@ struct BridgeFixture {
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger,
-                               eventDestinations: eventDestinations)
+                               eventDestinations: eventDestinations, hostResolver: hostResolver)
         registry = service.registry
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock,
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))
@@ -102,4 +103,15 @@ extension ShareRegistry {
     func record(_ fixes: [(ShareID, Fix)]) {
         record(fixes.map { HeardFix(share: $0.0, fix: $0.1, heardAt: $0.1.timestamp * 1000, transport: .mqtt) })
     }
+}
+
+/// Answers every host name with the same addresses: lookups where the tests have no DNS.
+struct FixedResolver: HostResolving {
+    let answers: [IPAddress]
+
+    /// A public address (one of example.com's), where nothing of the tests listens.
+    static let `public` = FixedResolver(answers: [IPAddress("93.184.215.14")!])
+    static let loopback = FixedResolver(answers: [IPAddress("127.0.0.1")!])
+
+    func addresses(of host: String) -> [IPAddress] { answers }
 }

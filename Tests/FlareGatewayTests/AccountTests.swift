@@ -1,5 +1,7 @@
 import FlareAPI
+import FlareBridge
 import FlareCore
+import FlareTestSupport
 import Foundation
 import Testing
 @testable import FlareGateway
@@ -128,6 +130,25 @@ import Testing
         #expect(enrollment.key == phone.key && enrollment.server.absoluteString == GatewayFixture.publicURL)
     }
 
+    /// Setting a limited key's webhook while its host name's DNS does not answer: 503 with `Retry-After` (the request
+    /// does not wait for the lookup), and once the name has answered, the retry sets it.
+    @Test func aWebhookWhoseNameHasNotResolvedYetIsAnsweredRetry() throws {
+        let resolver = HeldResolver()
+        defer { resolver.release() }
+        let fixture = try GatewayFixture(hostResolver: resolver)
+        let created = fixture.send("POST", "/api/v1/keys", bearer: fixture.ownerKey, json: #"{"label":"phone"}"#)
+        let phone = try created.decode(CreatedKey.self)
+        let path = "/api/v1/keys/\(phone.info.id)/webhook"
+
+        let waiting = fixture.send("PUT", path, bearer: phone.key, json: #"{"url":"https://hooks.example.org/flare"}"#)
+        #expect(waiting.status == 503 && waiting.errorCode == "webhook_lookup_unfinished" && waiting.header("Retry-After") == "5", "\(waiting.text)")
+        resolver.release()
+        #expect(eventually(timeout: .seconds(30)) { resolver.answered == 1 })
+        let set = fixture.send("PUT", path, bearer: phone.key, json: #"{"url":"https://hooks.example.org/flare"}"#)
+        #expect(set.status == 200, "\(set.text)")
+        #expect(try set.decode(WebhookCreated.self).url == "https://hooks.example.org/flare")
+    }
+
     @Test func badKeyRequestsAreRefusedClearly() throws {
         for (body, code) in [(#"{"max_live":0}"#, "invalid_max_live"), (#"{"max_live":1.5}"#, "invalid_max_live"),
                              (#"{"max_duration_s":99999999}"#, "invalid_max_duration_s"), (#"{"create_rate_per_hour":"3"}"#, "invalid_create_rate_per_hour"),
@@ -143,4 +164,29 @@ import Testing
         for _ in 0..<30 { statuses.append(fixture.send("GET", "/api/v1/keys", bearer: OwnerKey.generate(), from: "127.0.0.9").status) }
         #expect(statuses.first == 401 && statuses.last == 429)
     }
+}
+
+/// A host name whose DNS does not answer until `release`; then every lookup answers a public address.
+final class HeldResolver: HostResolving, @unchecked Sendable {
+    // @unchecked: everything is behind `condition`.
+    private let condition = NSCondition()
+    private var released = false
+    private var returned = 0
+
+    func addresses(of host: String) -> [IPAddress] {
+        condition.lock()
+        defer { condition.unlock() }
+        while !released { condition.wait() }
+        returned += 1
+        return [IPAddress("93.184.215.14")!]
+    }
+
+    func release() {
+        condition.lock()
+        released = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var answered: Int { condition.lock(); defer { condition.unlock() }; return returned }
 }

@@ -73,7 +73,9 @@ final class GatewayFixture {
     ///   - faulty: the service's store is a `FaultyStore` around the SQLite one (`faults`).
     ///   - other: use that fixture's database, token key and owner key, with a memory of its own that knows nothing
     ///     yet: what another instance, or this one after a restart, would be.
-    init(settings: [String: String] = [:], faulty: Bool = false, sharingDatabaseOf other: GatewayFixture? = nil) throws {
+    ///   - hostResolver: where setting a limited key's webhook looks its host name up.
+    init(settings: [String: String] = [:], faulty: Bool = false, sharingDatabaseOf other: GatewayFixture? = nil,
+         hostResolver: any HostResolving = SystemHostResolver()) throws {
         directory = try other?.directory ?? TempDirectory.make(prefix: "flare-gateway")
         store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
         faults = faulty ? FaultyStore(store) : nil
@@ -91,7 +93,8 @@ final class GatewayFixture {
         tokenKey = other?.tokenKey ?? key
         ownerKey = other?.ownerKey ?? OwnerKey.generate()
         service = ShareService(store: faults ?? store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
-                               tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger)
+                               tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
+                               hostResolver: hostResolver)
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
