@@ -80,6 +80,31 @@ for ((n = 0; n < instances; n++)); do
   http_ports+=("$port")
 done
 
+# /metrics is on a loopback listener of its own (FLARE_METRICS_ADDR), one per instance. Unset: 9464 (flared's
+# default) and up, each the first free port; set: that address and the next ports (each must be free); set empty:
+# no metrics listener.
+metrics_addrs=()
+if [ -z "${FLARE_METRICS_ADDR+set}" ] || [ -n "$FLARE_METRICS_ADDR" ]; then
+  metrics_host=127.0.0.1 next=9464 explicit=""
+  if [ -n "${FLARE_METRICS_ADDR:-}" ]; then
+    metrics_host=${FLARE_METRICS_ADDR%:*} next=${FLARE_METRICS_ADDR##*:} explicit=yes
+    [[ $next =~ ^[0-9]+$ ]] || { echo "flare: FLARE_METRICS_ADDR=$FLARE_METRICS_ADDR is not host:port" >&2; exit 1; }
+  fi
+  for ((n = 0; n < instances; n++)); do
+    port=$next
+    if [ -z "$explicit" ]; then
+      while port_taken "$port" || [[ $chosen == *" $port "* ]] || [[ " ${http_ports[*]} " == *" $port "* ]]; do port=$((port + 1)); done
+    elif port_taken "$port" || [[ $chosen == *" $port "* ]] || [[ " ${http_ports[*]} " == *" $port "* ]]; then
+      echo "flare: port $port is already in use; set FLARE_METRICS_ADDR to a free address (each further instance takes the next port; empty for no metrics listener)" >&2
+      exit 1
+    fi
+    chosen+="$port "
+    metrics_addrs+=("$metrics_host:$port")
+    next=$((port + 1))
+  done
+fi
+if ((instances == 1)); then export FLARE_METRICS_ADDR=${metrics_addrs[0]:-}; fi
+
 if ((instances > 1)); then
   # The shared store. FLARE_PG_PORT: a free port from 15432 unless given.
   if [ -z "${FLARE_PG_PORT:-}" ]; then
@@ -112,7 +137,7 @@ client_id_base=${FLARE_MQTT_CLIENT_ID:-flared}
 instance_env() {
   local n=$1
   if ((instances > 1)); then
-    echo "FLARE_HTTP_ADDR=$http_host:${http_ports[$n]} FLARE_MQTT_CLIENT_ID=$client_id_base-${names[$n]}"
+    echo "FLARE_HTTP_ADDR=$http_host:${http_ports[$n]} FLARE_METRICS_ADDR=${metrics_addrs[$n]:-} FLARE_MQTT_CLIENT_ID=$client_id_base-${names[$n]}"
   fi
 }
 start_flared() {
@@ -195,6 +220,14 @@ done
 pids+=($!)
 link=$(sed -n 's/.*"share_url":"\([^"]*\)".*/\1/p' "$FLARE_DATA_DIR/demo-share.json")
 links=$link
+if ((${#metrics_addrs[@]} == 0)); then
+  metrics="none (FLARE_METRICS_ADDR is empty)"
+elif ((instances == 1)); then
+  metrics="http://${metrics_addrs[0]}/metrics   (not on the public listener)"
+else
+  metrics="not on the public listeners:"
+  for ((n = 0; n < instances; n++)); do metrics+=$'\n'"      flared-${names[$n]}  http://${metrics_addrs[$n]}/metrics"; done
+fi
 if ((instances > 1)); then
   # The same link on each instance: any of them answers it.
   token=${link##*/}
@@ -211,7 +244,7 @@ cat >&2 <<MSG
     viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $links
     owner key:  $FLARE_DATA_DIR/owner.key   (flare share create | show | stop | extend)
     broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
-    metrics:    http://127.0.0.1:$http_port/metrics
+    metrics:    $metrics
   Ctrl-C stops everything.
 
 MSG

@@ -24,6 +24,9 @@ public struct GatewayConfiguration: Sendable {
     public var unknownTokenCost: Double = 10
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
     public var keepaliveSeconds: Int = 15
+    /// With a token, the public listener serves /metrics to `Authorization: Bearer <token>`; without, it answers 404
+    /// (the metrics have a listener of their own, `FLARE_METRICS_ADDR`).
+    public var metricsToken: String?
 
     /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
@@ -42,6 +45,13 @@ public struct GatewayConfiguration: Sendable {
         self.linkRatePerAddress = try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS")
         self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
         self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
+        if let token = config.string("FLARE_METRICS_TOKEN") {
+            // Said without the value: it is a secret.
+            guard (16...256).contains(token.utf8.count), token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw Configuration.ConfigurationError("FLARE_METRICS_TOKEN must be 16 to 256 printable ASCII characters without spaces")
+            }
+            self.metricsToken = token
+        }
     }
 
     /// A link of ours as a URL. `publicURL` was checked at start-up and tokens and ids are base64url, so this

@@ -152,6 +152,22 @@ class Instance:
         status = http_status(self.share_url)
         if status != 200:
             self.fail(f"its demo share {self.share_url} answered {status}")
+        self.check_metrics(re.findall(r"metrics:\s+http://127\.0\.0\.1:(\d+)/metrics", self.output()), [self.http_port])
+
+    def check_metrics(self, banner_ports, public_ports):
+        """The banner's metrics listeners serve /metrics, each its own port; the public listeners answer 404."""
+        ports = [int(p) for p in banner_ports]
+        if not ports or len(set(ports)) != len(public_ports):
+            self.fail(f"the banner names metrics ports {ports}, not one for each of {public_ports}")
+        for port in ports:
+            with urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=3) as response:
+                if b"flare_http_requests_total" not in response.read():
+                    self.fail(f"http://{HOST}:{port}/metrics does not serve Flare's metrics")
+            self.own_ports.append(port)
+        for port in public_ports:
+            status = http_status(f"http://{HOST}:{port}/metrics")
+            if status != 404:
+                self.fail(f"the public listener on port {port} answered /metrics with {status}, not 404")
 
     def interrupt(self):
         """Ctrl-C: SIGINT to the whole process group, then everything must be gone within 20 s."""

@@ -70,6 +70,8 @@ class Cluster(Instance):
                 self.fail(f"the banner does not give {which}'s link to the demo share")
         if "is restarted after 1 s" not in self.output():
             self.fail("the banner does not say that a failed instance is restarted")
+        self.check_metrics(re.findall(r"^\s+flared-[ab]  http://127\.0\.0\.1:(\d+)/metrics$", self.output(), re.M),
+                           list(self.ports.values()))
         for which in self.ports:
             self.check_serving(which)
 

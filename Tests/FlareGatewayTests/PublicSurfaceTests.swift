@@ -1,0 +1,86 @@
+import FlareAPI
+import FlareCore
+import FlareTestSupport
+import Foundation
+import Testing
+@testable import FlareGateway
+
+/// What the public listener gives away and to whom: /metrics only on its own listener (or to the bearer of its
+/// token), /healthz up or down and nothing more. Each test runs in memory and against the gateway's live listeners.
+@Suite struct PublicSurfaceTests {
+    /// X-Forwarded-For from the test is believed, so that live requests can come from several addresses.
+    static let settings = ["FLARE_TRUSTED_PROXIES": "127.0.0.1"]
+    static let metricsToken = "metrics-token-0123456789-abcdef"
+
+    @Test(arguments: Transport.allCases)
+    func metricsAreServedOnTheirOwnListenerAndNotOnThePublicOne(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings)
+        _ = try fixture.createShare()
+        for method in ["GET", "POST"] {
+            let refused = try fixture.request(transport, method, "/metrics")
+            #expect(refused.status == 404 && refused.errorCode == "not_found", "\(method): \(refused.status) \(refused.text)")
+            #expect(!refused.text.contains("flare_"))
+        }
+        let served = try fixture.request(transport, "GET", "/metrics", listener: .metrics)
+        #expect(served.status == 200)
+        #expect(served.contentType == "text/plain; version=0.0.4; charset=utf-8")
+        #expect(served.text.contains("flare_shares_active 1\n"))
+        #expect(served.header("X-Content-Type-Options") == "nosniff")
+        // That listener serves /metrics and nothing else: not the API, not the links.
+        for path in ["/healthz", "/api/v1/shares", "/", "/metrics/x"] {
+            let other = try fixture.request(transport, "GET", path, listener: .metrics, bearer: fixture.ownerKey)
+            #expect(other.status == 404 && other.errorCode == "not_found", "\(path): \(other.status)")
+        }
+        #expect(try fixture.request(transport, "POST", "/metrics", listener: .metrics).status == 405)
+    }
+
+    @Test(arguments: Transport.allCases)
+    func withATokenThePublicListenerServesMetricsToItsBearerOnly(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings.merging(["FLARE_METRICS_TOKEN": Self.metricsToken]) { $1 })
+        let token = Self.metricsToken
+        let wrong = String(token.dropLast()) + "g"  // same length, last character differs
+        for (bearer, headers) in [(nil, [:]), (wrong, [:]), (token + "x", [:]), (String(token.prefix(8)), [:]),
+                                  (nil, ["Authorization": "Basic " + Data("x:\(token)".utf8).base64EncodedString()])] as [(String?, [String: String])] {
+            let reply = try fixture.request(transport, "GET", "/metrics", bearer: bearer, headers: headers, from: "198.51.100.\(bearer?.count ?? 1)")
+            #expect(reply.status == 401 && reply.errorCode == "unauthorized", "\(bearer ?? "none"): \(reply.status)")
+            #expect(reply.header("WWW-Authenticate") == "Bearer")
+            #expect(!reply.text.contains("flare_"))
+        }
+        let served = try fixture.request(transport, "GET", "/metrics", bearer: token, from: "198.51.100.50")
+        #expect(served.status == 200 && served.text.contains("flare_http_requests_total{status=\"401\"} 5"), "\(served.text.prefix(300))")
+        #expect(try fixture.request(transport, "POST", "/metrics", bearer: token).status == 405)
+        // Guessing costs the guesser's address: cut off with 429, while another address with the token is served.
+        var statuses: [Int] = []
+        for _ in 0..<100 where statuses.last != 429 {
+            statuses.append(try fixture.request(transport, "GET", "/metrics", bearer: wrong, from: "198.51.100.7").status)
+        }
+        #expect(statuses.first == 401 && statuses.last == 429, "\(statuses)")
+        #expect(try fixture.request(transport, "GET", "/metrics", bearer: token, from: "198.51.100.8").status == 200)
+        #expect(try fixture.request(transport, "GET", "/metrics", listener: .metrics).text.contains(#"flare_http_rate_limited_total{scope="metrics"}"#))
+    }
+
+    @Test func aMetricsTokenTooShortToBeASecretIsRefusedWithoutShowingIt() throws {
+        for bad in ["short-token", String(repeating: "x", count: 257), "has a space in it, which is no token"] {
+            let config = try Configuration.defaults(FlaredSettings.all, overriding: ["FLARE_METRICS_TOKEN": bad])
+            #expect {
+                try GatewayConfiguration(config)
+            } throws: { error in
+                "\(error)".contains("FLARE_METRICS_TOKEN must be 16 to 256") && !"\(error)".contains(bad)
+            }
+        }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func healthzSaysUpOrDownAndWhichPartAndNothingElse(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings)
+        _ = try fixture.createShare()
+        for (report, status) in [(HealthReport(mqttConnected: true, storeHealthy: true), 200),
+                                 (HealthReport(mqttConnected: true, storeHealthy: true, storeSpaceLow: true), 503),
+                                 (HealthReport(mqttConnected: false, storeHealthy: false), 503)] {
+            fixture.health.report = report
+            let reply = try fixture.request(transport, "GET", "/healthz")
+            #expect(reply.status == status)
+            #expect(Set(reply.jsonObject?.keys.map { $0 } ?? []) == ["status", "mqtt", "store"], "\(reply.text)")
+        }
+    }
+}
