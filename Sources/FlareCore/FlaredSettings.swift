@@ -40,6 +40,8 @@ public enum FlaredSettings {
         .init("FLARE_HTTP_THREADS", .integer(1...64), "4", "HTTP worker threads"),
         .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
+        .init("FLARE_LIVE_STREAMS_PER_LINK", .integer(1...10_000), "20", "live streams (Server-Sent Events) open at once on one link; beyond, 429 and the page polls instead"),
+        .init("FLARE_LIVE_STREAMS_PER_ADDRESS", .integer(1...10_000), "50", "live streams open at once from one client address (every link together)"),
         .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
         .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
         .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),

@@ -58,7 +58,8 @@ public final class Gateway: Sendable {
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
-        self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds)
+        self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds, perLink: configuration.liveStreamsPerLink,
+                                       perAddress: configuration.liveStreamsPerAddress)
         self.metricsTokenHash = configuration.metricsToken.map { SecretHash(of: $0) }
         metrics.register(FlareMetrics.httpRequests)
         // The statuses the gateway answers with, counted without a lock (every request counts one).

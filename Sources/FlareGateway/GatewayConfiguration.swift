@@ -24,6 +24,10 @@ public struct GatewayConfiguration: Sendable {
     public var unknownTokenCost: Double = 10
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
     public var keepaliveSeconds: Int = 15
+    /// Live streams open at once per link and per client address: the HTTP server's connection slots are shared by
+    /// every link, the API and OwnTracks HTTP, so no one link or address may hold them all.
+    public var liveStreamsPerLink: Int
+    public var liveStreamsPerAddress: Int
     /// With a token, the public listener serves /metrics to `Authorization: Bearer <token>`; without, it answers 404
     /// (the metrics have a listener of their own, `FLARE_METRICS_ADDR`).
     public var metricsToken: String?
@@ -45,6 +49,8 @@ public struct GatewayConfiguration: Sendable {
         self.linkRatePerAddress = try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS")
         self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
         self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
+        self.liveStreamsPerLink = Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK"))
+        self.liveStreamsPerAddress = Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS"))
         if let token = config.string("FLARE_METRICS_TOKEN") {
             // Said without the value: it is a secret.
             guard (16...256).contains(token.utf8.count), token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {

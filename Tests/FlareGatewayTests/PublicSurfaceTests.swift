@@ -6,7 +6,8 @@ import Testing
 @testable import FlareGateway
 
 /// What the public listener gives away and to whom: /metrics only on its own listener (or to the bearer of its
-/// token), /healthz up or down and nothing more. Each test runs in memory and against the gateway's live listeners.
+/// token), /healthz up or down and nothing more, live streams bounded per link and per address. Each test runs in
+/// memory and against the gateway's live listeners.
 @Suite struct PublicSurfaceTests {
     /// X-Forwarded-For from the test is believed, so that live requests can come from several addresses.
     static let settings = ["FLARE_TRUSTED_PROXIES": "127.0.0.1"]
@@ -82,5 +83,48 @@ import Testing
             #expect(reply.status == status)
             #expect(Set(reply.jsonObject?.keys.map { $0 } ?? []) == ["status", "mqtt", "store"], "\(reply.text)")
         }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func aLinkTakesAtMost20LiveStreamsAndAnotherLinkStillStreams(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings)
+        let crowded = try fixture.createShare(), other = try fixture.createShare(name: "Other")
+        for index in 0..<20 {
+            let opened = try fixture.openStream(transport, token: crowded.viewToken, from: "203.0.113.\(index % 2)")
+            #expect(opened.status == 200, "stream \(index + 1): \(opened)")
+        }
+        let refused = try fixture.openStream(transport, token: crowded.viewToken, from: "203.0.113.9")
+        #expect(refused.status == 429 && refused.error == "too_many_streams" && refused.retryAfter == "30", "\(refused)")
+        #expect(try fixture.openStream(transport, token: other.viewToken, from: "203.0.113.0").status == 200)
+        #expect(fixture.openStreamCount == 21)
+        #expect(fixture.metrics.renderText().contains(#"flare_http_rate_limited_total{scope="streams_per_link"} 1"#))
+        // The link's page and view JSON still answer: the page polls them instead.
+        #expect(try fixture.request(transport, "GET", "/api/v1/view/\(crowded.viewToken)", from: "203.0.113.9").status == 200)
+    }
+
+    @Test func aClosedStreamGivesItsPlaceBack() throws {
+        let fixture = try GatewayFixture(settings: Self.settings.merging(["FLARE_LIVE_STREAMS_PER_LINK": "2"]) { $1 })
+        let share = try fixture.createShare()
+        let first = fixture.send("GET", "/api/v1/view/\(share.viewToken)/events", from: "203.0.113.1")
+        #expect(fixture.send("GET", "/api/v1/view/\(share.viewToken)/events", from: "203.0.113.2").status == 200)
+        #expect(fixture.send("GET", "/api/v1/view/\(share.viewToken)/events", from: "203.0.113.3").status == 429)
+        try #require(first.stream).finish()
+        #expect(fixture.send("GET", "/api/v1/view/\(share.viewToken)/events", from: "203.0.113.3").status == 200)
+        // A share that ends closes its streams, and they free their places too.
+        try fixture.stop(share)
+        #expect(eventually { fixture.openStreamCount == 0 })
+    }
+
+    @Test(arguments: Transport.allCases)
+    func anAddressTakesAtMostItsLiveStreamsOverEveryLink(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings.merging(["FLARE_LIVE_STREAMS_PER_ADDRESS": "3"]) { $1 })
+        let shares = try (0..<3).map { _ in try fixture.createShare() }
+        for share in shares {
+            #expect(try fixture.openStream(transport, token: share.viewToken, from: "2001:db8::1").status == 200)
+        }
+        let refused = try fixture.openStream(transport, token: shares[0].viewToken, from: "2001:db8::1")
+        #expect(refused.status == 429 && refused.error == "too_many_streams", "\(refused)")
+        #expect(try fixture.openStream(transport, token: shares[0].viewToken, from: "192.0.2.1").status == 200)
+        #expect(fixture.metrics.renderText().contains(#"flare_http_rate_limited_total{scope="streams_per_address"} 1"#))
     }
 }
