@@ -6,8 +6,9 @@ import Testing
 @testable import FlareGateway
 
 /// What the public listener gives away and to whom: /metrics only on its own listener (or to the bearer of its
-/// token), /healthz up or down and nothing more, live streams bounded per link and per address. Each test runs in
-/// memory and against the gateway's live listeners.
+/// token), /healthz up or down and nothing more, live streams bounded per link and per address, names bounded in
+/// Unicode scalars and bytes. Each test runs in memory and against
+/// the gateway's live listeners.
 @Suite struct PublicSurfaceTests {
     /// X-Forwarded-For from the test is believed, so that live requests can come from several addresses.
     static let settings = ["FLARE_TRUSTED_PROXIES": "127.0.0.1"]
@@ -126,5 +127,48 @@ import Testing
         #expect(refused.status == 429 && refused.error == "too_many_streams", "\(refused)")
         #expect(try fixture.openStream(transport, token: shares[0].viewToken, from: "192.0.2.1").status == 200)
         #expect(fixture.metrics.renderText().contains(#"flare_http_rate_limited_total{scope="streams_per_address"} 1"#))
+    }
+
+    /// "Mom" and thousands of combining marks is 3 characters to Swift's `count`, and a stack of marks that draws over
+    /// the rest of the page: refused for answers, share names and key labels alike.
+    @Test(arguments: Transport.allCases)
+    func namesAreCountedInUnicodeScalarsAndBytesNotCharacters(_ transport: Transport) throws {
+        let fixture = try GatewayFixture(settings: Self.settings)
+        let share = try fixture.createShare()
+        let marks = String(repeating: "\u{0301}", count: 3000)
+        #expect(("Mom" + marks).count == 3)
+        func answer(_ name: String, from address: String) throws -> Reply {
+            try fixture.request(transport, "POST", "/api/v1/view/\(share.viewToken)/answers",
+                                json: "{\"kind\":\"on_my_way\",\"name\":\"\(name)\"}", from: address)
+        }
+        var address = 0
+        func next() -> String { address += 1; return "192.0.2.\(address)" }
+        for (name, status) in [("Mom" + marks, 400), (String(repeating: "x", count: 41), 400), ("x" + String(repeating: "\u{0301}", count: 40), 400),
+                               (String(repeating: "😀", count: 31), 400),  // 124 bytes
+                               (String(repeating: "x", count: 40), 201), (String(repeating: "山", count: 40), 201),  // 120 bytes
+                               ("Zoë" + String(repeating: "\u{0301}", count: 3), 201)] {
+            let reply = try answer(name, from: next())
+            #expect(reply.status == status, "\(name.unicodeScalars.count) scalars: \(reply.status) \(reply.text)")
+            if status == 400 {
+                #expect(reply.errorCode == "invalid_name")
+                #expect(reply.text.contains("at most 40 characters (Unicode code points) and 120 bytes"), "\(reply.text)")
+            }
+        }
+
+        for (name, status) in [("Anna" + marks, 400), (String(repeating: "a", count: 81), 400), (String(repeating: "山", count: 80), 201)] {
+            let reply = try fixture.request(transport, "POST", "/api/v1/shares", bearer: fixture.ownerKey, json: "{\"name\":\"\(name)\"}")
+            #expect(reply.status == status, "\(name.unicodeScalars.count) scalars: \(reply.status) \(reply.text)")
+            if status == 400 {
+                #expect(reply.errorCode == "invalid_name" && reply.text.contains("at most 80 characters (Unicode code points) and 240 bytes"), "\(reply.text)")
+            }
+        }
+
+        for (label, status) in [("ops" + marks, 400), (String(repeating: "l", count: 81), 400), (String(repeating: "山", count: 80), 201)] {
+            let reply = try fixture.request(transport, "POST", "/api/v1/keys", bearer: fixture.ownerKey, json: "{\"label\":\"\(label)\"}")
+            #expect(reply.status == status, "\(label.unicodeScalars.count) scalars: \(reply.status) \(reply.text)")
+            if status == 400 {
+                #expect(reply.errorCode == "invalid_label" && reply.text.contains("at most 80 characters (Unicode code points) and 240 bytes"), "\(reply.text)")
+            }
+        }
     }
 }
