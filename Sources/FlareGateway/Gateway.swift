@@ -35,8 +35,9 @@ public final class Gateway: Sendable {
     /// OwnTracks HTTP mode, per share: far above a phone in move mode (one message every few seconds), enough for
     /// an Android phone sending the backlog it queued while offline, one message per request.
     let ownTracksHTTPLimiter = RateLimiter(rule: .init(ratePerSecond: 20, burst: 600))
-    /// Answers per address and share: 5 at once, then one every 10 s.
-    let answerLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5))
+    /// Answers per address and share: their pace, and how many in all (`GatewayConfiguration.answersPerAddress`).
+    let answerLimiter: RateLimiter
+    let answerQuota: RateLimiter
     /// /metrics per client address, on either listener: a scraper every few seconds and more.
     let metricsLimiter = RateLimiter(rule: .init(ratePerSecond: 2, burst: 20))
     /// SHA-256 of `FLARE_METRICS_TOKEN`, if set.
@@ -58,6 +59,9 @@ public final class Gateway: Sendable {
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
+        self.answerLimiter = RateLimiter(rule: configuration.answerRate)
+        let answers = Double(configuration.answersPerAddress)
+        self.answerQuota = RateLimiter(rule: .init(ratePerSecond: answers / 86_400, burst: answers))
         self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds, perLink: configuration.liveStreamsPerLink,
                                        perAddress: configuration.liveStreamsPerAddress)
         self.metricsTokenHash = configuration.metricsToken.map { SecretHash(of: $0) }

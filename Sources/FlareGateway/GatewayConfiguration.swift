@@ -24,6 +24,11 @@ public struct GatewayConfiguration: Sendable {
     public var unknownTokenCost: Double = 10
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
     public var keepaliveSeconds: Int = 15
+    /// Answers per client address and share: 5 at once, then one every 10 s.
+    public var answerRate = RateLimiter.Rule(ratePerSecond: 0.1, burst: 5)
+    /// Answers per client address and share in all, refilled at this many a day (no share lasts longer by default):
+    /// the pace above alone would let one address fill a share's 200 in half an hour.
+    public var answersPerAddress = 10
     /// Live streams open at once per link and per client address: the HTTP server's connection slots are shared by
     /// every link, the API and OwnTracks HTTP, so no one link or address may hold them all.
     public var liveStreamsPerLink: Int

@@ -7,7 +7,7 @@ import Testing
 
 /// What the public listener gives away and to whom: /metrics only on its own listener (or to the bearer of its
 /// token), /healthz up or down and nothing more, live streams bounded per link and per address, names bounded in
-/// Unicode scalars and bytes. Each test runs in memory and against
+/// Unicode scalars and bytes, and a share's answers not one address's to fill. Each test runs in memory and against
 /// the gateway's live listeners.
 @Suite struct PublicSurfaceTests {
     /// X-Forwarded-For from the test is believed, so that live requests can come from several addresses.
@@ -170,5 +170,25 @@ import Testing
                 #expect(reply.errorCode == "invalid_label" && reply.text.contains("at most 80 characters (Unicode code points) and 240 bytes"), "\(reply.text)")
             }
         }
+    }
+
+    @Test(arguments: Transport.allCases)
+    func oneAddressCannotFillAShareWithAnswers(_ transport: Transport) throws {
+        // The pace out of the way (its own test is AnswerTests): here, how many in all.
+        let fixture = try GatewayFixture(settings: Self.settings) { $0.answerRate = .init(ratePerSecond: 1, burst: 1000) }
+        let share = try fixture.createShare(), other = try fixture.createShare(name: "Other")
+        func answer(_ share: CreatedShare, from address: String) throws -> Reply {
+            try fixture.request(transport, "POST", "/api/v1/view/\(share.viewToken)/answers", json: #"{"kind":"on_my_way"}"#, from: address)
+        }
+        for index in 0..<10 {
+            let reply = try answer(share, from: "198.51.100.1")
+            #expect(reply.status == 201, "answer \(index + 1): \(reply.status) \(reply.text)")
+        }
+        let refused = try answer(share, from: "198.51.100.1")
+        #expect(refused.status == 429 && refused.errorCode == "too_many_answers", "\(refused.status) \(refused.text)")
+        #expect((Int(refused.header("Retry-After") ?? "") ?? 0) > 60)
+        #expect(try answer(share, from: "198.51.100.2").status == 201)
+        #expect(try answer(other, from: "198.51.100.1").status == 201)
+        #expect(fixture.metrics.renderText().contains(#"flare_http_rate_limited_total{scope="answers_per_address"} 1"#))
     }
 }
