@@ -8,7 +8,8 @@ SWIFT_BUILD_FLAGS ?=
 run: deps build plugin
 	./scripts/run.sh
 
-# Two flared instances on a throwaway PostgreSQL (in the data directory) and one broker, with the demo share.
+# Two flared instances on a throwaway PostgreSQL (in the data directory) and one broker, with the demo share; an
+# instance that fails is restarted (scripts/run.sh says when and how).
 # Honours FLARE_DATA_DIR (default ./data-cluster), FLARE_HTTP_ADDR (and the next port), FLARE_MQTT_PORT, FLARE_PG_PORT.
 cluster: deps build plugin
 	FLARE_INSTANCES=2 ./scripts/run.sh
@@ -38,9 +39,11 @@ $(PLUGIN): broker/plugin/flare_auth.c
 swift-test:
 	/usr/bin/python3 scripts/swift-test.py $(SWIFT_BUILD_FLAGS)
 
-# Two `make run` instances side by side on free loopback ports, then Ctrl-C to each (about 10 s).
+# Two `make run` instances side by side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster`
+# with each instance killed in turn (it is restarted, the other keeps serving), then stopped (about 25 s).
 scripts-test: deps build plugin
 	/usr/bin/python3 Tests/scripts/test_side_by_side.py
+	/usr/bin/python3 Tests/scripts/test_cluster.py
 
 # The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
 browser-test: browser-deps

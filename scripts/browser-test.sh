@@ -26,6 +26,8 @@ export FLARE_HTTP_ADDR=127.0.0.1:$http_port
 export FLARE_MQTT_CLIENT_ID=flared-browser-test
 # Only the plain listener, on a free port: no fixed TLS or WebSockets ports that a running `make run` may hold.
 export FLARE_MQTT_TLS_PORT= FLARE_MQTT_WS_PORT=
+# Nor its metrics port.
+export FLARE_METRICS_ADDR=127.0.0.1:$(free_port)
 
 pids=()
 cleanup() {

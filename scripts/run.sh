@@ -3,6 +3,8 @@
 # `make cluster` (FLARE_INSTANCES=2): a throwaway PostgreSQL in the data directory, the broker, two flared on
 # FLARE_HTTP_ADDR and the next port sharing the database and the location stream, and the demo share's link on each.
 # Ctrl-C stops everything cleanly (flared drains: HTTP, then MQTT, then the store), in reverse order of start.
+# Under `make cluster` this script also supervises the instances: one that fails (killed, crashed, exit status not 0)
+# is reported and started again while the others keep serving; see supervise below.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
@@ -51,10 +53,15 @@ pick_port FLARE_MQTT_WS_PORT 8083 2
 
 pids=()
 postgres_started=""
+sleeper=""  # the supervisor's pause before a restart
 stop_all() {
   trap - INT TERM EXIT
   echo "flare: stopping" >&2
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true; done
+  [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null || true
+  for ((i=${#pids[@]}-1; i>=0; i--)); do
+    [ -n "${pids[$i]}" ] || continue  # an instance the supervisor gave up on
+    kill -TERM "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true
+  done
   [ -z "$postgres_started" ] || "$here/scripts/postgres.sh" stop
 }
 # A signal during start-up stops what has started and goes no further.
@@ -72,6 +79,31 @@ for ((n = 0; n < instances; n++)); do
   fi
   http_ports+=("$port")
 done
+
+# /metrics is on a loopback listener of its own (FLARE_METRICS_ADDR), one per instance. Unset: 9464 (flared's
+# default) and up, each the first free port; set: that address and the next ports (each must be free); set empty:
+# no metrics listener.
+metrics_addrs=()
+if [ -z "${FLARE_METRICS_ADDR+set}" ] || [ -n "$FLARE_METRICS_ADDR" ]; then
+  metrics_host=127.0.0.1 next=9464 explicit=""
+  if [ -n "${FLARE_METRICS_ADDR:-}" ]; then
+    metrics_host=${FLARE_METRICS_ADDR%:*} next=${FLARE_METRICS_ADDR##*:} explicit=yes
+    [[ $next =~ ^[0-9]+$ ]] || { echo "flare: FLARE_METRICS_ADDR=$FLARE_METRICS_ADDR is not host:port" >&2; exit 1; }
+  fi
+  for ((n = 0; n < instances; n++)); do
+    port=$next
+    if [ -z "$explicit" ]; then
+      while port_taken "$port" || [[ $chosen == *" $port "* ]] || [[ " ${http_ports[*]} " == *" $port "* ]]; do port=$((port + 1)); done
+    elif port_taken "$port" || [[ $chosen == *" $port "* ]] || [[ " ${http_ports[*]} " == *" $port "* ]]; then
+      echo "flare: port $port is already in use; set FLARE_METRICS_ADDR to a free address (each further instance takes the next port; empty for no metrics listener)" >&2
+      exit 1
+    fi
+    chosen+="$port "
+    metrics_addrs+=("$metrics_host:$port")
+    next=$((port + 1))
+  done
+fi
+if ((instances == 1)); then export FLARE_METRICS_ADDR=${metrics_addrs[0]:-}; fi
 
 if ((instances > 1)); then
   # The shared store. FLARE_PG_PORT: a free port from 15432 unless given.
@@ -94,21 +126,91 @@ for _ in $(seq 100); do
 done
 
 # One flared per instance, each with its own HTTP port and MQTT client id (its own persistent session in the
-# shared subscription). The first makes the token key and the owner key; the others start once it is up.
-flared_pids=()
-for ((n = 0; n < instances; n++)); do
+# shared subscription; a restarted instance takes its own session back). The first makes the token key and the
+# owner key; the others start once it is up.
+flared_pids=()   # by instance; empty once the supervisor gives up on it
+flared_slot=()   # its index in pids, so that a restarted instance is stopped in the same order
+started_at=()    # $SECONDS at its last start
+names=()         # a, b, c, …
+client_id_base=${FLARE_MQTT_CLIENT_ID:-flared}
+# The environment of instance n, as `env` arguments: also the command printed for starting it by hand.
+instance_env() {
+  local n=$1
   if ((instances > 1)); then
-    name=$(printf "\\$(printf %o $((97 + n)))")  # a, b, c, …
-    FLARE_HTTP_ADDR="$http_host:${http_ports[$n]}" FLARE_MQTT_CLIENT_ID=${FLARE_MQTT_CLIENT_ID:-flared}-$name \
-      "$bin/flared" 2> >(sed -u "s/^/flared-$name: /" >&2) &
+    echo "FLARE_HTTP_ADDR=$http_host:${http_ports[$n]} FLARE_METRICS_ADDR=${metrics_addrs[$n]:-} FLARE_MQTT_CLIENT_ID=$client_id_base-${names[$n]}"
+  fi
+}
+start_flared() {
+  local n=$1
+  if ((instances > 1)); then
+    # shellcheck disable=SC2046  # instance_env is words without spaces
+    env $(instance_env "$n") "$bin/flared" 2> >(sed -u "s/^/flared-${names[$n]}: /" >&2) &
   else
     "$bin/flared" &
   fi
-  pids+=($!)
-  flared_pids+=($!)
+  flared_pids[$n]=$!
+  started_at[$n]=$SECONDS
+  if [ -z "${flared_slot[$n]:-}" ]; then flared_slot[$n]=${#pids[@]}; fi
+  pids[${flared_slot[$n]}]=$!
+}
+# The supervisor (several instances): like systemd's Restart=on-failure (deploy/systemd/flared.service), with a
+# pause that doubles while an instance keeps failing soon after its start, so a flared that cannot start (a broken
+# setting, a port taken) does not spin; an instance that ran for a minute starts again from 1 s.
+max_failures=5
+failures=()      # by instance: failures in a row, each within a minute of its start (restarts: at most max_failures)
+# The command that starts instance n by hand, as this script starts it (other FLARE_ settings given to make are
+# left out: they may hold secrets).
+manual_command() {
+  echo "FLARE_DATA_DIR=$FLARE_DATA_DIR FLARE_STORE_URL=$FLARE_STORE_URL FLARE_MQTT_PORT=$FLARE_MQTT_PORT $(instance_env "$1") $bin/flared"
+}
+describe_exit() {  # a wait status as words
+  if (($1 > 128)); then echo "signal $(($1 - 128))"; else echo "exit status $1"; fi
+}
+supervise() {
+  local n live dead status name how delay
+  while :; do
+    live=()
+    for ((n = 0; n < instances; n++)); do [ -z "${flared_pids[$n]}" ] || live+=("${flared_pids[$n]}"); done
+    if ((${#live[@]} == 0)); then
+      echo "flare: no flared instance is running any more; stopping" >&2
+      exit 1
+    fi
+    dead="" status=0
+    wait -n -p dead "${live[@]}" || status=$?
+    [ -n "$dead" ] || continue
+    for ((n = 0; n < instances; n++)); do [ "${flared_pids[$n]}" != "$dead" ] || break; done
+    name=$(tr a-z A-Z <<<"${names[$n]}")
+    how=$(describe_exit "$status")
+    flared_pids[$n]=""
+    pids[${flared_slot[$n]}]=""
+    if ((status == 0)); then
+      echo "flare: flared $name (pid $dead) exited (status 0); not restarting it. The others keep serving; to start it again (outside Ctrl-C's reach): $(manual_command "$n")" >&2
+      continue
+    fi
+    ((SECONDS - started_at[n] < 60)) || failures[$n]=0
+    failures[$n]=$((${failures[$n]:-0} + 1))
+    if ((failures[n] > max_failures)); then
+      echo "flare: flared $name (pid $dead) died ($how) after $max_failures restarts in a row, each failing within a minute; not restarting it. The others keep serving; to start it again (outside Ctrl-C's reach): $(manual_command "$n")" >&2
+      continue
+    fi
+    delay=$((1 << (failures[n] - 1)))
+    echo "flare: flared $name (pid $dead) died ($how); restarting in $delay s" >&2
+    # In the background and waited for, so that Ctrl-C (or SIGTERM to this script alone) is heard at once.
+    sleep "$delay" &
+    sleeper=$!
+    wait "$sleeper" || true
+    sleeper=""
+    start_flared "$n"
+    echo "flare: flared $name restarted (pid ${flared_pids[$n]})" >&2
+  done
+}
+
+for ((n = 0; n < instances; n++)); do
+  names[$n]=$(printf "\\$(printf %o $((97 + n)))")
+  start_flared "$n"
   for _ in $(seq 150); do
     curl -fsS "http://127.0.0.1:${http_ports[$n]}/healthz" >/dev/null 2>&1 && break
-    kill -0 "${pids[-1]}" 2>/dev/null || { echo "flare: flared did not start (see above)" >&2; exit 1; }
+    kill -0 "${flared_pids[$n]}" 2>/dev/null || { echo "flare: flared did not start (see above)" >&2; exit 1; }
     sleep 0.1
   done
 done
@@ -118,12 +220,23 @@ done
 pids+=($!)
 link=$(sed -n 's/.*"share_url":"\([^"]*\)".*/\1/p' "$FLARE_DATA_DIR/demo-share.json")
 links=$link
+if ((${#metrics_addrs[@]} == 0)); then
+  metrics="none (FLARE_METRICS_ADDR is empty)"
+elif ((instances == 1)); then
+  metrics="http://${metrics_addrs[0]}/metrics   (not on the public listener)"
+else
+  metrics="not on the public listeners:"
+  for ((n = 0; n < instances; n++)); do metrics+=$'\n'"      flared-${names[$n]}  http://${metrics_addrs[$n]}/metrics"; done
+fi
 if ((instances > 1)); then
   # The same link on each instance: any of them answers it.
   token=${link##*/}
   links=""
-  for port in "${http_ports[@]}"; do links+=$'\n'"      http://$http_host:$port/s/$token"; done
+  for ((n = 0; n < instances; n++)); do links+=$'\n'"      flared-${names[$n]}  http://$http_host:${http_ports[$n]}/s/$token"; done
   links+=$'\n'"    store:      PostgreSQL $FLARE_STORE_URL (data in $FLARE_DATA_DIR/postgres)"
+  links+=$'\n'"    an instance that fails (try kill -9) is restarted after 1 s, then 2, 4, 8, 16 s while it keeps failing"
+  links+=$'\n'"    within a minute of its start; after that, or when it exits with status 0, it is left stopped and the"
+  links+=$'\n'"    command to start it is printed. The others keep serving throughout."
 fi
 cat >&2 <<MSG
 
@@ -131,8 +244,12 @@ cat >&2 <<MSG
     viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $links
     owner key:  $FLARE_DATA_DIR/owner.key   (flare share create | show | stop | extend)
     broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
-    metrics:    http://127.0.0.1:$http_port/metrics
+    metrics:    $metrics
   Ctrl-C stops everything.
 
 MSG
-wait "${flared_pids[0]}"
+if ((instances == 1)); then
+  wait "${flared_pids[0]}"  # `make run`: flared's end is the end (its status is run.sh's)
+  exit
+fi
+supervise

@@ -32,7 +32,8 @@ public struct QuotaErrorBody: Codable, Sendable, Equatable {
     }
 }
 
-/// `GET /healthz`: 200 when everything is up, 503 otherwise.
+/// `GET /healthz`: 200 when everything is up, 503 otherwise; which part is down, and nothing else. It is public
+/// (a proxy's health check reads it): counts such as live shares and free disk space are in /metrics, which is not.
 public struct HealthStatus: Codable, Sendable, Equatable {
     public enum Overall: String, Codable, Sendable { case ok, unhealthy }
     public let status: Overall
@@ -40,18 +41,10 @@ public struct HealthStatus: Codable, Sendable, Equatable {
     public let mqtt: String
     /// `ok`, `failing` (writes fail) or `low_space` (below FLARE_STORE_MIN_FREE_MB).
     public let store: String
-    public let storeFreeMiB: Int64?
-    public let activeShares: Int
 
-    enum CodingKeys: String, CodingKey {
-        case status, mqtt, store, storeFreeMiB = "store_free_mib", activeShares = "active_shares"
-    }
-
-    public init(status: Overall, mqtt: String, store: String, storeFreeMiB: Int64?, activeShares: Int) {
+    public init(status: Overall, mqtt: String, store: String) {
         self.status = status
         self.mqtt = mqtt
         self.store = store
-        self.storeFreeMiB = storeFreeMiB
-        self.activeShares = activeShares
     }
 }

@@ -886,8 +886,6 @@ public final class ShareService: Sendable {
         registry.unsubscribe(id, subscription: subscription)
     }
 
-    public var activeShareCount: Int { registry.activeShareCount }
-
     // MARK: Tokens
     // Issued "at" the share's creation, so a share's token is the same string until its expiry changes: the
     // OwnTracks link, file and QR code fetched a second apart carry the same password.

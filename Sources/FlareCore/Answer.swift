@@ -10,7 +10,7 @@ public struct Answer: Sendable, Equatable {
     /// Increasing in the order the store took them, across instances: a reader asks for those after the last it has.
     public let id: Int64
     public let kind: AnswerKind
-    /// As typed (at most `maximumNameLength` characters, never markup: pages show it as text); "" for none.
+    /// As typed (within `NameBounds.answerName`, never markup: pages show it as text); "" for none.
     public let name: String
     public let at: UnixMillis
 
@@ -21,12 +21,10 @@ public struct Answer: Sendable, Equatable {
         self.at = at
     }
 
-    public static let maximumNameLength = 40
-
     /// The name to store, trimmed; nil when it is too long or holds control characters (refused, not cut).
     public static func validName(_ text: String?) -> String? {
         let trimmed = (text ?? "").trimmingWhitespace
-        guard trimmed.count <= maximumNameLength,
+        guard NameBounds.answerName.admits(trimmed),
               !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format && $0.value != 0x200D })
         else { return nil }
         return trimmed

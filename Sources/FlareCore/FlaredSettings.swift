@@ -7,6 +7,11 @@ public enum FlaredSettings {
         .init("FLARE_DATA_DIR", .text, "./data", "directory for the database, keys and broker data"),
         .init("FLARE_STORE_URL", .text, nil, "the store: unset (or sqlite:PATH) for the SQLite file FLARE_DATA_DIR/flare.db, one instance; postgresql://user@host:port/db for PostgreSQL, which several instances share", secret: true),
         .init("FLARE_HTTP_ADDR", .address, "127.0.0.1:8080", "address the HTTP gateway listens on (host:port, [v6]:port)"),
+        // Loopback: the metrics say how many shares are live and how busy the service is, which is nobody's business
+        // outside the machine, so reaching them takes a deliberate setting. 9464 is where OpenTelemetry's Prometheus
+        // exporter serves an application's own metrics, clear of the ports Flare already takes (8080, 1884, 8883, 8083).
+        .init("FLARE_METRICS_ADDR", .address, "127.0.0.1:9464", "address of the listener that serves /metrics (Prometheus) and nothing else; empty for none. The public listener (FLARE_HTTP_ADDR) answers /metrics with 404 unless FLARE_METRICS_TOKEN is set"),
+        .init("FLARE_METRICS_TOKEN", .text, nil, "if set, /metrics is served on the public listener too, to requests with Authorization: Bearer <this token> (16 to 256 characters)", secret: true),
         .init("FLARE_PUBLIC_URL", .url(schemes: ["http", "https"]), nil, "base URL of links sent to family members",
               derived: ("http://FLARE_HTTP_ADDR", { config in config.string("FLARE_HTTP_ADDR").flatMap(HostPort.init).map { "http://\($0.description)" } })),
         .init("FLARE_MQTT_PORT", .integer(1...65535), "1884", "port of the broker that `make run` starts (1884: a system mosquitto may hold 1883)"),
@@ -37,6 +42,8 @@ public enum FlaredSettings {
         .init("FLARE_LINK_RATE_PER_ADDRESS", .rate, "5/60", "link requests per client address: per second/burst"),
         .init("FLARE_LINK_RATE_PER_TOKEN", .rate, "20/120", "link requests per view token: per second/burst"),
         .init("FLARE_FIX_RATE_PER_SHARE", .rate, "100/6000", "fixes a share's devices may send, over HTTP (429 beyond) and MQTT (disconnected beyond, to send again; scripts/broker.sh passes it to the broker): per second/burst. An OwnTracks app sends its queue one message at a time, waiting for each acknowledgement: about 1/RTT, under 100/s on any phone network"),
+        .init("FLARE_LIVE_STREAMS_PER_LINK", .integer(1...10_000), "20", "live streams (Server-Sent Events) open at once on one link; beyond, 429 and the page polls instead"),
+        .init("FLARE_LIVE_STREAMS_PER_ADDRESS", .integer(1...10_000), "50", "live streams open at once from one client address (every link together)"),
         .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
         .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
         .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),

@@ -61,7 +61,6 @@ public struct SharePolicy: Sendable {
     public var historyRetentionSeconds: Int64
     /// The most fixes one share keeps: a bound against a device token filling the store, far above a real share.
     public var maximumFixesPerShare: Int
-    public static let maximumNameLength = 80
 
     public init(defaultDurationSeconds: Int64, maximumDurationSeconds: Int64, historyRetentionSeconds: Int64,
                 maximumFixesPerShare: Int = 500_000) {
@@ -77,7 +76,7 @@ public struct SharePolicy: Sendable {
         public var description: String {
             switch self {
             case .durationOutOfRange(let maximum): "duration_s must be a whole number of seconds from 1 to \(maximum)"
-            case .nameTooLong: "name must be at most \(SharePolicy.maximumNameLength) characters"
+            case .nameTooLong: "name must be \(NameBounds.shareName.description)"
             }
         }
     }
@@ -93,7 +92,7 @@ public struct SharePolicy: Sendable {
 
     public func validName(_ name: String?) throws(Violation) -> String {
         let trimmed = (name ?? "").trimmingWhitespace
-        guard trimmed.count <= Self.maximumNameLength else { throw .nameTooLong }
+        guard NameBounds.shareName.admits(trimmed) else { throw .nameTooLong }
         // Control characters have no place in a name shown on a page.
         return String(String.UnicodeScalarView(trimmed.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
     }

@@ -23,9 +23,17 @@ extension Gateway {
             }
             // A few answers a minute per address and link: enough for a family, too few to bury the real ones.
             let client = clientKey(request)
-            if let wait = answerLimiter.take(client + " " + snapshot.share.id.rawValue, nowMillis: monotonicMillis()) {
+            let key = client + " " + snapshot.share.id.rawValue, now = monotonicMillis()
+            if let wait = answerLimiter.take(key, nowMillis: now) {
                 metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "answers")])
                 return APIError.rateLimited(retryAfter: wait).response
+            }
+            // And only so many in all, so that the share's own cap is not one address's to fill.
+            if let wait = answerQuota.take(key, nowMillis: now) {
+                metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "answers_per_address")])
+                return APIError(status: 429, code: "too_many_answers",
+                                message: "this address has sent this share as many answers as it may (\(configuration.answersPerAddress) a day)",
+                                headers: [("Retry-After", String(wait))]).response
             }
             do {
                 return .api(201, Self.apiAnswer(try shares.answer(snapshot, kind: kind, name: name)))
@@ -74,7 +82,7 @@ extension Gateway {
             name = text
         }
         guard let clean = Answer.validName(name) else {
-            return .failure(.badRequest("invalid_name", "name must be at most \(Answer.maximumNameLength) characters, without control characters"))
+            return .failure(.badRequest("invalid_name", "name must be \(NameBounds.answerName.description), without control characters"))
         }
         return .success((kind, clean))
     }

@@ -171,8 +171,9 @@ extension Gateway {
         }
         var parsed = KeyRequest()
         if let label = object["label"], label != .null {
-            guard let text = label.stringValue, text.count <= 80, !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw .badRequest("invalid_label", "label must be text of at most 80 characters, without control characters")
+            guard let text = label.stringValue, NameBounds.keyLabel.admits(text),
+                  !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+                throw .badRequest("invalid_label", "label must be text of \(NameBounds.keyLabel.description), without control characters")
             }
             parsed.label = text
         }

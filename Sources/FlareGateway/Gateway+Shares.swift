@@ -65,6 +65,7 @@ extension Gateway {
         }
         if let name = object["name"], name != .null {
             guard let text = name.stringValue else { throw .badRequest("invalid_name", "name must be a string") }
+            do { _ = try shares.policy.validName(text) } catch { throw .badRequest("invalid_name", error.description) }
             parsed.name = text
         }
         return parsed

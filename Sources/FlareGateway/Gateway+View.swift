@@ -72,9 +72,20 @@ extension Gateway {
             return .json(410, shares.view(of: snapshot).document(serverTime: clock.now()))
         }
         let id = snapshot.share.id
-        let viewer = request.query["v"]
-        if let viewer { shares.viewerSeen(snapshot, viewer: viewer, address: clientKey(request)) }
+        let client = clientKey(request)
         let stream = EventStream()
+        let streamID: Int
+        do {
+            streamID = try liveStreams.add(stream, link: id.rawValue, address: client)
+        } catch {
+            // The page polls the view JSON instead, and tries a stream again 30 s later.
+            let (scope, holder) = error == .link ? ("streams_per_link", "this link") : ("streams_per_address", "your address")
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", scope)])
+            return APIError(status: 429, code: "too_many_streams", message: "\(holder) has as many live streams open as it may; retry later",
+                            headers: [("Retry-After", "30")]).response
+        }
+        let viewer = request.query["v"]
+        if let viewer { shares.viewerSeen(snapshot, viewer: viewer, address: client) }
         stream.send(Array("retry: 3000\n\n".utf8))
         stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: snapshot.share.expiresAt)))))
         stream.send(Self.event(.tracker, TrackerSummary(share: snapshot.share, last: snapshot.last).json))
@@ -100,12 +111,12 @@ extension Gateway {
         }
         guard let subscription else {
             // Ended between the lookup and the subscription.
+            liveStreams.remove(streamID)
             stream.finish()
             // Ended meanwhile, so known in memory: the view of its end (or, if it is gone already, of what was seen).
             let ended = (try? shares.share(id)) ?? nil
             return .json(410, shares.view(of: ended ?? .live(snapshot)).document(serverTime: clock.now()))
         }
-        let streamID = liveStreams.add(stream)
         if let viewer { shares.watching(snapshot, viewer: viewer, open: true) }
         stream.onClose { [shares, liveStreams] in
             shares.unsubscribe(id, subscription: subscription)

@@ -13,12 +13,10 @@ public struct HealthReport: Sendable {
     public var storeHealthy: Bool
     /// The store's disk is below its minimum free space (it may still be writing).
     public var storeSpaceLow: Bool
-    public var storeFreeBytes: Int64?
-    public init(mqttConnected: Bool, storeHealthy: Bool, storeSpaceLow: Bool = false, storeFreeBytes: Int64? = nil) {
+    public init(mqttConnected: Bool, storeHealthy: Bool, storeSpaceLow: Bool = false) {
         self.mqttConnected = mqttConnected
         self.storeHealthy = storeHealthy
         self.storeSpaceLow = storeSpaceLow
-        self.storeFreeBytes = storeFreeBytes
     }
 }
 
@@ -42,8 +40,13 @@ public final class Gateway: Sendable {
     let fixLimiter: RateLimiter
     /// Extensions with a device token, per share: a phone prolongs its share now and then, not in a loop.
     let deviceExtendLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10))
-    /// Answers per address and share: 5 at once, then one every 10 s.
-    let answerLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5))
+    /// Answers per address and share: their pace, and how many in all (`GatewayConfiguration.answersPerAddress`).
+    let answerLimiter: RateLimiter
+    let answerQuota: RateLimiter
+    /// /metrics per client address, on either listener: a scraper every few seconds and more.
+    let metricsLimiter = RateLimiter(rule: .init(ratePerSecond: 2, burst: 20))
+    /// SHA-256 of `FLARE_METRICS_TOKEN`, if set.
+    let metricsTokenHash: SecretHash?
     let liveStreams: LiveStreams
     private let storeFailureLog = RateLimiter(rule: .init(ratePerSecond: 0.2, burst: 5), maximumKeys: 4)
     let parser: LocationPayloadParser
@@ -63,7 +66,12 @@ public final class Gateway: Sendable {
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
         self.fixLimiter = RateLimiter(rule: configuration.fixRatePerShare)
-        self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds)
+        self.answerLimiter = RateLimiter(rule: configuration.answerRate)
+        let answers = Double(configuration.answersPerAddress)
+        self.answerQuota = RateLimiter(rule: .init(ratePerSecond: answers / 86_400, burst: answers))
+        self.liveStreams = LiveStreams(keepaliveSeconds: configuration.keepaliveSeconds, perLink: configuration.liveStreamsPerLink,
+                                       perAddress: configuration.liveStreamsPerAddress)
+        self.metricsTokenHash = configuration.metricsToken.map { SecretHash(of: $0) }
         metrics.register(FlareMetrics.httpRequests)
         // The statuses the gateway answers with, counted without a lock (every request counts one).
         self.requestCounters = Dictionary(uniqueKeysWithValues: [200, 201, 204, 304, 400, 401, 403, 404, 405, 409, 410, 413, 415, 429, 500, 503]
@@ -117,10 +125,9 @@ public final class Gateway: Sendable {
             return assets.response(for: request) ?? notFoundPage(request)
         case ("GET", 1, "healthz"):
             return healthz()
-        case ("GET", 1, "metrics"):
-            return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
-                                body: .bytes(Array(metrics.renderText().utf8)))
-        case (_, _, "s"), (_, _, "healthz"), (_, _, "metrics"):
+        case (_, 1, "metrics"):
+            return publicMetrics(request)
+        case (_, _, "s"), (_, _, "healthz"):
             return APIError.methodNotAllowed.response
         default:
             return APIError.notFound("no such endpoint").response
@@ -164,9 +171,7 @@ public final class Gateway: Sendable {
         return .api(healthy ? 200 : 503, HealthStatus(
             status: healthy ? .ok : .unhealthy,
             mqtt: report.mqttConnected ? "connected" : "disconnected",
-            store: !report.storeHealthy ? "failing" : report.storeSpaceLow ? "low_space" : "ok",
-            storeFreeMiB: report.storeFreeBytes.map { $0 / 1_048_576 },
-            activeShares: shares.activeShareCount))
+            store: !report.storeHealthy ? "failing" : report.storeSpaceLow ? "low_space" : "ok"))
     }
 }
 

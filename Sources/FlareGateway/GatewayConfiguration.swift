@@ -26,6 +26,18 @@ public struct GatewayConfiguration: Sendable {
     public var unknownTokenCost: Double = 10
     /// Comment lines sent to idle live viewers so proxies and phones keep the stream open.
     public var keepaliveSeconds: Int = 15
+    /// Answers per client address and share: 5 at once, then one every 10 s.
+    public var answerRate = RateLimiter.Rule(ratePerSecond: 0.1, burst: 5)
+    /// Answers per client address and share in all, refilled at this many a day (no share lasts longer by default):
+    /// the pace above alone would let one address fill a share's 200 in half an hour.
+    public var answersPerAddress = 10
+    /// Live streams open at once per link and per client address: the HTTP server's connection slots are shared by
+    /// every link, the API and OwnTracks HTTP, so no one link or address may hold them all.
+    public var liveStreamsPerLink: Int
+    public var liveStreamsPerAddress: Int
+    /// With a token, the public listener serves /metrics to `Authorization: Bearer <token>`; without, it answers 404
+    /// (the metrics have a listener of their own, `FLARE_METRICS_ADDR`).
+    public var metricsToken: String?
 
     /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
@@ -45,6 +57,15 @@ public struct GatewayConfiguration: Sendable {
         self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
         self.fixRatePerShare = try config.rateRule("FLARE_FIX_RATE_PER_SHARE")
         self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
+        self.liveStreamsPerLink = Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK"))
+        self.liveStreamsPerAddress = Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS"))
+        if let token = config.string("FLARE_METRICS_TOKEN") {
+            // Said without the value: it is a secret.
+            guard (16...256).contains(token.utf8.count), token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw Configuration.ConfigurationError("FLARE_METRICS_TOKEN must be 16 to 256 printable ASCII characters without spaces")
+            }
+            self.metricsToken = token
+        }
     }
 
     /// A link of ours as a URL. `publicURL` was checked at start-up and tokens and ids are base64url, so this

@@ -327,8 +327,8 @@ enum Commands {
         let admin = options.switches.contains("--admin")
         let key = OwnerKey.generate()
         let label = options.flags["--label"] ?? "cli"
-        guard label.count <= 80, !label.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw CLIError("--label must be text of at most 80 characters")
+        guard NameBounds.keyLabel.admits(label), !label.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw CLIError("--label must be text of \(NameBounds.keyLabel.description), without control characters")
         }
         let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: SystemWallClock().now(), admin: admin, limits: limits)
         print(key)

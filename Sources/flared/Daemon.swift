@@ -32,6 +32,7 @@ final class Daemon: Sendable {
         guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
         try DataDirectory.prepare(dataDirectory)
         let httpAddress = try config.hostPort("FLARE_HTTP_ADDR")
+        let metricsAddress = config.string("FLARE_METRICS_ADDR") != nil ? try config.hostPort("FLARE_METRICS_ADDR") : nil
         guard let mqttText = config.string("FLARE_MQTT_URL"), let mqttURL = MQTTURL(mqttText) else {
             throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port")
         }
@@ -98,15 +99,20 @@ final class Daemon: Sendable {
         }
         let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestor: ingestor,
                                   metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: parser) {
-            let reading = space?.read()
-            return HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy,
-                                storeSpaceLow: reading?.isLow ?? false, storeFreeBytes: reading?.freeBytes)
+            HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy, storeSpaceLow: space?.read().isLow ?? false)
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
         serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS"))
         let httpLogger = logger.with(label: "http")
         serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
         let server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
+        // /metrics on a listener of its own: one thread and a few connections are plenty for scrapers.
+        let metricsServer = metricsAddress.map { address in
+            var metricsConfiguration = HTTPServer.Configuration(host: address.host, port: address.port, threadPoolSize: 1, connectionLimit: 64,
+                                                                 maxBodyBytes: 1024, maxHeaderBytes: 8 * 1024)
+            metricsConfiguration.errorLog = serverConfiguration.errorLog
+            return HTTPServer(configuration: metricsConfiguration, handler: gateway.handleMetricsListener)
+        }
 
         // Started top to bottom, stopped bottom to top: HTTP stops taking requests first, then the bridge stops taking
         // MQTT messages, then the writer stores what is queued, and the expiry timers go last.
@@ -147,6 +153,19 @@ final class Daemon: Sendable {
             }, stop: { _ in
                 gateway.closeLiveStreams()
                 server.stop()
+                return true
+            }),
+            .init("metrics listener", start: {
+                guard let metricsServer, let metricsAddress else {
+                    logger.info("no metrics listener (FLARE_METRICS_ADDR is empty)")
+                    return
+                }
+                do { try metricsServer.start() } catch {
+                    throw Configuration.ConfigurationError("FLARE_METRICS_ADDR=\(metricsAddress.description): \(error) (set it to a free address, or empty for no metrics listener)")
+                }
+                logger.info("metrics at http://\(metricsAddress.description)/metrics")
+            }, stop: { _ in
+                metricsServer?.stop()
                 return true
             }),
         ], logger: logger)

@@ -174,6 +174,7 @@ import Testing
         let cluster = try cluster(["FLARE_INSTANCE_STALE_AFTER_S": "3"])
         var environment = cluster.a.environment
         environment["FLARE_HTTP_ADDR"] = "127.0.0.1:\(try FreePort.next())"
+        environment["FLARE_METRICS_ADDR"] = "127.0.0.1:\(try FreePort.next())"
         let third = try runCommand(try BuiltProducts.path("flared"), [], environment: environment, timeout: .seconds(60))
         #expect(third.status == 1)
         #expect(third.stderr.contains("another flared is running with FLARE_MQTT_CLIENT_ID=flared-a"), "\(third.stderr)")

@@ -117,10 +117,10 @@ final class WebhookReceiver: @unchecked Sendable {
         #expect(Set(topic.events(of: id).compactMap { $0["id"] as? String }) == Set(deliveries.map(\.id)))
         // Counted once recorded in the store, a moment after the receiver has them.
         #expect(eventually(timeout: .seconds(5)) {
-            let metrics = (try? flared.request("GET", "/metrics").text) ?? ""
+            let metrics = (try? flared.metrics()) ?? ""
             return metrics.contains(#"flare_event_deliveries_total{destination="server",result="delivered"} 6"#)
                 && metrics.contains(#"flare_event_deliveries_total{destination="mqtt",result="delivered"} 6"#)
-        }, "\((try? flared.request("GET", "/metrics").text) ?? "")")
+        }, "\((try? flared.metrics()) ?? "")")
     }
 
     /// The receiver is down: the event waits in the store's outbox through a SIGKILL of flared, and is delivered, with
@@ -145,7 +145,7 @@ final class WebhookReceiver: @unchecked Sendable {
                                              payload: #"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(now + offset)}"#)
         }
         #expect(eventually(timeout: .seconds(10)) { (try? flared.request("GET", "/api/v1/shares/\(id)", bearer: flared.ownerKey))?.json?["last"] != nil })
-        let metrics = try flared.request("GET", "/metrics").text
+        let metrics = try flared.metrics()
         #expect(metrics.contains(#"flare_events_waiting{destination="server"}"#) || metrics.contains(#"result="failed""#), "\(metrics)")
         let onTopic = try #require(topic.events(of: id).first { $0["type"] as? String == "share.started" }?["id"] as? String)
 

@@ -134,9 +134,9 @@ import Testing
         try publish(base + "/status", #"{"_type":"status","android":{"wifi":1,"ps":0,"bo":1,"loc":0,"hib":0}}"#, retain: false)
 
         #expect(eventually(timeout: .seconds(15)) {
-            let metrics = (try? flared.request("GET", "/metrics").text) ?? ""
+            let metrics = (try? flared.metrics()) ?? ""
             return metrics.contains("flare_tracker_last_wills_total 1") && metrics.contains("flare_fixes_accepted_total 2")
-        }, "\((try? flared.request("GET", "/metrics").text) ?? "")")
+        }, "\((try? flared.metrics()) ?? "")")
         let token = String(share["share_url"]!.split(separator: "/").last!)
         let view = try flared.request("GET", "/api/v1/view/\(token)")
         let trail = (view.json?["trail"] as? [[String: Any]])?.compactMap { $0["lat"] as? Double }

@@ -259,7 +259,7 @@ import Glibc
 
         let recorded = Self.recordedLatitudes
         let arrived = trail(flared, share) { $0.count >= 8 }
-        #expect(arrived.count == 8, "\((try? flared.request("GET", "/metrics").text) ?? "")\n\(flared.log.suffix(3000))\n\(log())")
+        #expect(arrived.count == 8, "\((try? flared.metrics()) ?? "")\n\(flared.log.suffix(3000))\n\(log())")
         #expect(arrived == arrived.sorted() && Set(arrived).count == 8, "\(arrived)")
         #expect(arrived.allSatisfy { lat in recorded.contains { abs($0 - lat) < 1e-6 } }, "\(arrived) vs \(recorded)")
         let last = try #require(try flared.request("GET", "/api/v1/shares/\(share.id)", bearer: flared.ownerKey).json?["last"] as? [String: Any])

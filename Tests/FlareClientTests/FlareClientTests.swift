@@ -150,7 +150,7 @@ import Testing
         #expect(stats.pending == 0)
         #expect(await reporter.state == .idle)
         #expect(trailBecomes(flared, share, [48.1, 48.3]))
-        let metrics = try flared.request("GET", "/metrics").text
+        let metrics = try flared.metrics()
         #expect(metrics.contains(#"flare_http_requests_total{status="400"} 1"#), "\(metrics)")
     }
 

@@ -111,7 +111,7 @@ import Testing
         let tooLongName = fixture.send("POST", "/api/v1/shares", bearer: fixture.ownerKey,
                                        json: #"{"name":"\#(String(repeating: "x", count: 81))"}"#)
         #expect(tooLongName.status == 400)
-        #expect(tooLongName.errorCode == "invalid_request")
+        #expect(tooLongName.errorCode == "invalid_name")
     }
 
     // MARK: GET /api/v1/shares

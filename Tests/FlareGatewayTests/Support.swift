@@ -44,7 +44,7 @@ final class RecordingBrokerPublisher: BrokerPublisher {
 
 /// What `/healthz` is told about the parts the gateway cannot see.
 final class HealthBox: Sendable {
-    private let state = Mutex(HealthReport(mqttConnected: true, storeHealthy: true, storeSpaceLow: false, storeFreeBytes: 512 * 1_048_576))
+    private let state = Mutex(HealthReport(mqttConnected: true, storeHealthy: true, storeSpaceLow: false))
     var report: HealthReport {
         get { state.withLock { $0 } }
         set { state.withLock { $0 = newValue } }
@@ -69,13 +69,19 @@ final class GatewayFixture {
     static let publicURL = "https://sos.example.org"
     static let mqttPublicURL = "mqtts://sos.example.org:8883"
 
+    /// The gateway's listeners, once `serveLive()` started them: the public one and the metrics one.
+    private(set) var publicServer: HTTPServer?
+    private(set) var metricsServer: HTTPServer?
+    /// Live streams held open by `openStream` until the fixture goes.
+    private var heldStreams: [Any] = []
+
     /// - Parameters:
     ///   - faulty: the service's store is a `FaultyStore` around the SQLite one (`faults`).
     ///   - other: use that fixture's database, token key and owner key, with a memory of its own that knows nothing
     ///     yet: what another instance, or this one after a restart, would be.
     ///   - hostResolver: where setting a limited key's webhook looks its host name up.
     init(settings: [String: String] = [:], faulty: Bool = false, sharingDatabaseOf other: GatewayFixture? = nil,
-         hostResolver: any HostResolving = SystemHostResolver()) throws {
+         hostResolver: any HostResolving = SystemHostResolver(), adjust: (inout GatewayConfiguration) -> Void = { _ in }) throws {
         directory = try other?.directory ?? TempDirectory.make(prefix: "flare-gateway")
         store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
         faults = faulty ? FaultyStore(store) : nil
@@ -99,13 +105,18 @@ final class GatewayFixture {
         ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
         let health = self.health
-        gateway = try Gateway(configuration: GatewayConfiguration(config), shares: service, ingestor: ingestor,
+        var configuration = try GatewayConfiguration(config)
+        adjust(&configuration)
+        gateway = try Gateway(configuration: configuration, shares: service, ingestor: ingestor,
                               metrics: metrics, logger: logger, clock: clock, parser: parser, health: { health.report })
         if other == nil { try store.insertOwnerKey(hash: SecretHash(of: ownerKey), label: "test", createdAt: clock.now()) }
     }
 
     deinit {
         gateway.closeLiveStreams()
+        heldStreams.removeAll()
+        publicServer?.stop()
+        metricsServer?.stop()
         service.stopScheduler()
         ingestor.drain(failingStoreGraceSeconds: 5)
         try? FileManager.default.removeItem(at: directory)
@@ -170,7 +181,86 @@ final class GatewayFixture {
     }
 
     static var now: Int64 { Int64(Date().timeIntervalSince1970) }
+
+    // MARK: In memory and live
+
+    /// Starts the gateway's two listeners on free loopback ports, as `flared` wires them.
+    func serveLive() throws {
+        let publicServer = HTTPServer(configuration: .init(host: "127.0.0.1", port: 0), handler: gateway.handle)
+        let metricsServer = HTTPServer(configuration: .init(host: "127.0.0.1", port: 0, threadPoolSize: 1), handler: gateway.handleMetricsListener)
+        try publicServer.start()
+        try metricsServer.start()
+        self.publicServer = publicServer
+        self.metricsServer = metricsServer
+    }
+
+    /// One request, through `Gateway.handle` (or the metrics listener's handler) in memory, or over a connection to
+    /// the live listener. `from` is sent as X-Forwarded-For both ways (the fixture must trust 127.0.0.1 for it to
+    /// count), so that live requests can come from more than one address.
+    func request(_ transport: Transport, _ method: String, _ path: String, listener: Listener = .public, bearer: String? = nil,
+                 headers: [String: String] = [:], json: String? = nil, from address: String? = nil,
+                 sourceLocation: SourceLocation = #_sourceLocation) throws -> Reply {
+        var headers = headers
+        if let bearer { headers["Authorization"] = "Bearer \(bearer)" }
+        if let address { headers["X-Forwarded-For"] = address }
+        let body = json.map { Array($0.utf8) } ?? []
+        switch transport {
+        case .memory:
+            let handler = listener == .public ? gateway.handle : gateway.handleMetricsListener
+            return Reply(handler(HTTPRequest(method: method, path: path, headers: headers, body: body)))
+        case .live:
+            if publicServer == nil { try serveLive() }
+            let port = try #require(listener == .public ? publicServer?.port : metricsServer?.port, sourceLocation: sourceLocation)
+            if json != nil { headers["Content-Type"] = "application/json" }
+            let raw = try RawHTTP.request(method, port: port, path: path, headers: headers, body: body)
+            return Reply(HTTPResponse(status: raw.status, headers: raw.headers.map { ($0.key, $0.value) }, body: .bytes(raw.body)))
+        }
+    }
+
+    /// Opens a live stream and holds it open: its status, and for a refusal the answer's error code and Retry-After.
+    func openStream(_ transport: Transport, token: String, from address: String,
+                    sourceLocation: SourceLocation = #_sourceLocation) throws -> (status: Int, error: String?, retryAfter: String?) {
+        let path = "/api/v1/view/\(token)/events"
+        switch transport {
+        case .memory:
+            let reply = Reply(gateway.handle(HTTPRequest(method: "GET", path: path, headers: ["X-Forwarded-For": address])))
+            if let stream = reply.stream { heldStreams.append(stream) }
+            return (reply.status, reply.errorCode, reply.header("Retry-After"))
+        case .live:
+            if publicServer == nil { try serveLive() }
+            let port = try #require(publicServer?.port, sourceLocation: sourceLocation)
+            let connection = try Connection(port: port, timeoutSeconds: 10)
+            try connection.send(Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nConnection: close\r\nX-Forwarded-For: \(address)\r\n\r\n".utf8))
+            var data: [UInt8] = []
+            // A stream's head comes with its first event; a refusal's whole answer, then the connection closes.
+            while data.firstRange(of: Array("\r\n\r\n".utf8)) == nil, let chunk = connection.receive(), !chunk.isEmpty { data += chunk }
+            let head = String(decoding: data, as: UTF8.self)
+            let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
+            if status == 200 {
+                heldStreams.append(connection)
+                return (200, nil, nil)
+            }
+            while let chunk = connection.receive(), !chunk.isEmpty { data += chunk }
+            let raw = try RawHTTP.parse(data)
+            let reply = Reply(HTTPResponse(status: raw.status, headers: raw.headers.map { ($0.key, $0.value) }, body: .bytes(raw.body)))
+            return (status, reply.errorCode, reply.header("Retry-After"))
+        }
+    }
+
+    /// Live streams the gateway counts as open.
+    var openStreamCount: Int {
+        let line = metrics.renderText().split(separator: "\n").first { $0.hasPrefix("flare_sse_clients ") }
+        return line.flatMap { Int(Double($0.split(separator: " ")[1]) ?? -1) } ?? -1
+    }
 }
+
+/// How a gateway test reaches the gateway: its handler in memory, or a live listener over loopback.
+enum Transport: String, CaseIterable, CustomTestStringConvertible {
+    case memory, live
+    var testDescription: String { rawValue }
+}
+
+enum Listener { case `public`, metrics }
 
 extension CreatedShare {
     /// The view token is the last path component of the share link.

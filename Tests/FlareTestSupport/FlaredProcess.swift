@@ -24,6 +24,8 @@ public enum BuiltProducts {
 /// A running `flared` with its own data directory and ports, connected to a test broker.
 public final class FlaredProcess: @unchecked Sendable {
     public let httpPort: Int
+    /// The metrics listener's port (FLARE_METRICS_ADDR): /metrics is not on the public one.
+    public let metricsPort: Int
     public let dataDirectory: URL
     public let brokerPort: Int
     public let environment: [String: String]
@@ -32,12 +34,14 @@ public final class FlaredProcess: @unchecked Sendable {
 
     public init(broker: TestBroker, dataDirectory: URL? = nil, extraEnvironment: [String: String] = [:]) throws {
         httpPort = try FreePort.next()
+        metricsPort = try FreePort.next()
         self.brokerPort = broker.port
         self.dataDirectory = try dataDirectory ?? TempDirectory.make(prefix: "flared")
         logURL = self.dataDirectory.appendingPathComponent("flared-\(httpPort).log")
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLARE_") }
         environment["FLARE_DATA_DIR"] = self.dataDirectory.path
         environment["FLARE_HTTP_ADDR"] = "127.0.0.1:\(httpPort)"
+        environment["FLARE_METRICS_ADDR"] = "127.0.0.1:\(metricsPort)"
         environment["FLARE_MQTT_PORT"] = String(broker.port)
         environment["FLARE_MQTT_CLIENT_ID"] = "flared-\(self.dataDirectory.lastPathComponent)"
         environment["FLARE_LOG_LEVEL"] = "debug"
@@ -110,6 +114,11 @@ public final class FlaredProcess: @unchecked Sendable {
     /// Runs the `flare` CLI against this instance.
     public func flare(_ arguments: [String]) throws -> CommandResult {
         try runCommand(try BuiltProducts.path("flare"), arguments, environment: environment)
+    }
+
+    /// `GET /metrics` from the metrics listener, as text.
+    public func metrics() throws -> String {
+        try RawHTTP.request("GET", port: metricsPort, path: "/metrics").text
     }
 
     public func request(_ method: String, _ path: String, body: String = "", bearer: String? = nil) throws -> RawHTTPResponse {

@@ -28,7 +28,7 @@ public enum RawHTTP {
         return try parse(data)
     }
 
-    static func parse(_ data: [UInt8]) throws -> RawHTTPResponse {
+    public static func parse(_ data: [UInt8]) throws -> RawHTTPResponse {
         guard let split = data.firstRange(of: Array("\r\n\r\n".utf8)) else { throw TestSupportError("no HTTP header in response") }
         let head = String(decoding: data[..<split.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
         let statusParts = head[0].split(separator: " ")

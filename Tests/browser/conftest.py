@@ -63,7 +63,7 @@ class FlareBackend:
         if self.mode == 'http':
             created = http_json('POST', '/api/v1/shares', {'duration_s': duration_s, 'name': name}, self.owner_key)
         else:
-            out = subprocess.run(self.cli + ['share', 'create', '--json'], check=True, capture_output=True, text=True, timeout=30)
+            out = subprocess.run(self.cli + ['share', 'create', '--json', '--name', name], check=True, capture_output=True, text=True, timeout=30)
             created = json.loads(out.stdout)
         return Share(created)
 

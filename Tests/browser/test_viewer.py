@@ -3,6 +3,7 @@
 Every wait is for a visible change on the page (never sleep-then-assert). See conftest.py for the
 environment, and README.md beside this file for how to run.
 """
+import base64
 import fnmatch
 import json
 import os
@@ -452,6 +453,64 @@ def test_answers_in_chinese(flare, viewer):
     assert text(d, '.answer-buttons [data-kind="called_emergency"]') == '我已拨打急救电话'
     d.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="called_emergency"]').click()
     wait_for(d, lambda drv: re.match(r'^有人：已拨打急救电话 · ', text(drv, '#answers li')), 'the answer in Chinese')
+
+
+def _rect(d, css):
+    return d.execute_script("var r = document.querySelector(arguments[0]).getBoundingClientRect();"
+                            "return {left: r.left, right: r.right, top: r.top, bottom: r.bottom};", css)
+
+
+def _rects(d, css):
+    return d.execute_script("return Array.prototype.map.call(document.querySelectorAll(arguments[0]), function (e) {"
+                            "var r = e.getBoundingClientRect(), li = e.parentNode.getBoundingClientRect();"
+                            "return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, height: r.height,"
+                            "li_left: li.left, li_right: li.right, clipped: e.scrollWidth > e.clientWidth}; });", css)
+
+
+def _above(d, css, height=400):
+    """A picture of the page's `height` px just above the element `css` (by page position: no scrolling, so no
+    scrollbar or anything else that moves with it)."""
+    top, width = d.execute_script("return [document.querySelector(arguments[0]).getBoundingClientRect().top + window.scrollY,"
+                                  " document.documentElement.clientWidth];", css)
+    return d.execute_cdp_cmd('Page.captureScreenshot', {'format': 'png', 'captureBeyondViewport': True, 'clip': {
+        'x': 0, 'y': top - height, 'width': width, 'height': height, 'scale': 1}})['data']
+
+
+def test_names_at_their_limit_are_clipped_and_draw_over_nothing(flare, viewer):
+    """A share's name and answers' names at their limits (80 and 40 code points): a row of wide letters is cut with an
+    ellipsis inside its line, and a letter with its combining marks stacked as high as they go draws over nothing
+    else: the 400 px above the answers (their heading, the responder's section, the facts; nothing there changes by
+    itself, the card's countdown is further up) look exactly as they did before the names arrived, pixel for pixel."""
+    stacked_title = 'Z' + '\u0301' * 79
+    share = flare.create(name=stacked_title)
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(share.url())
+    wait_coords(d, a)
+    wait_for(d, lambda drv: 'Z' in text(drv, '#title'), 'the share\'s name in the title')
+    before = _above(d, '#answers')
+    for name in ('M' + '\u0301' * 39, 'W' * 40):
+        http_json('POST', f'/api/v1/view/{share.view_token}/answers', {'kind': 'on_my_way', 'name': name})
+    wait_for(d, lambda drv: len(drv.find_elements(By.CSS_SELECTOR, '#answers li .answer-who')) == 2, 'both answers, each name in its box')
+    d.execute_script("document.getElementById('answers-box').scrollIntoView({block: 'end'})")
+    shot(d, 'viewer-long-names.png')
+    line = d.execute_script("return parseFloat(getComputedStyle(document.querySelector('.answer-who')).lineHeight)")
+    card, box = _rect(d, '#fresh-card'), _rect(d, '#answers-box')
+    stacked, wide = _rects(d, '#answers li .answer-who')
+    for who in (stacked, wide):
+        assert who['height'] <= line + 1, f'a name box is {who["height"]} px high, more than one line ({line} px)'
+        assert box['top'] <= who['top'] and who['bottom'] <= box['bottom'], 'a name box reaches out of the answers'
+        assert who['top'] >= card['bottom'] or who['bottom'] <= card['top'], 'a name box overlaps the position card'
+        assert who['li_left'] <= who['left'] and who['right'] <= who['li_right'], 'a name box is wider than its line'
+    assert wide['clipped'], 'the 40 wide letters are not cut (ellipsis)'
+    # The marks' ink is where the box is, not above it: nothing above the answers changed.
+    after = _above(d, '#answers')
+    if after != before:
+        (ARTIFACTS / 'viewer-long-names-above-before.png').write_bytes(base64.b64decode(before))
+        (ARTIFACTS / 'viewer-long-names-above-after.png').write_bytes(base64.b64decode(after))
+        raise AssertionError('the page above the answers looks different once the names arrived (artifacts/viewer-long-names-above-*.png)')
+    title, bar = _rect(d, '#title'), _rect(d, '.bar')
+    assert bar['top'] <= title['top'] and title['bottom'] <= bar['bottom'], 'the title reaches out of the bar'
 
 
 def test_seen_by_counts_each_browser_once(flare, viewer):

@@ -45,9 +45,11 @@ class Stack:
         os.makedirs(self.data)
         self.mqtt_port = free_port()
         self.http_port = free_port()
+        self.metrics_port = free_port()  # /metrics is on its own listener, not on FLARE_HTTP_ADDR
         self.postgres = postgres
         env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
-                   FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_LOG_LEVEL="warning",
+                   FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}",
+                   FLARE_LOG_LEVEL="warning",
                    # The benchmarks measure throughput, not the link rate limits (the fault tests check those).
                    FLARE_LINK_RATE_PER_ADDRESS="1000000/1000000", FLARE_LINK_RATE_PER_TOKEN="1000000/1000000",
                    FLARE_MAX_DURATION_S="86400", FLARE_DEFAULT_DURATION_S="86400")
@@ -93,9 +95,9 @@ class Stack:
 
     def metric(self, name):
         """Summed over the instances (with a second one, each stores part of the stream)."""
-        texts = [self.request("GET", "/metrics")[1].decode()]
-        if self.second:
-            conn = http.client.HTTPConnection(HOST, self.second_port, timeout=30)
+        texts = []
+        for port in [self.metrics_port] + ([self.second_metrics_port] if self.second else []):
+            conn = http.client.HTTPConnection(HOST, port, timeout=30)
             conn.request("GET", "/metrics")
             texts.append(conn.getresponse().read().decode())
             conn.close()
@@ -116,8 +118,9 @@ class Stack:
 
     def start_second(self):
         """A second flared on the same PostgreSQL and broker (instance B): (its HTTP port, its process)."""
-        port = free_port()
-        env = dict(self.env, FLARE_HTTP_ADDR=f"{HOST}:{port}", FLARE_MQTT_CLIENT_ID="flared-b")
+        port, self.second_metrics_port = free_port(), free_port()
+        env = dict(self.env, FLARE_HTTP_ADDR=f"{HOST}:{port}", FLARE_METRICS_ADDR=f"{HOST}:{self.second_metrics_port}",
+                   FLARE_MQTT_CLIENT_ID="flared-b")
         self.second = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
                                        stdout=open(os.path.join(self.work, "flared-b.log"), "w"), stderr=subprocess.STDOUT)
         wait_for(lambda: http_status(port, "/healthz") == 200, 20, "flared B")

@@ -49,8 +49,10 @@ class Stack:
         os.makedirs(self.data, exist_ok=True)
         self.mqtt_port = free_port()
         self.http_port = free_port()
+        self.metrics_port = free_port()  # /metrics is on its own listener, not on FLARE_HTTP_ADDR
         self.env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
-                        FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_LOG_LEVEL="info", **(extra_env or {}))
+                        FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}",
+                        FLARE_LOG_LEVEL="info", **(extra_env or {}))
         self.broker = None
         self.flared = None
         try:
@@ -81,8 +83,8 @@ class Stack:
                                        stdout=open(os.path.join(self.work, "flared.log"), "a"), stderr=subprocess.STDOUT)
         wait_for(lambda: self.status("/healthz") == 200, 30, "flared healthy")
 
-    def request(self, method, path, body=None, headers=None, source=HOST):
-        conn = http.client.HTTPConnection(HOST, self.http_port, timeout=10, source_address=(source, 0))
+    def request(self, method, path, body=None, headers=None, source=HOST, port=None):
+        conn = http.client.HTTPConnection(HOST, port or self.http_port, timeout=10, source_address=(source, 0))
         try:
             conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
@@ -95,7 +97,7 @@ class Stack:
 
     def metric(self, name):
         total = 0.0
-        for line in self.request("GET", "/metrics")[2].decode().splitlines():
+        for line in self.request("GET", "/metrics", port=self.metrics_port)[2].decode().splitlines():
             if line.startswith(name) and line[len(name)] in " {":
                 total += float(line.rsplit(" ", 1)[1])
         return total
@@ -130,8 +132,9 @@ class ClusterStack:
             self.base = Stack(work, extra_env={"FLARE_STORE_URL": self.postgres.url, "FLARE_MQTT_CLIENT_ID": "flared-a"})
             self.b = Stack.__new__(Stack)
             self.b.work, self.b.data, self.b.mqtt_port, self.b.broker = work, self.base.data, self.base.mqtt_port, None
-            self.b.http_port = free_port()
-            self.b.env = dict(self.base.env, FLARE_HTTP_ADDR=f"{HOST}:{self.b.http_port}", FLARE_MQTT_CLIENT_ID="flared-b")
+            self.b.http_port, self.b.metrics_port = free_port(), free_port()
+            self.b.env = dict(self.base.env, FLARE_HTTP_ADDR=f"{HOST}:{self.b.http_port}",
+                              FLARE_METRICS_ADDR=f"{HOST}:{self.b.metrics_port}", FLARE_MQTT_CLIENT_ID="flared-b")
             self.b.owner_key = self.base.owner_key
             self.b.flared = None
             self.b.start_flared = lambda: self._start_b()

@@ -201,11 +201,25 @@
   function answerText(a) {
     return t('answer_line', { name: a.name || t('answer_someone'), what: t('answer_kind_' + a.kind), time: timeText(Date.parse(a.at)) });
   }
+  // The name in a box of its own (.answer-who), clipped to one line: a name at its limit, or one of letters with
+  // combining marks stacked high, must not draw over the rest of the page.
+  function answerItem(a) {
+    var li = doc.createElement('li'), hole = '\u0000';
+    var parts = String(t('answer_line', { name: hole, what: t('answer_kind_' + a.kind), time: timeText(Date.parse(a.at)) })).split(hole);
+    li.appendChild(doc.createTextNode(parts[0]));
+    if (parts.length > 1) {
+      var who = li.appendChild(doc.createElement('span'));
+      who.className = 'answer-who';
+      who.textContent = a.name || t('answer_someone');
+      li.appendChild(doc.createTextNode(parts.slice(1).join('')));
+    }
+    return li;
+  }
   function renderAnswers() {
-    var list = $('answers'), items = (S.answers || []).map(answerText);
-    if (items.join('\n') === Array.prototype.map.call(list.children, function (li) { return li.textContent; }).join('\n')) return;
+    var list = $('answers'), answers = S.answers || [];
+    if (answers.map(answerText).join('\n') === Array.prototype.map.call(list.children, function (li) { return li.textContent; }).join('\n')) return;
     list.textContent = '';
-    items.forEach(function (s) { list.appendChild(doc.createElement('li')).textContent = s; });
+    answers.forEach(function (a) { list.appendChild(answerItem(a)); });
   }
   // ---- responder ----
   // "Show my distance": this browser's own position, used only here and never sent, gives distance and bearing.

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""`make cluster` keeps serving when an instance dies (`make scripts-test`, part of `make test`; about 40 s).
+
+scripts/run.sh as `make cluster` starts it (FLARE_INSTANCES=2: a throwaway PostgreSQL, the broker, flared A and B),
+on free loopback ports with its own FLARE_DATA_DIR. Each instance in turn is killed with SIGKILL: the other must
+still answer /healthz and the demo share's link (the page and the view JSON, with new fixes arriving), the death must
+be reported ("flared A (pid N) died (signal 9); restarting in 1 s") and the dead one must come back and serve the link
+again. An instance that exits with status 0 (SIGTERM to it alone) is not restarted, and the command printed for
+starting it by hand works. A second quick failure waits longer (2 s), and SIGTERM to run.sh during that pause stops
+everything and starts nothing more; Ctrl-C (SIGINT to the process group) stops everything too. Bounded in time
+(TOTAL_SECONDS), everything started is stopped on failure too. Uses the built binaries in .build/debug and
+.build/broker (run `make build plugin` first).
+Prints "cluster: N passed, N failed"; exits non-zero on a failure.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from runsh import HOST, ROOT, RUN, Instance, free_port, http_status, port_open, processes_of
+
+TOTAL_SECONDS = 75
+
+
+class Timeout(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise Timeout(f"the test took longer than {TOTAL_SECONDS} s")
+
+
+def on_stop(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def last_fix_time(url):
+    """The `tst` of the view JSON's last fix, or None."""
+    with urllib.request.urlopen(url, timeout=3) as response:
+        last = json.load(response).get("last")
+    return last and last["tst"]
+
+
+class Cluster(Instance):
+    """run.sh with FLARE_INSTANCES=2; instance A on http_port, B on the next port."""
+
+    def __init__(self, root, name):
+        pg_port = free_port()
+        super().__init__(root, name, free_port(room=2), http_room=1, other_ports=[pg_port],
+                         extra_env={"FLARE_INSTANCES": "2", "FLARE_PG_PORT": str(pg_port), "FLARE_DEMO_INTERVAL": "1"})
+        self.ports = {"A": self.http_port, "B": self.http_port + 1}
+
+    def url(self, which, path):
+        return f"http://{HOST}:{self.ports[which]}{path}"
+
+    def wait_until_running(self):
+        for which in self.ports:
+            self.wait_for(lambda: http_status(self.url(which, "/healthz")) == 200, 45, f"/healthz 200 on {which}")
+        self.wait_for(lambda: "Ctrl-C stops everything." in self.output(), 15, "the banner")
+        with open(os.path.join(self.data_dir, "demo-share.json")) as f:
+            self.token = json.load(f)["share_url"].rsplit("/s/", 1)[1]
+        for which, port in self.ports.items():
+            if f"flared-{which.lower()}  http://{HOST}:{port}/s/{self.token}" not in self.output():
+                self.fail(f"the banner does not give {which}'s link to the demo share")
+        if "is restarted after 1 s" not in self.output():
+            self.fail("the banner does not say that a failed instance is restarted")
+        self.check_metrics(re.findall(r"^\s+flared-[ab]  http://127\.0\.0\.1:(\d+)/metrics$", self.output(), re.M),
+                           list(self.ports.values()))
+        for which in self.ports:
+            self.check_serving(which)
+
+    def flared_pid(self, which):
+        """The pid of the flared process listening for instance `which` (from its FLARE_HTTP_ADDR)."""
+        address = f"FLARE_HTTP_ADDR={HOST}:{self.ports[which]}".encode()
+        for pid in processes_of(self.data_dir):
+            try:
+                if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "flared":
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if address in f.read().split(b"\0"):
+                        return pid
+            except OSError:
+                continue
+        self.fail(f"no flared process for instance {which}")
+
+    def check_serving(self, which):
+        """/healthz, the demo share's page and view JSON answer 200 on `which`, and a new fix arrives there."""
+        for path in ("/healthz", f"/s/{self.token}", f"/api/v1/view/{self.token}"):
+            status = http_status(self.url(which, path))
+            if status != 200:
+                self.fail(f"{which} answered {status} to {path}")
+        view = self.url(which, f"/api/v1/view/{self.token}")
+        before = last_fix_time(view)
+        self.wait_for(lambda: (last_fix_time(view) or 0) > (before or 0), 10, f"a new demo fix on {which}")
+
+    def wait_for_line(self, pattern, seconds, what):
+        found = []
+
+        def check():
+            match = re.search(pattern, self.output(), re.M)
+            if match:
+                found.append(match)
+            return bool(match)
+
+        self.wait_for(check, seconds, what)
+        return found[0]
+
+    def kill_and_see_it_restarted(self, which, other, delay):
+        pid = self.flared_pid(which)
+        os.kill(pid, signal.SIGKILL)
+        # The other keeps serving while this one is dead (the restart waits `delay` s).
+        status = http_status(self.url(other, "/healthz"))
+        if status != 200:
+            self.fail(f"with {which} killed, {other} answered /healthz with {status}")
+        self.wait_for_line(rf"^flare: flared {which} \(pid {pid}\) died \(signal 9\); restarting in {delay} s$", 5,
+                           f"the report of {which}'s death (restart in {delay} s)")
+        self.check_serving(other)
+        match = self.wait_for_line(rf"^flare: flared {which} restarted \(pid (\d+)\)$", delay + 5,
+                                   f"the report of {which}'s restart")
+        self.wait_for(lambda: http_status(self.url(which, "/healthz")) == 200, 30, f"/healthz 200 on {which} again")
+        if self.flared_pid(which) != int(match.group(1)):
+            self.fail(f"the restarted {which} is not the pid the report names")
+        self.check_serving(which)
+
+
+def either_instance_can_be_killed(root, started):
+    cluster = Cluster(root, "cluster")
+    started.append(cluster)
+    cluster.wait_until_running()
+    cluster.kill_and_see_it_restarted("A", "B", delay=1)
+    cluster.kill_and_see_it_restarted("B", "A", delay=1)
+
+    # A stopped on purpose (exit status 0) stays stopped; the command printed for it starts it again.
+    pid = cluster.flared_pid("A")
+    os.kill(pid, signal.SIGTERM)
+    match = cluster.wait_for_line(rf"^flare: flared A \(pid {pid}\) exited \(status 0\); not restarting it\..*"
+                                  r"to start it again \(outside Ctrl-C's reach\): (.+)$", 35, "the report of A's exit")
+    time.sleep(1.5)  # a restart would have begun by now
+    if port_open(cluster.ports["A"]):
+        cluster.fail("A was restarted after it exited with status 0")
+    cluster.check_serving("B")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLARE_")}
+    by_hand = subprocess.Popen(["env"] + match.group(1).split(), cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        cluster.wait_for(lambda: http_status(cluster.url("A", "/healthz")) == 200, 30, "/healthz 200 on A started by hand")
+        cluster.check_serving("A")
+    finally:
+        by_hand.terminate()
+        by_hand.wait(timeout=35)
+
+    # B's second failure within a minute of its start waits 2 s; SIGTERM to run.sh alone (not its process group, as
+    # a service manager stops it) during that pause stops everything, and nothing starts after it.
+    pid = cluster.flared_pid("B")
+    os.kill(pid, signal.SIGKILL)
+    cluster.wait_for_line(rf"^flare: flared B \(pid {pid}\) died \(signal 9\); restarting in 2 s$", 5,
+                          "the report of B's second death (restart in 2 s)")
+    cluster.process.send_signal(signal.SIGTERM)
+    try:
+        cluster.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        cluster.fail("run.sh did not exit within 30 s of SIGTERM")
+    # run.sh waited for what it stopped, and the pause's sleep is stopped too, not left to run out.
+    time.sleep(0.5)
+    left = processes_of(cluster.data_dir)
+    if left:
+        cluster.fail(f"still running once run.sh exited: {left}")
+    cluster.wait_gone(10)
+    time.sleep(2.5)  # past the pause: a restart scheduled before the signal would show now
+    cluster.wait_gone(0)
+    if "restarted" in cluster.output().rsplit("restarting in 2 s", 1)[1]:
+        cluster.fail("B was restarted after SIGTERM")
+
+
+def ctrl_c_stops_the_cluster(root, started):
+    cluster = Cluster(root, "ctrl-c")
+    started.append(cluster)
+    cluster.wait_until_running()
+    cluster.interrupt()
+
+
+CASES = [either_instance_can_be_killed, ctrl_c_stops_the_cluster]
+
+
+def main():
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.alarm(TOTAL_SECONDS)
+    for path in (RUN, os.path.join(ROOT, ".build", "debug", "flared"), os.path.join(ROOT, ".build", "debug", "flare"),
+                 os.path.join(ROOT, ".build", "broker", "flare_auth.so")):
+        if not os.path.exists(path):
+            print(f"cluster: {path} is missing (run `make build plugin`)", file=sys.stderr)
+            sys.exit(2)
+    root = tempfile.mkdtemp(prefix="flare-cluster-")
+    # The PostgreSQL server runs as `postgres` when this runs as root (postgres.sh): it must reach its directory.
+    os.chmod(root, 0o711)
+    passed = failed = 0
+    started = []
+    try:
+        for case in CASES:
+            began = time.monotonic()
+            try:
+                case(root, started)
+                passed += 1
+                print(f"ok    {case.__name__} ({time.monotonic() - began:.1f} s)", flush=True)
+            except (AssertionError, OSError, ValueError, KeyError) as error:
+                failed += 1
+                print(f"FAIL  {case.__name__}: {error}", flush=True)
+            finally:
+                while started:
+                    started.pop().kill()
+    except (Timeout, KeyboardInterrupt) as error:
+        failed += 1
+        print(f"FAIL  stopped: {error}", flush=True)
+    finally:
+        signal.alarm(0)
+        while started:
+            started.pop().kill()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"cluster: {passed} passed, {failed} failed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
