@@ -23,6 +23,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
 import threading  # noqa: E402
+import functools  # noqa: E402
+import attacks  # noqa: E402
 
 BIN = os.path.join(ROOT, ".build", "debug")
 
@@ -94,6 +96,11 @@ class Stack:
 
     def status(self, path):
         return self.request("GET", path)[0]
+
+    @property
+    def bin(self):
+        """Where the built flared and flare are (--release picks the release build)."""
+        return BIN
 
     def metric(self, name):
         total = 0.0
@@ -823,7 +830,10 @@ def case_cluster_postgres_pause(work, quick):
         cluster.stop()
 
 
-CASES = [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
+# The attack group (scripts/chaos/attacks.py): each against a real plugin broker and flared.
+ATTACKS = [(name, functools.partial(case, Stack, wait_for)) for name, case in attacks.CASES]
+
+CASES = ATTACKS + [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
          ("cluster: PostgreSQL paused", case_cluster_postgres_pause),
          ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
