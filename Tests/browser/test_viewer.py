@@ -360,8 +360,8 @@ def _device_client(share, *args, client_id=None):
 def _connected_phone(share, will, qos):
     """A phone with the last will of an OwnTracks app, connected: subscribed to its status, which is retained, so its
     first line says it is in. SIGKILL (`.kill()`) cuts its connection without a DISCONNECT."""
-    phone = _device_client(share, '-c', '-t', f'flare/v1/shares/{share.id}/status', client_id=f'flare-{share.id}',
-                           '--will-topic', share.topic, '--will-payload', will, '--will-qos', str(qos))
+    phone = _device_client(share, '-c', '-t', f'flare/v1/shares/{share.id}/status',
+                           '--will-topic', share.topic, '--will-payload', will, '--will-qos', str(qos), client_id=f'flare-{share.id}')
     assert phone.stdout.readline()
     return phone
 
