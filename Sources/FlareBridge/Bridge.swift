@@ -21,6 +21,7 @@ public final class Bridge: Sendable {
     /// This process, as the instances table knows it: host, pid and a random part.
     private let process: String
     private let lastMessageAt = LastMessage()
+    private let brokerStats = BrokerStats()
     private let membership = Mutex<NamedThread?>(nil)
     private let membershipStop = Atomic<Bool>(false)
     /// Puts back the retained state a crashed broker forgot (one instance at a time does it).
@@ -54,6 +55,7 @@ public final class Bridge: Sendable {
                                    holder: options.clientID, connection: { [client] in client.connectionNumber },
                                    clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
+        metrics.registerGauge(FlareMetrics.brokerRateDisconnects) { [brokerStats] in Double(brokerStats.rateDisconnects.load(ordering: .relaxed)) }
         metrics.register(FlareMetrics.ownPositionsSkipped)
     }
 
@@ -96,6 +98,7 @@ public final class Bridge: Sendable {
             }
         }
         try client.subscribe(subscription, qos: 1)
+        try client.subscribe(Topics.brokerStats, qos: 0)
         try client.connect()
         keeper.start()
     }
@@ -104,7 +107,11 @@ public final class Bridge: Sendable {
     /// Hands a client's messages to the ingestor. The broker hears that a fix arrived only once it is stored: a
     /// bridge killed before that gets it again.
     private func feedIngestor(from client: MQTTClient, noting lastMessage: LastMessage) {
-        client.setMessageHandler { [ingestor, shares, metrics] message in
+        client.setMessageHandler { [ingestor, shares, metrics, brokerStats] message in
+            if message.topic == Topics.brokerStats {
+                brokerStats.take(message.payload)
+                return
+            }
             lastMessage.now()
             // Stored already, by the instance that published it.
             guard !message.isFlaredsOwn else {
@@ -251,6 +258,18 @@ extension MQTTClient: BrokerPublisher {
 extension MQTTMessage {
     /// Published by flared itself (see `Topics.originProperty`).
     var isFlaredsOwn: Bool { userProperty(Topics.originProperty.name) == Topics.originProperty.value }
+}
+
+/// What the broker's auth plugin counts (`Topics.brokerStats`), as it last said.
+final class BrokerStats: Sendable {
+    /// Devices disconnected for sending beyond their share's rate, since the broker started.
+    let rateDisconnects = Atomic<Int>(0)
+
+    func take(_ payload: [UInt8]) {
+        // Written by the plugin only; anything else there is ignored.
+        guard let count = (try? JSONValue.parse(payload))?["rate_disconnects"]?.doubleValue, count >= 0, count < 1e15 else { return }
+        rateDisconnects.store(Int(count), ordering: .relaxed)
+    }
 }
 
 /// When a client last received a message, and how many it received: a released session is quiet once its queue is

@@ -346,6 +346,7 @@ public enum FlareMetrics {
     public static let lastWills = Metrics.Family("flare_tracker_last_wills_total", .counter, "Trackers' last wills received (a lost connection).")
     public static let locateRequests = Metrics.Family("flare_locate_requests_total", .counter, "\"Locate now\" requests sent to trackers.")
     public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
+    public static let brokerRateDisconnects = Metrics.Family("flare_broker_rate_disconnects", .gauge, "Devices the broker disconnected for sending beyond their share's FLARE_FIX_RATE_PER_SHARE, since the broker started (as it last said, on flare/v1/broker/stats).")
     public static let sseClients = Metrics.Family("flare_sse_clients", .gauge, "Live viewers connected by Server-Sent Events.")
     public static let httpRequests = Metrics.Family("flare_http_requests_total", .counter, "HTTP requests answered, by status.")
     public static let rateLimited = Metrics.Family("flare_http_rate_limited_total", .counter, "Link requests refused by a rate limit, by scope.")

@@ -13,6 +13,9 @@ public enum Topics {
     /// broker that shows an older epoch than the store, or none, has forgotten retained messages (it crashed since
     /// its last save) and Flare publishes them again.
     public static let brokerEpoch = "flare/v1/epoch"
+    /// What the broker's auth plugin counts (retained; only the broker writes it, only flared reads it):
+    /// `{"rate_disconnects": N}`, devices disconnected for sending beyond their share's rate.
+    public static let brokerStats = "flare/v1/broker/stats"
     /// Messages on a location topic that flared published itself (a fix that came over HTTP, a restored last position)
     /// carry this MQTT v5 user property, so that no instance's bridge takes them for new fixes.
     public static let originProperty = (name: "flare-origin", value: "flared")

@@ -165,6 +165,10 @@ static size_t budget_buckets;
 static size_t budget_count;
 static long long budgets_pruned_at_ms;
 static unsigned long long rate_disconnects;
+static unsigned long long rate_disconnects_published;
+static long long stats_published_at_ms;
+#define STATS_TOPIC "flare/v1/broker/stats"
+
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Small helpers                                                                                              */
@@ -937,6 +941,22 @@ static void prune_budgets(long long now_ms)
 	}
 }
 
+/* What the plugin counts, retained on STATS_TOPIC for flared's /metrics (only the flared account reads it): at
+ * most every 5 s, and only when it changed. A broker restart starts the count again, as a counter's reset. */
+static void publish_stats(long long now_ms)
+{
+	char payload[96];
+	int len;
+
+	if(rate_disconnects == rate_disconnects_published || now_ms - stats_published_at_ms < 5000) return;
+	len = snprintf(payload, sizeof(payload), "{\"rate_disconnects\":%llu}", rate_disconnects);
+	if(len <= 0 || (size_t)len >= sizeof(payload)) return;
+	if(mosquitto_broker_publish_copy(NULL, STATS_TOPIC, len, payload, 0, true, NULL) == MOSQ_ERR_SUCCESS){
+		rate_disconnects_published = rate_disconnects;
+		stats_published_at_ms = now_ms;
+	}
+}
+
 /* "R/B": R publishes a second (a positive number), a burst of B (at least 1). */
 static bool parse_rate(const char *text)
 {
@@ -1199,6 +1219,7 @@ static int on_tick(int event, void *event_data, void *userdata)
 	}
 	leaving_count = 0;
 	prune_budgets(monotonic_ms());
+	publish_stats(monotonic_ms());
 	return MOSQ_ERR_SUCCESS;
 }
 

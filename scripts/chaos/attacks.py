@@ -221,6 +221,9 @@ def case_fix_flood(stack_class, wait_for, work, quick):
         with open(os.path.join(work, "broker.log")) as f:
             disconnects = f.read().count(f"share {mqtt_share['share_id']} over its publish rate")
         assert disconnects > 0, "the MQTT flood was never over its budget"
+        # The broker's count reaches flared's /metrics (flare/v1/broker/stats, at most every 5 s).
+        wait_for(lambda: stack.metric("flare_broker_rate_disconnects") >= disconnects, 20,
+                 lambda: f"flare_broker_rate_disconnects at {stack.metric('flare_broker_rate_disconnects')}, the broker said {disconnects}")
         return (f"HTTP: {total} fixes at full speed into one share: {answers[202]} answered 202 (all stored), "
                 f"{answers.get(429, 0)} answered 429; the other share's {bystander_ok} all taken. MQTT: {count} fixes at "
                 f"100/s against 20/s: disconnected {disconnects} times, all {count} confirmed and stored once"), {

@@ -33,6 +33,11 @@ const char *mosquitto_client_id(const struct mosquitto *client)
 	(void)client;
 	return NULL;
 }
+int mosquitto_broker_publish_copy(const char *clientid, const char *topic, int payloadlen, const void *payload, int qos, bool retain, mosquitto_property *properties)
+{
+	(void)clientid; (void)topic; (void)payloadlen; (void)payload; (void)qos; (void)retain; (void)properties;
+	return MOSQ_ERR_SUCCESS;
+}
 int mosquitto_kick_client_by_clientid(const char *clientid, bool with_will)
 {
 	(void)clientid;
