@@ -85,6 +85,8 @@ public final class ShareService: Sendable {
         case audienceHeartbeat
         /// Count a share's stored fixes, which memory does not know yet (see `fixLimitReached`).
         case countFixes(ShareID)
+        /// Read everything again after the change feed was interrupted (see `resync`).
+        case resync
     }
 
     public struct Created: Sendable {
@@ -193,6 +195,7 @@ public final class ShareService: Sendable {
         case .trackerMark(let id): publishHeldMark(id)
         case .audienceHeartbeat: audienceHeartbeat()
         case .countFixes(let id): countFixes(id)
+        case .resync: resync()
         }
     }
 
@@ -448,9 +451,12 @@ public final class ShareService: Sendable {
         case .ownerKey(let id):
             keys.forget(id)
         case .resync:
-            resync()
+            // On the scheduler's thread, where a resynchronisation that fails is tried again.
+            schedule(.resync, at: clock.now())
         }
     }
+
+    static let resyncRetryMillis: Int64 = 5_000
 
     /// After the change feed was interrupted: everything read again, trails included. Live viewers stay subscribed.
     private func resync() {
@@ -466,8 +472,9 @@ public final class ShareService: Sendable {
             }
             logger.info("resynchronised with the store: \(open.count) shares with history")
         } catch {
-            // The feed resynchronises again when it next reconnects; requests read what memory lacks meanwhile.
-            warnStore("cannot resynchronise with the store (\(error))")
+            // Memory may hold what another instance changed meanwhile: tried again until it succeeds.
+            warnStore("cannot resynchronise with the store (\(error)); trying again in \(Self.resyncRetryMillis / 1000) s")
+            schedule(.resync, at: clock.now() + Self.resyncRetryMillis)
         }
     }
 
@@ -1032,12 +1039,14 @@ public final class ShareService: Sendable {
 
     public enum AnswerRefusal: Error, Equatable {
         case ended
+        /// The share holds `answersPerShare` answers already: a refusal for good, not a failure to retry.
+        case full
         case storage(String)
     }
 
     /// How many answers a share takes at most: a family answers a few times; a script that got the link does not
     /// get to fill the store (the gateway limits the rate too).
-    static let answersPerShare = 200
+    public static let answersPerShare = 200
 
     /// A family member answers (`name` already validated, `Answer.validName`): stored with the share, shown to every
     /// viewer of it on every instance (view document and live event), and sent to the phone on `…/answers` (QoS 1,
@@ -1048,7 +1057,7 @@ public final class ShareService: Sendable {
         let stored: Answer?
         do {
             guard try store.answers(row: snapshot.row, after: 0, limit: Self.answersPerShare).count < Self.answersPerShare else {
-                throw AnswerRefusal.storage("this share has taken all the answers it can")
+                throw AnswerRefusal.full
             }
             let id = snapshot.share.id
             stored = try store.insertAnswer(row: snapshot.row, kind: kind, name: name, at: clock.now()) { [self] answer in

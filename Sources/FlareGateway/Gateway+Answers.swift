@@ -40,6 +40,9 @@ extension Gateway {
             } catch {
                 switch error {
                 case .ended: return APIError.shareEnded.response
+                case .full:
+                    return APIError(status: 409, code: "answers_full",
+                                    message: "this share has taken all the answers it can (\(ShareService.answersPerShare))").response
                 case .storage(let message):
                     noteStoreFailure("answer: \(message)")
                     return APIError.storeUnavailable.response

@@ -72,4 +72,17 @@ import Testing
         #expect(answer(share, #"{"kind":"on_my_way"}"#, from: "127.0.0.8").status == 201)
         #expect(answer(other, #"{"kind":"on_my_way"}"#, from: "127.0.0.7").status == 201)
     }
+
+    /// A share full of answers refuses the next for good (409 `answers_full`): a refusal, not a store failure to retry.
+    @Test func aShareFullOfAnswersRefusesTheNextWith409() throws {
+        let fixture = try GatewayFixture(settings: ["FLARE_LINK_RATE_PER_TOKEN": "1000/1000"])
+        let share = try fixture.createShare()
+        for n in 0..<200 {
+            let reply = fixture.send("POST", "/api/v1/view/\(share.viewToken)/answers", body: Array(#"{"kind":"on_my_way"}"#.utf8),
+                                     from: "10.0.\(n / 4).\(n % 4 + 1)")
+            try #require(reply.status == 201, "answer \(n): \(reply.status) \(reply.text)")
+        }
+        let full = fixture.send("POST", "/api/v1/view/\(share.viewToken)/answers", body: Array(#"{"kind":"on_my_way"}"#.utf8), from: "10.1.0.1")
+        #expect(full.status == 409 && full.errorCode == "answers_full", "\(full.status) \(full.text)")
+    }
 }
