@@ -286,10 +286,8 @@ struct Tracker {
             let started = ContinuousClock.now
             do {
                 try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                let countedAlready = !outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
-                if countedAlready {
-                    stats.sentAgain += 1
-                } else if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
+                outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
+                if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
                     stats.stream = head.fix.sequence?.stream
                     stats.sent += 1
                     stats.highestSent = head.number
@@ -390,19 +388,21 @@ struct Outbox: Sendable {
     /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
     /// have been dropped by the bound, or confirmed, while it was being sent (a restarted stream renumbers, so the
     /// caller passes the fix's stream too).
-    /// Returns false when Flare had confirmed the fix already and it was counted then (its acknowledgement came late).
-    @discardableResult
-    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) -> Bool {
-        guard sentStream == stream else { return true }
-        if confirmedUnacknowledgedNumbers.remove(number) != nil { return false }
-        guard let index = entries.firstIndex(where: { $0.number == number }) else { return true }
+    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) {
+        guard sentStream == stream else { return }
+        // Confirmed before its acknowledgement (Flare's mark overtook the PUBACK, on a loaded machine): acknowledged
+        // now, so it counts as sent once, like any other, and no longer among the confirmed unacknowledged.
+        if confirmedUnacknowledgedNumbers.remove(number) != nil {
+            confirmedUnacknowledged -= 1
+            return
+        }
+        guard let index = entries.firstIndex(where: { $0.number == number }) else { return }
         if keep {
             entries[index].sent = true
             entries[index].acknowledged = true
         } else {
             entries.remove(at: index)
         }
-        return true
     }
 
     /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
