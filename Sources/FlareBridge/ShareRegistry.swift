@@ -57,6 +57,8 @@ final class ShareRegistry: Sendable {
         /// How many fixes the store holds for the share, as far as this instance knows: counted from the store once
         /// (nil until then), then by every fix recorded here, this instance's and the others'.
         var storedFixes: Int?
+        /// Whether counting them from the store has been asked for (once).
+        var fixCountAsked = false
         var version: UInt64 = 0
         /// The link holders' rendering of this version: rendering the trail's numbers dominated the view
         /// endpoint's CPU time, and a share changes far less often than its link is polled.
@@ -154,6 +156,16 @@ final class ShareRegistry: Sendable {
         state.withLock { state in
             state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last,
                                                   storedFixes: $0.storedFixes) }
+        }
+    }
+
+    /// True the first time it is asked for a share whose fixes memory has not counted: the caller counts them.
+    func askFixCount(_ id: ShareID) -> Bool {
+        state.withLock { state in
+            guard let index = state.entries.index(forKey: id), state.entries.values[index].storedFixes == nil,
+                  !state.entries.values[index].fixCountAsked else { return false }
+            state.entries.values[index].fixCountAsked = true
+            return true
         }
     }
 

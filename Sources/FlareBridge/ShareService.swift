@@ -830,7 +830,8 @@ public final class ShareService: Sendable {
     /// store, or another instance's) is counted on the scheduler's thread, and taken in the meantime.
     func fixLimitReached(_ context: ShareRegistry.IngestContext, of id: ShareID) -> Bool {
         guard let stored = context.storedFixes else {
-            schedule(.countFixes(id), at: clock.now())
+            // Once per share: a share loaded at start-up would otherwise schedule a count for each of its fixes.
+            if registry.askFixCount(id) { schedule(.countFixes(id), at: clock.now()) }
             return false
         }
         return stored >= policy.maximumFixesPerShare
@@ -844,8 +845,8 @@ public final class ShareService: Sendable {
     private func countFixes(_ id: ShareID) {
         guard let context = registry.ingestContext(id), context.storedFixes == nil else { return }
         do { registry.setStoredFixes(id, try store.fixCount(row: context.row)) } catch {
-            // Counted at the share's next fix.
-            warnStore("share \(id): cannot count its fixes (\(error))")
+            warnStore("share \(id): cannot count its fixes (\(error)); counting again in 10 s")
+            schedule(.countFixes(id), at: clock.now() + 10_000)
         }
     }
 

@@ -43,7 +43,8 @@ public final class Gateway: Sendable {
     /// Answers per address and share: their pace, and how many in all (`GatewayConfiguration.answersPerAddress`).
     let answerLimiter: RateLimiter
     let answerQuota: RateLimiter
-    /// /metrics per client address, on either listener: a scraper every few seconds and more.
+    /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
+    /// and more; a wrong token costs more.
     let metricsLimiter = RateLimiter(rule: .init(ratePerSecond: 2, burst: 20))
     /// SHA-256 of `FLARE_METRICS_TOKEN`, if set.
     let metricsTokenHash: SecretHash?

@@ -52,6 +52,8 @@ class Stack:
                    FLARE_LOG_LEVEL="warning",
                    # The benchmarks measure throughput, not the link rate limits (the fault tests check those).
                    FLARE_LINK_RATE_PER_ADDRESS="1000000/1000000", FLARE_LINK_RATE_PER_TOKEN="1000000/1000000",
+                   # Every viewer of the benchmarks comes from 127.0.0.1, many of them on one link.
+                   FLARE_LIVE_STREAMS_PER_LINK="10000", FLARE_LIVE_STREAMS_PER_ADDRESS="10000",
                    FLARE_MAX_DURATION_S="86400", FLARE_DEFAULT_DURATION_S="86400")
         if postgres:
             env.update(FLARE_STORE_URL=postgres.url, FLARE_MQTT_CLIENT_ID="flared-a")
