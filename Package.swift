@@ -48,16 +48,22 @@ let package = Package(
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
-        // The service's two halves.
-        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareStore", "FlareMQTT", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
+        // The application layer, one module per thing it holds; arrows go one way: Gateway → Bridge → Shares → Events.
+        // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
+        .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
+        // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
+        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        // MQTT ingest and the broker's retained state.
+        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareEvents", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
-        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
@@ -70,9 +76,14 @@ let package = Package(
         .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
+        // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport"],
+                path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
+        .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPClientTests", dependencies: ["FlareHTTPClient", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto"], swiftSettings: swiftSettings),

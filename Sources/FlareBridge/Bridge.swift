@@ -1,5 +1,7 @@
 public import FlareCore
 public import FlareMQTT
+public import FlareShares
+public import FlareStore
 import FlareSystem
 import Synchronization
 #if canImport(Glibc)
@@ -12,6 +14,7 @@ public final class Bridge: Sendable {
     private let client: MQTTClient
     private let ingestor: FixIngestor
     private let shares: ShareService
+    private let store: any ShareStore
     private let metrics: Metrics
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
@@ -38,7 +41,7 @@ public final class Bridge: Sendable {
     ///   - subscription: `Topics.allLocations` for the only instance of a store, `Topics.sharedLocations` when
     ///     several instances share one.
     ///   - options: the client's options (its client id is this instance's name in the store).
-    public init(client: MQTTClient, options: MQTTClient.Options, ingestor: FixIngestor, shares: ShareService, subscription: String,
+    public init(client: MQTTClient, options: MQTTClient.Options, store: any ShareStore, ingestor: FixIngestor, shares: ShareService, subscription: String,
                 staleAfterSeconds: Int64, metrics: Metrics, logger: Logger) {
         self.subscription = subscription
         self.staleAfterMillis = staleAfterSeconds * 1000
@@ -51,7 +54,8 @@ public final class Bridge: Sendable {
         self.shares = shares
         self.metrics = metrics
         self.logger = logger
-        keeper = BrokerStateKeeper(shares: shares, publisher: client, reader: BrokerEpochProbe(bridgeOptions: options),
+        self.store = store
+        keeper = BrokerStateKeeper(store: store, shares: shares, publisher: client, reader: BrokerEpochProbe(bridgeOptions: options),
                                    holder: options.clientID, connection: { [client] in client.connectionNumber },
                                    clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
@@ -69,7 +73,6 @@ public final class Bridge: Sendable {
     public func start() throws {
         // One process per client id: two would take the broker session from each other all day. A takeover of this
         // id by another instance (after a crash) is waited for.
-        let store = shares.store
         var registered = false
         // Long enough for a holder that died to go stale, or a takeover of this id to finish.
         let giveUpAt = monotonicMillis() + staleAfterMillis + 5_000
@@ -150,7 +153,6 @@ public final class Bridge: Sendable {
     }
 
     private func beat() {
-        let store = shares.store
         let now = SystemWallClock().now()
         do {
             if try !store.heartbeat(options.clientID, process: process, now: now) {
@@ -184,7 +186,7 @@ public final class Bridge: Sendable {
                 return
             }
             if release(taken, lastMessageAt: lastAt) {
-                try shares.store.removeInstance(clientID, process: process)
+                try store.removeInstance(clientID, process: process)
                 logger.info("took over instance \(clientID): stored the \(lastAt.count) messages it held and ended its session")
             }
         } catch {
@@ -226,14 +228,14 @@ public final class Bridge: Sendable {
             client.disconnect()
             // The only instance of its store keeps its session (it resumes it on restart) but not its claim on the id.
             // A shared one that could not release its session stays listed, so that another takes the session over.
-            if subscription != Topics.sharedLocations { try? shares.store.removeInstance(options.clientID, process: process) }
+            if subscription != Topics.sharedLocations { try? store.removeInstance(options.clientID, process: process) }
             return
         }
         let released = release(client, lastMessageAt: lastMessageAt)
         stopping.store(true, ordering: .relaxed)
         if released {
             // The session is gone: nobody needs to take it over.
-            try? shares.store.removeInstance(options.clientID, process: process)
+            try? store.removeInstance(options.clientID, process: process)
             logger.info("left the shared subscription and ended this instance's broker session")
         }
     }

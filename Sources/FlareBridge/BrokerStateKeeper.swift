@@ -1,5 +1,6 @@
 import FlareAPI
 public import FlareCore
+public import FlareShares
 import FlareStore
 import FlareSystem
 import Synchronization
@@ -68,10 +69,10 @@ public final class BrokerStateKeeper: Sendable {
     ///     back at once).
     ///   - connection: which connection `publisher` has to the broker now (a number that changes at each
     ///     reconnection), nil while it has none.
-    public init(shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
+    public init(store: any ShareStore, shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
                 connection: @escaping @Sendable () -> Int?, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.shares = shares
-        self.store = shares.store
+        self.store = store
         self.publisher = publisher
         self.reader = reader
         self.holder = holder
@@ -241,10 +242,4 @@ public final class BrokerStateKeeper: Sendable {
             warn("record", "cannot record the broker's epoch mark in the store (\(error))")
         }
     }
-}
-
-extension FlareMetrics {
-    public static let brokerRestores = Metrics.Family("flare_broker_restores_total", .counter, "Times the broker was found to have lost retained messages and they were published again.")
-    public static let brokerRestoredMessages = Metrics.Family("flare_broker_restored_messages_total", .counter, "Retained statuses and positions published again after the broker lost them.")
-    public static let brokerEpoch = Metrics.Family("flare_broker_epoch", .gauge, "The broker's epoch mark as last acknowledged (0 on instances that do not keep it).")
 }

@@ -1,8 +1,12 @@
 public import FlareCore
+public import FlareShares
 public import FlareStore
 import Dispatch
 import FlareSystem
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// MQTT → validate → persist → publish to viewers.
 ///
@@ -45,10 +49,10 @@ public final class FixIngestor: Sendable {
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
-    public init(shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
+    public init(store: any ShareStore, shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
                 parser: LocationPayloadParser, queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
-        self.store = shares.store
+        self.store = store
         self.shares = shares
         self.metrics = metrics
         self.logger = logger
@@ -139,7 +143,7 @@ public final class FixIngestor: Sendable {
                 queue.noteRefused()
                 return nil
             }
-            usleepMillis(waitMillis)
+            sleepMillis(waitMillis)
             waitMillis = min(1_000, waitMillis * 2)
         }
     }
@@ -244,7 +248,7 @@ public final class FixIngestor: Sendable {
         guard batch.count >= gatherThreshold else { return }
         var waited = 0
         while batch.count < batchSize, waited < gatherMillis, !queue.isClosed, !queue.isAwaitingProcessing {
-            usleepMillis(1)
+            sleepMillis(1)
             waited += 1
             let more = queue.takeAvailable(maximum: batchSize - batch.count)
             batch.append(contentsOf: more)
@@ -309,7 +313,7 @@ public final class FixIngestor: Sendable {
                         let cause = store.writeProblem().map { "; writing next to the database fails too: \($0)" } ?? ""
                         logger.error("cannot write \(batch.count) fixes, will retry: \(error)\(cause)")
                     }
-                    usleepMillis(retryDelayMillis)
+                    sleepMillis(retryDelayMillis)
                     // At most a second: fixes wait no longer than that once the store is back.
                     retryDelayMillis = min(retryDelayMillis * 2, 1000)
                     store.recoverAfterFailedWrite()
@@ -318,36 +322,4 @@ public final class FixIngestor: Sendable {
         }
         finished.signal()
     }
-}
-
-#if canImport(Glibc)
-import Glibc
-#endif
-
-func usleepMillis(_ millis: Int) { usleep(UInt32(millis) * 1000) }
-
-/// The metric families the bridge and gateway export.
-public enum FlareMetrics {
-    public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
-    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, a tracker resending what was not yet confirmed).")
-    public static let ownPositionsSkipped = Metrics.Family("flare_own_positions_skipped_total", .counter, "Positions flared published itself (HTTP fixes, restored last positions) that came back through the bridge and were skipped.")
-    public static let httpFixesUnpublished = Metrics.Family("flare_http_fixes_unpublished_total", .counter, "Fixes received over HTTP and stored while the broker was unavailable: kept in the outbox and published on reconnect.")
-    public static let httpOutboxDropped = Metrics.Family("flare_http_outbox_dropped_total", .counter, "HTTP fixes dropped from a full outbox before the broker came back (stored all the same; only their publication is lost).")
-    public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
-    public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
-    public static let storeFreeBytes = Metrics.Family("flare_store_free_bytes", .gauge, "Free space on the store's disk (-1: unknown).")
-    public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
-    public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
-    public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")
-    public static let answers = Metrics.Family("flare_answers_total", .counter, "Answers from the family, by kind.")
-    public static let quotaRefusals = Metrics.Family("flare_quota_refusals_total", .counter, "Requests refused for being over their key's limits, by limit.")
-    public static let sharesEnded = Metrics.Family("flare_shares_ended_total", .counter, "Shares ended, by reason.")
-    public static let trackerChanges = Metrics.Family("flare_tracker_changes_total", .counter, "Tracker states recorded (live, stale, offline), by state.")
-    public static let lastWills = Metrics.Family("flare_tracker_last_wills_total", .counter, "Trackers' last wills received (a lost connection).")
-    public static let locateRequests = Metrics.Family("flare_locate_requests_total", .counter, "\"Locate now\" requests sent to trackers.")
-    public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
-    public static let brokerRateDisconnects = Metrics.Family("flare_broker_rate_disconnects", .gauge, "Devices the broker disconnected for sending beyond their share's FLARE_FIX_RATE_PER_SHARE, since the broker started (as it last said, on flare/v1/broker/stats).")
-    public static let sseClients = Metrics.Family("flare_sse_clients", .gauge, "Live viewers connected by Server-Sent Events.")
-    public static let httpRequests = Metrics.Family("flare_http_requests_total", .counter, "HTTP requests answered, by status.")
-    public static let rateLimited = Metrics.Family("flare_http_rate_limited_total", .counter, "Link requests refused by a rate limit, by scope.")
 }

@@ -136,3 +136,7 @@ public final class Metrics: Sendable {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 }
+
+/// The metric families Flare exports, one namespace for `/metrics`. Each module declares its own families in its
+/// `Metrics+<Module>.swift` and registers them where it makes them.
+public enum FlareMetrics {}

@@ -1,5 +1,6 @@
 import FlareAPI
 import FlareBridge
+import FlareShares
 import FlareCore
 import FlareHTTP
 import FlareSystem

@@ -1,5 +1,7 @@
 import FlareAPI
 import FlareBridge
+import FlareEvents
+import FlareShares
 import FlareCore
 import FlareHTTP
 import FlareSystem

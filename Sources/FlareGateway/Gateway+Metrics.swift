@@ -1,4 +1,5 @@
 import FlareBridge
+import FlareShares
 import FlareCore
 public import FlareHTTP
 import FlareSystem

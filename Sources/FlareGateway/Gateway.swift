@@ -1,5 +1,6 @@
 import FlareAPI
 public import FlareBridge
+public import FlareShares
 public import FlareCore
 public import FlareHTTP
 import FlareStore

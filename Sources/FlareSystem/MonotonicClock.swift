@@ -11,3 +11,9 @@ public func monotonicMillis() -> Int64 {
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
 }
+
+/// Sleeps the calling thread for about `millis` milliseconds (pacing and retry back-off, never a deadline).
+public func sleepMillis(_ millis: Int) {
+    guard millis > 0 else { return }
+    usleep(UInt32(millis) * 1000)
+}

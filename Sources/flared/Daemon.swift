@@ -1,5 +1,7 @@
 import Dispatch
 import FlareBridge
+import FlareEvents
+import FlareShares
 import FlareCore
 import FlareGateway
 import FlareHTTP
@@ -75,14 +77,14 @@ final class Daemon: Sendable {
                                   tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
-        let ingestor = FixIngestor(shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
+        let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
         // transaction as the write, so an instance hears of exactly what is stored, in commit order, even while the
         // broker is away; the retained status topic stays what integrators follow).
         let isShared: Bool
         if case .postgresql = location { isShared = true } else { isShared = false }
-        let bridge = Bridge(client: client, options: mqttOptions, ingestor: ingestor, shares: shares,
+        let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
                             subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
                             staleAfterSeconds: try config.integer("FLARE_INSTANCE_STALE_AFTER_S"),
                             metrics: metrics, logger: logger.with(label: "bridge"))

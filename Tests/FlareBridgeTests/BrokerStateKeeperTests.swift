@@ -4,8 +4,10 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Synchronization
+import FlareServiceTestSupport
 import Testing
 @testable import FlareBridge
+@testable import FlareShares
 
 /// What the broker's epoch mark reads as, set by the test.
 final class SetEpochReader: BrokerEpochReading {
@@ -36,15 +38,15 @@ final class Connection: Sendable {
 }
 
 @Suite struct BrokerStateKeeperTests {
-    let fixture: BridgeFixture
+    let fixture: ServiceFixture
     let reader = SetEpochReader()
     let connection = Connection()
     let keeper: BrokerStateKeeper
 
     init() throws {
-        fixture = try BridgeFixture()
+        fixture = try ServiceFixture()
         let connection = self.connection
-        keeper = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
+        keeper = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
                                    connection: { connection.current }, clock: SystemWallClock(), metrics: fixture.metrics,
                                    logger: Logger(label: "test", level: .error))
     }
@@ -122,7 +124,7 @@ final class Connection: Sendable {
         _ = try twoShares()
         reader.set(.mark(nil))
         keeper.step()  // the first mark
-        let keeper2 = BrokerStateKeeper(shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
+        let keeper2 = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
                                         connection: { 1 }, clock: SystemWallClock(), metrics: Metrics(),
                                         logger: Logger(label: "test", level: .error))
         // A restarted flared (same holder) finds the broker as it left it: the mark it recorded, or a newer one.
@@ -168,7 +170,7 @@ final class Connection: Sendable {
         try storeRecords(2)
         reader.set(.mark(nil))
         // The restore runs on connection 1; the broker goes and comes back as the mark is published after it.
-        let cutting = BrokerStateKeeper(shares: fixture.service, publisher: ReconnectingPublisher(fixture.publisher, connection),
+        let cutting = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: ReconnectingPublisher(fixture.publisher, connection),
                                         reader: reader, holder: "flared", connection: { [connection] in connection.current },
                                         clock: SystemWallClock(), metrics: Metrics(), logger: Logger(label: "test", level: .error))
         cutting.step()
@@ -270,7 +272,7 @@ final class ReconnectingPublisher: BrokerPublisher {
         Array(#"{"_type":"location","lat":\#(lat),"lon":13.4,"tst":\#(Int64(Date().timeIntervalSince1970)),"seq_stream":\#(stream),"seq":\#(seq)}"#.utf8)
     }
 
-    func marks(_ fixture: BridgeFixture, _ id: ShareID) -> [Int64] {
+    func marks(_ fixture: ServiceFixture, _ id: ShareID) -> [Int64] {
         fixture.publisher.messages.filter { $0.topic == Topics.stored(id) }.compactMap {
             (try? JSONValue.parse($0.payload))?["seq"]?.doubleValue.map { Int64($0) }
         }
@@ -279,7 +281,7 @@ final class ReconnectingPublisher: BrokerPublisher {
     /// The mark follows what is committed, moves past a refused message (sending it again would change nothing), and
     /// is published at most once a second, retained, with the newest number.
     @Test func theMarkCoversStoredAndRefusedMessagesOnceASecond() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.1, seq: 1), retained: false) == nil)
         #expect(eventually { marks(fixture, id) == [1] })

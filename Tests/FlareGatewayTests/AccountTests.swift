@@ -1,6 +1,8 @@
 import FlareAPI
 import FlareBridge
+import FlareShares
 import FlareCore
+import FlareEvents
 import FlareTestSupport
 import Foundation
 import Testing

@@ -1,5 +1,6 @@
 import FlareAPI
 import FlareCore
+import FlareShares
 import Foundation
 import Testing
 @testable import FlareGateway

@@ -1,9 +1,11 @@
 import FlareAPI
 import FlareBridge
+import FlareShares
 import FlareCore
 import FlareHTTP
 import FlareTestSupport
 import Foundation
+import FlareServiceTestSupport
 import Testing
 
 /// POST /api/v1/shares/{id}/locations: HTTP ingest, validated, stored through the batched writer (202 = committed),
@@ -14,7 +16,7 @@ import Testing
     }
 
     /// The fixes published to the share's topic (a stop publishes an empty retained message there, to clear it).
-    func locationMessages(_ fixture: GatewayFixture, _ created: CreatedShare) -> [RecordingBrokerPublisher.Message] {
+    func locationMessages(_ fixture: GatewayFixture, _ created: CreatedShare) -> [RecordingPublisher.Message] {
         fixture.brokerPublisher.messages.filter { $0.topic == created.mqttTopic && !$0.payload.isEmpty }
     }
 

@@ -1,46 +1,17 @@
 import FlareAPI
 import FlareBridge
+import FlareShares
 import FlareCore
+import FlareEvents
 import FlareGateway
 import FlareSQLite
 import FlareStore
 import FlareTestSupport
 import Foundation
 import Synchronization
+import FlareServiceTestSupport
 import Testing
 @testable import FlareHTTP
-
-/// Records what the share service publishes on the broker (retained status, cleared locations, revocations, the
-/// fixes that came over HTTP, commands). Can pretend the broker is unreachable.
-final class RecordingBrokerPublisher: BrokerPublisher {
-    struct Message: Equatable {
-        let topic: String; let payload: [UInt8]; let retain: Bool
-        /// Sent with flared's origin property (`publishOwnPosition`).
-        var isOwnPosition = false
-    }
-    private let state = Mutex<[Message]>([])
-    private let down = Mutex(false)
-
-    func setDown(_ isDown: Bool) { down.withLock { $0 = isDown } }
-
-    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool {
-        guard !down.withLock({ $0 }) else { return false }
-        state.withLock { $0.append(Message(topic: topic, payload: payload, retain: retain)) }
-        return true
-    }
-
-    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool {
-        guard !down.withLock({ $0 }) else { return false }
-        state.withLock { $0.append(Message(topic: topic, payload: payload, retain: true, isOwnPosition: true)) }
-        return true
-    }
-
-    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {
-        publish(topic: topic, payload: payload, qos: qos, retain: retain, expirySeconds: expirySeconds)
-    }
-
-    var messages: [Message] { state.withLock { $0 } }
-}
 
 /// What `/healthz` is told about the parts the gateway cannot see.
 final class HealthBox: Sendable {
@@ -57,7 +28,7 @@ final class GatewayFixture {
     let directory: URL
     let store: SQLiteShareStore
     let metrics = Metrics()
-    let brokerPublisher = RecordingBrokerPublisher()
+    let brokerPublisher = RecordingPublisher()
     let service: ShareService
     let ingestor: FixIngestor
     let health = HealthBox()
@@ -102,7 +73,7 @@ final class GatewayFixture {
                                tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
                                hostResolver: hostResolver)
         let parser = try LocationPayloadParser(config)
-        ingestor = FixIngestor(shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
+        ingestor = FixIngestor(store: faults ?? store, shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
         let health = self.health
         var configuration = try GatewayConfiguration(config)

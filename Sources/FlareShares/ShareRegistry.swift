@@ -42,8 +42,8 @@ public struct ShareSnapshot: Sendable {
 
 /// The bridge's in-memory view of every share that still has history: state, expiry, last fix and a short
 /// trail. Reached only through `ShareService`, which answers the gateway from here and live viewers subscribe here.
-final class ShareRegistry: Sendable {
-    typealias Subscriber = LiveSubscriber
+package final class ShareRegistry: Sendable {
+    package typealias Subscriber = LiveSubscriber
 
     private struct Entry {
         var row: Int64
@@ -81,7 +81,7 @@ final class ShareRegistry: Sendable {
     }
 
     private let state = Mutex(State())
-    public let trailLength: Int
+    package let trailLength: Int
     let trackerRules: TrackerRules
 
     init(trailLength: Int, trackerRules: TrackerRules) {
@@ -90,7 +90,7 @@ final class ShareRegistry: Sendable {
     }
 
     /// - Parameter storedFixes: how many fixes the store holds for it, if known (0 for a share just created).
-    public func insert(_ stored: StoredShare, recentFixes: [Fix] = [], storedFixes: Int? = nil) {
+    package func insert(_ stored: StoredShare, recentFixes: [Fix] = [], storedFixes: Int? = nil) {
         var entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
         entry.storedFixes = storedFixes
         for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
@@ -107,7 +107,7 @@ final class ShareRegistry: Sendable {
     }
 
     /// Forgets a share whose history has been purged.
-    public func remove(_ id: ShareID) {
+    package func remove(_ id: ShareID) {
         state.withLock { state in
             guard let entry = state.entries.removeValue(forKey: id) else { return }
             state.byViewHash[entry.share.viewTokenHash] = nil
@@ -117,11 +117,11 @@ final class ShareRegistry: Sendable {
         }
     }
 
-    public func snapshot(_ id: ShareID) -> ShareSnapshot? {
+    package func snapshot(_ id: ShareID) -> ShareSnapshot? {
         state.withLock { state in state.entries[id].map(Self.snapshot) }
     }
 
-    public func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
+    package func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
         state.withLock { state in
             guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
                   entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
@@ -135,7 +135,7 @@ final class ShareRegistry: Sendable {
     }
 
     /// Keeps the gateway's rendering of a snapshot, unless the share changed since that snapshot was taken.
-    public func cacheView(_ id: ShareID, version: UInt64, bytes: [UInt8]) {
+    package func cacheView(_ id: ShareID, version: UInt64, bytes: [UInt8]) {
         state.withLock { state in
             guard state.entries[id]?.version == version else { return }
             state.entries[id]!.cachedView = (version, bytes)
@@ -143,16 +143,16 @@ final class ShareRegistry: Sendable {
     }
 
     /// What the ingest path needs to validate a fix, in one short lock.
-    public struct IngestContext: Sendable {
-        public let row: Int64
-        public let createdAt: UnixMillis
-        public let isActive: Bool
-        public let last: Fix?
+    package struct IngestContext: Sendable {
+        package let row: Int64
+        package let createdAt: UnixMillis
+        package let isActive: Bool
+        package let last: Fix?
         /// See `Entry.storedFixes`.
-        public let storedFixes: Int?
+        package let storedFixes: Int?
     }
 
-    public func ingestContext(_ id: ShareID) -> IngestContext? {
+    package func ingestContext(_ id: ShareID) -> IngestContext? {
         state.withLock { state in
             state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last,
                                                   storedFixes: $0.storedFixes) }
@@ -179,11 +179,18 @@ final class ShareRegistry: Sendable {
     }
 
     /// A stored fix and when and how its tracker was heard sending it.
-    struct HeardFix: Sendable {
-        let share: ShareID
-        let fix: Fix
-        let heardAt: UnixMillis
-        let transport: TrackerTransport?
+    package struct HeardFix: Sendable {
+        package let share: ShareID
+        package let fix: Fix
+        package let heardAt: UnixMillis
+        package let transport: TrackerTransport?
+
+        package init(share: ShareID, fix: Fix, heardAt: UnixMillis, transport: TrackerTransport?) {
+            self.share = share
+            self.fix = fix
+            self.heardAt = heardAt
+            self.transport = transport
+        }
     }
 
     /// Records fixes another instance stored, named by share row; fixes of shares not in memory are skipped (they
@@ -200,7 +207,7 @@ final class ShareRegistry: Sendable {
     /// offline); viewers hear only about a new last position. Returns the shares whose tracker state these fixes
     /// change (an ended silence, a connection back), for the caller to record.
     @discardableResult
-    func record(_ fixes: [HeardFix]) -> [ShareID] {
+    package func record(_ fixes: [HeardFix]) -> [ShareID] {
         var notifications: [(Subscriber, Fix)] = []
         var changed: [ShareID] = []
         state.withLock { state in
@@ -382,7 +389,7 @@ final class ShareRegistry: Sendable {
         state.withLock { $0.entries[id]?.answers.last?.id ?? 0 }
     }
 
-    public func updateExpiry(_ id: ShareID, expiresAt: UnixMillis) {
+    package func updateExpiry(_ id: ShareID, expiresAt: UnixMillis) {
         let subscribers: [Subscriber] = state.withLock { state in
             guard state.entries[id]?.share.isActive == true else { return [] }
             state.entries[id]!.share.expiresAt = expiresAt
@@ -393,7 +400,7 @@ final class ShareRegistry: Sendable {
     }
 
     /// Marks the share ended and tells its viewers, who are then dropped.
-    public func markEnded(_ id: ShareID, reason: EndReason, at endedAt: UnixMillis) {
+    package func markEnded(_ id: ShareID, reason: EndReason, at endedAt: UnixMillis) {
         let subscribers: [Subscriber] = state.withLock { state in
             guard var entry = state.entries[id], entry.share.isActive else { return [] }
             entry.share.endedAt = endedAt
@@ -410,7 +417,7 @@ final class ShareRegistry: Sendable {
     }
 
     /// Adds a live viewer to an active share. Returns nil if the share is unknown or has ended.
-    public func subscribe(_ id: ShareID, _ subscriber: @escaping Subscriber) -> Int? {
+    package func subscribe(_ id: ShareID, _ subscriber: @escaping Subscriber) -> Int? {
         state.withLock { state in
             guard state.entries[id]?.share.isActive == true else { return nil }
             let subscriptionID = state.nextSubscriberID
@@ -421,7 +428,7 @@ final class ShareRegistry: Sendable {
         }
     }
 
-    public func unsubscribe(_ id: ShareID, subscription: Int) {
+    package func unsubscribe(_ id: ShareID, subscription: Int) {
         state.withLock { state in
             if state.entries[id]?.subscribers.removeValue(forKey: subscription) != nil { state.viewerCount -= 1 }
         }
@@ -440,7 +447,7 @@ final class ShareRegistry: Sendable {
 
     var shareIDs: [ShareID] { state.withLock { Array($0.entries.keys) } }
 
-    public var activeShareCount: Int { state.withLock { $0.activeCount } }
-    public var viewerCount: Int { state.withLock { $0.viewerCount } }
-    public var shareCount: Int { state.withLock { $0.entries.count } }
+    package var activeShareCount: Int { state.withLock { $0.activeCount } }
+    package var viewerCount: Int { state.withLock { $0.viewerCount } }
+    package var shareCount: Int { state.withLock { $0.entries.count } }
 }

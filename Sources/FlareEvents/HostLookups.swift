@@ -8,9 +8,9 @@ import FlareSystem
 /// (resolv.conf's defaults: 5 s, twice per server). The caller is told `.unfinished` at its timeout, and the lookup
 /// finishes on its own thread; its answer is kept for `keepMillis`, so that the caller's retry finds it at once. A
 /// caller for a name already being looked up waits for that lookup instead of starting another.
-final class HostLookups: @unchecked Sendable {
+package final class HostLookups: @unchecked Sendable {
     // @unchecked: `state` is only touched with `lock` held; everything else is immutable.
-    enum Answer: Equatable {
+    package enum Answer: Equatable {
         case addresses([IPAddress])
         /// No answer within the caller's timeout, or `limit` lookups under way already: ask again shortly.
         case unfinished
@@ -32,14 +32,14 @@ final class HostLookups: @unchecked Sendable {
     ///     names that never answer cannot pile up threads.
     ///   - keepMillis: how long an answer is kept for the next caller. Where the address rule is concerned this is
     ///     only a first check: every delivery looks the name up again and connects to what it checked then.
-    init(resolver: any HostResolving, limit: Int = 4, keepMillis: Int64 = 30_000) {
+    package init(resolver: any HostResolving, limit: Int = 4, keepMillis: Int64 = 30_000) {
         self.resolver = resolver
         self.limit = limit
         self.keepMillis = keepMillis
     }
 
     /// What `host` stands for, if a lookup answers within `timeout`.
-    func addresses(of host: String, timeout: Duration) -> Answer {
+    package func addresses(of host: String, timeout: Duration) -> Answer {
         let name = host.lowercased()
         enum Step { case answered([IPAddress]), start, wait, full }
         let step: Step = lock.withLock {

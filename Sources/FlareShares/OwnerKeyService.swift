@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+import FlareEvents
 import FlareSystem
 import Synchronization
 

@@ -4,8 +4,10 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Synchronization
+import FlareServiceTestSupport
+import FlareShares
 import Testing
-@testable import FlareBridge
+@testable import FlareEvents
 
 /// Answers every webhook with the status it is set to, and keeps what it got.
 final class ScriptedPoster: WebhookPosting, @unchecked Sendable {
@@ -41,19 +43,19 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
 @Suite struct EventDelivererTests {
     let secret = WebhookSecret.generate()
 
-    func deliverer(_ fixture: BridgeFixture, poster: ScriptedPoster, holder: String = "a") throws -> EventDeliverer {
+    func deliverer(_ fixture: ServiceFixture, poster: ScriptedPoster, holder: String = "a") throws -> EventDeliverer {
         EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
                        sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: holder, clock: SystemWallClock(), metrics: fixture.metrics,
                        logger: Logger(label: "test", level: .error))
     }
 
-    func eventTypes(_ fixture: BridgeFixture, _ id: ShareID) -> [String] {
+    func eventTypes(_ fixture: ServiceFixture, _ id: ShareID) -> [String] {
         fixture.publisher.messages.filter { $0.topic == Topics.events(id) }.compactMap { try? JSONValue.parse($0.payload).objectValue?["type"]?.stringValue }
     }
 
     @Test func trackerAndBatteryChangesAreEventsDeliveredToTheTopicAndTheWebhookOnce() throws {
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let poster = ScriptedPoster()
         let deliverer = try deliverer(fixture, poster: poster)
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
@@ -92,7 +94,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     }
 
     @Test func aFailingReceiverIsRetriedWithBackoffWhileTheTopicGetsItsEventAtOnce() throws {
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let poster = ScriptedPoster()
         poster.answer(.status(503))
         let deliverer = try deliverer(fixture, poster: poster)
@@ -118,7 +120,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     /// also once that receiver has more waiting than the deliverer reads at once, and creating shares (which records
     /// their events) does not wait for it.
     @Test func aSlowReceiverHoldsUpOnlyItsOwnDeliveries() throws {
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let poster = SlowPoster(seconds: 1)
         let deliverer = EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
@@ -138,7 +140,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     }
 
     @Test func oneInstanceDeliversAtATime() throws {
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let first = ScriptedPoster(), second = ScriptedPoster()
         let a = try deliverer(fixture, poster: first, holder: "a"), b = try deliverer(fixture, poster: second, holder: "b")
         _ = try fixture.service.create(name: nil, durationSeconds: 600)
@@ -147,7 +149,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     }
 
     @Test func aKeysWebhookIsSignedWithItsSealedSecretAndDroppedWhenRemoved() throws {
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let poster = ScriptedPoster()
         let deliverer = try deliverer(fixture, poster: poster)
         let (_, key) = try fixture.service.keys.create(label: "admin", admin: true, limits: .none)
@@ -179,7 +181,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     // MARK: Webhooks over the network
 
     /// A deliverer posting with libcurl (`WebhookClient`) to real receivers, its lookups answered by `resolver`.
-    func networkDeliverer(_ fixture: BridgeFixture, resolver: any HostResolving, serverWebhook: ServerWebhook? = nil,
+    func networkDeliverer(_ fixture: ServiceFixture, resolver: any HostResolving, serverWebhook: ServerWebhook? = nil,
                           connectTimeout: Duration = .seconds(5), requestTimeout: Duration = EventDeliverer.defaultRequestTimeout) -> EventDeliverer {
         EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: WebhookClient(connectTimeout: connectTimeout),
                        resolver: resolver, requestTimeout: requestTimeout, serverWebhook: serverWebhook,
@@ -197,7 +199,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     @Test func aNameThatTurnsToLoopbackAfterItsCheckNeverReachesLoopback() throws {
         let receiver = try RecordingReceiver()
         defer { receiver.stop() }
-        let fixture = try BridgeFixture()  // setWebhook's own lookup answers a public address
+        let fixture = try ServiceFixture()  // setWebhook's own lookup answers a public address
         let resolver = RebindingResolver()
         let deliverer = networkDeliverer(fixture, resolver: resolver, connectTimeout: .seconds(1), requestTimeout: .seconds(2))
         let (_, key) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
@@ -220,7 +222,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     @Test func anAdminKeysWebhookOnLoopbackGetsItsEventsAtTheAddressLookedUp() throws {
         let receiver = try RecordingReceiver()
         defer { receiver.stop() }
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback)
         let (_, key) = try fixture.service.keys.create(label: "desk", admin: true, limits: .none)
         let set = try fixture.service.keys.setWebhook(id: key.id, url: "http://receiver.flare.invalid:\(receiver.port)/k?desk=1")
@@ -246,7 +248,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         defer { elsewhere.stop() }
         let redirecting = try RecordingReceiver(status: 307, headers: [("Location", "http://127.0.0.1:\(elsewhere.port)/inside")])
         defer { redirecting.stop() }
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback,
                                          serverWebhook: ServerWebhook(url: try WebhookURL("http://127.0.0.1:\(redirecting.port)/flare"), secrets: [secret]))
         _ = try fixture.service.create(name: nil, durationSeconds: 600)
@@ -266,7 +268,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         defer { for receiver in silent { receiver.stop() } }
         let server = try RecordingReceiver(), answering = try RecordingReceiver()
         defer { server.stop(); answering.stop() }
-        let fixture = try BridgeFixture(eventDestinations: [.mqtt, .serverWebhook])
+        let fixture = try ServiceFixture(eventDestinations: [.mqtt, .serverWebhook])
         let deliverer = networkDeliverer(fixture, resolver: FixedResolver.loopback,
                                          serverWebhook: ServerWebhook(url: try WebhookURL("http://127.0.0.1:\(server.port)/flare"), secrets: [secret]),
                                          requestTimeout: .seconds(4))
@@ -303,7 +305,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     @Test func settingAWebhookDoesNotWaitForADNSThatDoesNotAnswer() throws {
         let resolver = BlockingResolver(answers: FixedResolver.public.answers)
         defer { resolver.release() }
-        let fixture = try BridgeFixture(hostResolver: resolver)
+        let fixture = try ServiceFixture(hostResolver: resolver)
         let (_, key) = try fixture.service.keys.create(label: "phone", admin: false, limits: .none)
         func set(_ url: String) throws -> Result<WebhookURL, OwnerKeyService.WebhookRefusal> {
             // On a thread of the test's own: a lookup on the caller's thread would never return.
@@ -346,7 +348,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         }
     }
 
-    func send(_ fixture: BridgeFixture, _ id: ShareID, _ payload: String) {
+    func send(_ fixture: ServiceFixture, _ id: ShareID, _ payload: String) {
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil)
         #expect(fixture.ingestor.waitUntilStored())
     }

@@ -1,20 +1,9 @@
 import FlareAPI
 public import FlareCore
 public import FlareStore
+public import FlareEvents
 import FlareSystem
 import Synchronization
-
-/// Publishes to the broker. `MQTTClient` is the real one; the protocol keeps share logic testable in memory.
-public protocol BrokerPublisher: Sendable {
-    /// Queues a message for the broker; false if it could not be handed over (e.g. not connected).
-    func publish(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?) -> Bool
-    /// Queues a position for a share's location topic (QoS 1, retained) marked as flared's own
-    /// (`Topics.originProperty`), so that the bridges do not take it for a new fix.
-    func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool
-    /// Publishes and waits until the broker acknowledges it, which also means that it has processed everything
-    /// handed over before on this connection. False on timeout, refusal or while not connected.
-    func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool
-}
 
 public enum ShareError: Error, Equatable, CustomStringConvertible {
     case notFound
@@ -95,11 +84,11 @@ public final class ShareService: Sendable {
         public let deviceToken: String
     }
 
-    let store: any ShareStore
+    private let store: any ShareStore
     /// The owner keys: who may create, read and control which shares.
     public let keys: OwnerKeyService
     /// Memory's copy of every share that still has history; the bridge's ingest records fixes into it.
-    let registry: ShareRegistry
+    package let registry: ShareRegistry
     private let publisher: any BrokerPublisher
     private let tokenKey: [UInt8]
     public let policy: SharePolicy
@@ -564,7 +553,7 @@ public final class ShareService: Sendable {
     /// the messages of the batch (new or not: an iOS phone answers with its cached position, already stored), from the
     /// ingest's writer after the commit. Viewers hear of the fixes at once; the tracker changes they make are
     /// recorded on the scheduler's thread, off the writer's.
-    func stored(_ fixes: [ShareRegistry.HeardFix], answers: [(share: ShareID, at: UnixMillis)]) {
+    package func stored(_ fixes: [ShareRegistry.HeardFix], answers: [(share: ShareID, at: UnixMillis)]) {
         let now = clock.now()
         for id in registry.record(fixes) { schedule(.tracker(id), at: now) }
         for answer in answers { schedule(.locateAnswered(answer.share, answer.at), at: now) }
@@ -573,7 +562,7 @@ public final class ShareService: Sendable {
     /// Fixes that came over HTTP, just stored: published to their shares' location topics, retained as a phone's
     /// are, so integrators and the retained last position see them too (from the writer's thread, after the commit).
     /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
-    func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
+    package func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
         for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
             // Behind fixes still waiting in the outbox, so that integrators get them in order.
             if httpOutbox.withLock({ $0.isEmpty }), publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
@@ -612,7 +601,7 @@ public final class ShareService: Sendable {
     /// has retained it. A fix the tracker sent just before may have reached the broker first and been overtaken (the
     /// broker keeps whichever it processed last), so a moment later, once that fix is stored, the newest stored
     /// position is published again if it is newer. From the MQTT thread: it only notes the time.
-    func ownPositionCameBack(topic: String, payload: [UInt8]) {
+    package func ownPositionCameBack(topic: String, payload: [UInt8]) {
         guard let id = Topics.shareID(fromLocationTopic: topic),
               let tst = (try? JSONValue.parse(payload))?["tst"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
         let first = echoedPositions.withLock { echoed in
@@ -650,7 +639,7 @@ public final class ShareService: Sendable {
     }
 
     /// The broker delivered the tracker's last will (from the MQTT thread): recorded on the scheduler's thread.
-    func lastWillArrived(_ id: ShareID, at: UnixMillis) {
+    package func lastWillArrived(_ id: ShareID, at: UnixMillis) {
         schedule(.trackerLost(id, at), at: at)
     }
 
@@ -828,7 +817,7 @@ public final class ShareService: Sendable {
     /// Whether a share holds as many fixes as a share may (`SharePolicy.maximumFixesPerShare`): its next fixes are
     /// refused, `fix_limit_reached`. Memory counts what it records; a share it has not counted yet (loaded from the
     /// store, or another instance's) is counted on the scheduler's thread, and taken in the meantime.
-    func fixLimitReached(_ context: ShareRegistry.IngestContext, of id: ShareID) -> Bool {
+    package func fixLimitReached(_ context: ShareRegistry.IngestContext, of id: ShareID) -> Bool {
         guard let stored = context.storedFixes else {
             // Once per share: a share loaded at start-up would otherwise schedule a count for each of its fixes.
             if registry.askFixCount(id) { schedule(.countFixes(id), at: clock.now()) }
@@ -851,7 +840,7 @@ public final class ShareService: Sendable {
     }
 
     /// What the ingest path needs for a fix of `id`, looking in the store when memory does not know the share.
-    func ingestContext(_ id: ShareID) throws(StoreError) -> ShareRegistry.IngestContext? {
+    package func ingestContext(_ id: ShareID) throws(StoreError) -> ShareRegistry.IngestContext? {
         if let context = registry.ingestContext(id) { return context }
         guard case .live = try share(id) else { return nil }
         return registry.ingestContext(id)
@@ -1099,7 +1088,7 @@ public final class ShareService: Sendable {
     /// marks published on `…/stored`, retained, at most once a second per share. False when the store could not be
     /// written (the tracker sends those messages again, and they are recorded then).
     @discardableResult
-    func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
+    package func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
         guard !sequences.isEmpty else { return true }
         let shareOfRow = Dictionary(sequences.map { ($0.row, $0.share) }, uniquingKeysWith: { first, _ in first })
         let marks: [(shareRow: Int64, mark: TrackerSequence)]
@@ -1115,7 +1104,7 @@ public final class ShareService: Sendable {
 
     /// A confirming tracker's message was refused (from the MQTT thread): its mark must move past it, or the tracker
     /// would keep it, and send it again, for ever. Recorded on the scheduler's thread.
-    func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
+    package func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
         let first = refusedSequences.withLock { refused in
             guard refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
             refused.append((share, row, sequence))

@@ -4,12 +4,13 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Synchronization
+import FlareServiceTestSupport
 import Testing
-@testable import FlareBridge
+@testable import FlareShares
 
 @Suite struct ShareServiceTests {
     @Test func createStoresRemembersSchedulesAndAnnounces() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: "Anna", durationSeconds: 600)
         let id = created.share.id
         #expect(try fixture.store.share(id: id)?.share == created.share)
@@ -26,7 +27,7 @@ import Testing
     }
 
     @Test func refusesBadRequests() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         #expect(throws: ShareError.self) { try fixture.service.create(name: nil, durationSeconds: 0) }
         #expect(throws: ShareError.self) { try fixture.service.create(name: String(repeating: "x", count: 200), durationSeconds: nil) }
         #expect(throws: ShareError.notFound) { try fixture.service.stop(ShareID.generate()) }
@@ -35,7 +36,7 @@ import Testing
     }
 
     @Test func stopEndsEverywhereAndTellsViewers() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: nil, durationSeconds: nil)
         let id = created.share.id
         let events = Mutex<[LiveEvent]>([])
@@ -59,7 +60,7 @@ import Testing
     }
 
     @Test func extendKeepsTheLinkAndMovesTheEnd() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: nil, durationSeconds: 60)
         let events = Mutex<[LiveEvent]>([])
         _ = fixture.registry.subscribe(created.share.id) { event in events.withLock { $0.append(event) } }
@@ -74,7 +75,7 @@ import Testing
     }
 
     @Test func expiresByItsTimer() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: nil, durationSeconds: 1)
         #expect(eventually(timeout: .seconds(10)) { fixture.registry.snapshot(created.share.id)?.share.isActive == false })
         #expect(fixture.registry.snapshot(created.share.id)?.share.endReason == .expired)
@@ -83,7 +84,7 @@ import Testing
     }
 
     @Test func historyIsDeletedAfterRetention() throws {
-        let fixture = try BridgeFixture(retentionSeconds: 0)
+        let fixture = try ServiceFixture(retentionSeconds: 0)
         let created = try fixture.service.create(name: "Anna", durationSeconds: 600)
         let id = created.share.id
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(1, 2), retained: false) == nil)
@@ -101,7 +102,7 @@ import Testing
         let directory = try TempDirectory.make(prefix: "flare-recover")
         let (expiredID, liveID, oldEndedID): (ShareID, ShareID, ShareID)
         do {
-            let first = try BridgeFixture(directory: directory)
+            let first = try ServiceFixture(directory: directory)
             let now = SystemWallClock().now()
             let expired = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now - 7_200_000, expiresAt: now - 1000)
             let oldEnded = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now - 300_000_000,
@@ -114,7 +115,7 @@ import Testing
             (expiredID, liveID, oldEndedID) = (expired.id, live.share.id, oldEnded.id)
             first.ingestor.drain(failingStoreGraceSeconds: 20)
         }
-        let second = try BridgeFixture(directory: directory)
+        let second = try ServiceFixture(directory: directory)
         try second.service.recover()
         #expect(second.registry.snapshot(expiredID)?.share.endReason == .expired)
         #expect(second.registry.snapshot(expiredID)?.last?.latitude == 1)  // the last position stays visible after the end
@@ -126,7 +127,7 @@ import Testing
     }
 
     @Test func announcementsMissedWhileTheBrokerIsDownAreSentOnReconnect() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         fixture.publisher.setDown(true)
         let created = try fixture.service.create(name: nil, durationSeconds: 60)
         try fixture.service.stop(created.share.id)
@@ -140,7 +141,7 @@ import Testing
     }
 
     @Test func stoppingAShareRevokesItsTokensAtTheBrokerAndExpiringDoesNot() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let stopped = try fixture.service.create(name: nil, durationSeconds: 600)
         let expiring = try fixture.service.create(name: nil, durationSeconds: 600)
         try fixture.service.stop(stopped.share.id)
@@ -154,7 +155,7 @@ import Testing
         #expect(fixture.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
 
         // A restarted flared says it again at its first connection (it cannot know the broker heard it).
-        let restarted = try BridgeFixture(directory: fixture.directory, key: fixture.key)
+        let restarted = try ServiceFixture(directory: fixture.directory, key: fixture.key)
         try restarted.service.recover()
         #expect(restarted.publisher.messages.filter { $0.topic == Topics.brokerControl }.isEmpty)
         restarted.service.flushUnsent()
@@ -166,17 +167,17 @@ import Testing
 
 /// Tracker states and "locate now" through the service, the ingest and a real SQLite store.
 @Suite struct TrackerServiceTests {
-    func statusPayloads(_ fixture: BridgeFixture, _ id: ShareID) -> [JSONValue] {
+    func statusPayloads(_ fixture: ServiceFixture, _ id: ShareID) -> [JSONValue] {
         fixture.publisher.messages.filter { $0.topic == Topics.status(id) && !$0.payload.isEmpty }.compactMap { try? JSONValue.parse($0.payload) }
     }
 
-    func send(_ fixture: BridgeFixture, _ id: ShareID, _ payload: String, retained: Bool = false) {
+    func send(_ fixture: ServiceFixture, _ id: ShareID, _ payload: String, retained: Bool = false) {
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: retained) == nil)
         #expect(fixture.ingestor.waitUntilStored())
     }
 
     @Test func aLastWillRecordsTheTrackerOfflineAndTheNextFixLiveAgain() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
         send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(Int64(Date().timeIntervalSince1970))}"#)
         send(fixture, id, #"{"_type":"lwt"}"#)
@@ -197,7 +198,7 @@ import Testing
     }
 
     @Test func aSilencePastTheLimitIsRecordedStaleOnce() throws {
-        let fixture = try BridgeFixture(staleAfterSeconds: 60)
+        let fixture = try ServiceFixture(staleAfterSeconds: 60)
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
         let now = Int64(Date().timeIntervalSince1970) * 1000
         send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now / 1000)}"#)
@@ -213,7 +214,7 @@ import Testing
     }
 
     @Test func locateNowIsRefusedWhileLiveLimitedAcrossCallsAndItsAnswerIsShownEvenForAKnownPosition() throws {
-        let fixture = try BridgeFixture()
+        let fixture = try ServiceFixture()
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
         let tst = Int64(Date().timeIntervalSince1970)
         let cached = #"{"_type":"location","lat":1,"lon":2,"tst":\#(tst)}"#
