@@ -1,0 +1,94 @@
+import FlareAPI
+public import FlareCore
+public import FlareStore
+public import FlareEvents
+import FlareSystem
+import Synchronization
+
+extension ShareService {
+    // MARK: Broker announcements
+
+    func publishStatus(of share: Share) {
+        let status = statusMessage(of: share)
+        publish(topic: Topics.status(share.id), payload: status.payload, expiry: status.expiry)
+    }
+
+    /// The retained status of a share, and how long the broker is to keep it.
+    func statusMessage(of share: Share) -> (payload: [UInt8], expiry: UInt32) {
+        var writer = JSONWriter()
+        writer.beginObject()
+        let expiry: UInt32
+        let retention = max(policy.historyRetentionSeconds, 3600)
+        if let reason = share.endReason, let endedAt = share.endedAt {
+            writer.field("state", "ended")
+            writer.field("reason", reason.rawValue)
+            writer.field("ended_at", RFC3339.format(millis: endedAt))
+            expiry = UInt32(clamping: retention)
+        } else {
+            writer.field("state", "active")
+            writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
+            writer.key("tracker")
+            writer.beginObject()
+            TrackerSummary(share: share, last: nil).writeStateFields(into: &writer)
+            writer.endObject()
+            // The retained status must not outlive the share on a broker that Flare stops talking to.
+            expiry = UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
+        }
+        writer.endObject()
+        return (writer.bytes, expiry)
+    }
+
+    func publish(topic: String, payload: [UInt8], expiry: UInt32?) {
+        if !publisher.publish(topic: topic, payload: payload, qos: 1, retain: true, expirySeconds: expiry) {
+            unsent.withLock { $0[topic] = (payload, expiry) }
+            logger.warning("broker unavailable; a status update is kept and will be sent on reconnect")
+        }
+    }
+
+    /// Tells the broker's auth plugin (`$CONTROL/flare/v1`) to refuse the share's device and watch tokens until
+    /// they expire and to disconnect its clients now. Not retained: the plugin keeps its own list on disk.
+    func revoke(_ share: Share) {
+        let until = Self.revocationEnd(share)
+        if !sendRevocation(share.id, until: until) {
+            unsentRevocations.withLock { $0[share.id] = until }
+            logger.warning("broker unavailable; a revocation is kept and will be sent on reconnect")
+        }
+    }
+
+    /// Unix seconds, rounded up: no token of the share has an `exp` later than its current expiry.
+    static func revocationEnd(_ share: Share) -> Int64 { (share.expiresAt + 999) / 1000 }
+
+    func sendRevocation(_ id: ShareID, until: Int64) -> Bool {
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("op", "revoke")
+        writer.field("share_id", id.rawValue)
+        writer.field("until", until)
+        writer.endObject()
+        return publisher.publish(topic: Topics.brokerControl, payload: writer.bytes, qos: 1, retain: false, expirySeconds: nil)
+    }
+
+    /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
+    public func flushUnsent() {
+        flushHTTPOutbox()
+        let pending = unsent.withLock { unsent in
+            defer { unsent = [:] }
+            return unsent
+        }
+        for (topic, message) in pending { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
+        let revocations = unsentRevocations.withLock { pending in
+            defer { pending = [:] }
+            return pending
+        }
+        for (id, until) in revocations where !sendRevocation(id, until: until) {
+            unsentRevocations.withLock { $0[id] = until }
+        }
+        let locateRequests = unsentLocateRequests.withLock { pending in
+            defer { pending = [:] }
+            return pending
+        }
+        for (id, askedAt) in locateRequests where !sendLocateRequest(id, askedAt: askedAt) {
+            unsentLocateRequests.withLock { $0[id] = askedAt }
+        }
+    }
+}

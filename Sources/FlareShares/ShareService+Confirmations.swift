@@ -1,0 +1,86 @@
+import FlareAPI
+public import FlareCore
+public import FlareStore
+public import FlareEvents
+import FlareSystem
+import Synchronization
+
+extension ShareService {
+    // MARK: Confirming trackers
+
+    /// A confirming tracker's messages whose fixes were just committed (from the writer, after the commit), or that
+    /// were refused: recorded in the store, which moves each share's mark over what is handled without a gap, and the
+    /// marks published on `…/stored`, retained, at most once a second per share. False when the store could not be
+    /// written (the tracker sends those messages again, and they are recorded then).
+    @discardableResult
+    package func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
+        guard !sequences.isEmpty else { return true }
+        let shareOfRow = Dictionary(sequences.map { ($0.row, $0.share) }, uniquingKeysWith: { first, _ in first })
+        let marks: [(shareRow: Int64, mark: TrackerSequence)]
+        do { marks = try store.recordHandledSequences(sequences.map { ($0.row, $0.sequence) }) } catch {
+            logger.warning("cannot record what confirming trackers sent (\(error)); they send it again")
+            return false
+        }
+        for (row, mark) in marks {
+            if let id = shareOfRow[row] { publishMark(mark, of: id) }
+        }
+        return true
+    }
+
+    /// A confirming tracker's message was refused (from the MQTT thread): its mark must move past it, or the tracker
+    /// would keep it, and send it again, for ever. Recorded on the scheduler's thread.
+    package func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
+        let first = refusedSequences.withLock { refused in
+            guard refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
+            refused.append((share, row, sequence))
+            return refused.count == 1
+        }
+        if first { schedule(.refusedSequences, at: clock.now()) }
+    }
+
+    func recordRefusedSequences() {
+        let refused = refusedSequences.withLock { refused in
+            defer { refused = [] }
+            return refused
+        }
+        handled(refused)
+    }
+
+    static let trackerMarkIntervalMillis: Int64 = 1_000
+
+    func publishMark(_ mark: TrackerSequence, of id: ShareID) {
+        let now = monotonicMillis()
+        let sendNow: Bool = trackerMarks.withLock { marks in
+            let entry = marks[id]
+            guard let entry, now - entry.publishedAt < Self.trackerMarkIntervalMillis else {
+                marks[id] = (now, nil)
+                return true
+            }
+            if entry.held == nil {
+                schedule(.trackerMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
+            }
+            if entry.held.map({ ($0.stream, $0.number) < (mark.stream, mark.number) }) ?? true { marks[id]?.held = mark }
+            return false
+        }
+        if sendNow { sendMark(mark, of: id) }
+    }
+
+    func publishHeldMark(_ id: ShareID) {
+        let held: TrackerSequence? = trackerMarks.withLock { marks in
+            guard let mark = marks[id]?.held else { return nil }
+            marks[id] = (monotonicMillis(), nil)
+            return mark
+        }
+        if let held { sendMark(held, of: id) }
+    }
+
+    func sendMark(_ mark: TrackerSequence, of id: ShareID) {
+        guard let share = registry.snapshot(id)?.share, share.isActive else { return }
+        var writer = JSONWriter()
+        writer.beginObject()
+        writer.field("seq_stream", mark.stream)
+        writer.field("seq", mark.number)
+        writer.endObject()
+        publish(topic: Topics.stored(id), payload: writer.bytes, expiry: UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000)))
+    }
+}

@@ -1,0 +1,82 @@
+import FlareAPI
+public import FlareCore
+public import FlareStore
+public import FlareEvents
+import FlareSystem
+import Synchronization
+
+extension ShareService {
+    // MARK: What the ingest reports
+
+    /// Stored fixes (new ones, with when and how their trackers were heard) and the answers to "locate now" among
+    /// the messages of the batch (new or not: an iOS phone answers with its cached position, already stored), from the
+    /// ingest's writer after the commit. Viewers hear of the fixes at once; the tracker changes they make are
+    /// recorded on the scheduler's thread, off the writer's.
+    package func stored(_ fixes: [ShareRegistry.HeardFix], answers: [(share: ShareID, at: UnixMillis)]) {
+        let now = clock.now()
+        for id in registry.record(fixes) { schedule(.tracker(id), at: now) }
+        for answer in answers { schedule(.locateAnswered(answer.share, answer.at), at: now) }
+    }
+
+    /// Fixes that came over HTTP, just stored: published to their shares' location topics, retained as a phone's
+    /// are, so integrators and the retained last position see them too (from the writer's thread, after the commit).
+    /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
+    package func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
+        for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
+            // Behind fixes still waiting in the outbox, so that integrators get them in order.
+            if httpOutbox.withLock({ $0.isEmpty }), publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
+                continue
+            }
+            // Stored and shown to viewers all the same; the broker gets it when it is back.
+            metrics.increment(FlareMetrics.httpFixesUnpublished)
+            let dropped = httpOutbox.withLock { outbox in
+                outbox.append((id, fix))
+                guard outbox.count > Self.httpOutboxCapacity else { return false }
+                outbox.removeFirst()
+                return true
+            }
+            if dropped { metrics.increment(FlareMetrics.httpOutboxDropped) }
+            if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
+                logger.warning("share \(id): broker unavailable; fixes received over HTTP are stored and wait in the outbox (\(httpOutbox.withLock { $0.count })) to be published on reconnect")
+            }
+        }
+    }
+
+    /// HTTP fixes kept for the broker while it is away, in memory: a fix is stored before it gets here, so an instance
+    /// that dies loses only the integrators' copy (the broker's retained last position is restored from the store
+    /// if the broker lost it). Beyond this many the oldest go, counted: the retained position needs only the newest.
+    static let httpOutboxCapacity = 10_000
+
+    /// Publishes the outbox, oldest first, until the broker stops taking messages.
+    func flushHTTPOutbox() {
+        while let (id, fix) = httpOutbox.withLock({ $0.first }) {
+            if registry.snapshot(id)?.share.isActive == true,
+               !publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) { return }
+            httpOutbox.withLock { outbox in if !outbox.isEmpty { outbox.removeFirst() } }
+        }
+    }
+
+    /// A position flared published (an HTTP fix, a restored last position) came back through the bridge: the broker
+    /// has retained it. A fix the tracker sent just before may have reached the broker first and been overtaken (the
+    /// broker keeps whichever it processed last), so a moment later, once that fix is stored, the newest stored
+    /// position is published again if it is newer. From the MQTT thread: it only notes the time.
+    package func ownPositionCameBack(topic: String, payload: [UInt8]) {
+        guard let id = Topics.shareID(fromLocationTopic: topic),
+              let tst = (try? JSONValue.parse(payload))?["tst"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
+        let first = echoedPositions.withLock { echoed in
+            defer { echoed[id] = tst }
+            return echoed[id] == nil
+        }
+        if first { schedule(.positionCheck(id), at: clock.now() + Self.positionCheckDelayMillis) }
+    }
+
+    /// Longer than a fix takes from the broker to the store, even in a batch.
+    static let positionCheckDelayMillis: Int64 = 2_000
+
+    func checkRetainedPosition(_ id: ShareID) {
+        guard let echoed = echoedPositions.withLock({ $0.removeValue(forKey: id) }),
+              let snapshot = registry.snapshot(id), snapshot.share.isActive,
+              let last = snapshot.last, last.timestamp > echoed else { return }
+        _ = publisher.publishOwnPosition(topic: Topics.location(id), payload: last.ownTracksJSON)
+    }
+}
