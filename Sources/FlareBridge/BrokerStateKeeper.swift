@@ -80,8 +80,7 @@ public final class BrokerStateKeeper: Sendable {
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
-        metrics.register(FlareMetrics.brokerRestores)
-        metrics.register(FlareMetrics.brokerRestoredMessages)
+        metrics.register(FlareMetrics.brokerRestores, FlareMetrics.brokerRestoredMessages)
         metrics.registerGauge(FlareMetrics.brokerEpoch) { [weak self] in
             Double(self?.state.withLock { $0.holding ? $0.epoch : 0 } ?? 0)
         }

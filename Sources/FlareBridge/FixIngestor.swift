@@ -63,11 +63,7 @@ public final class FixIngestor: Sendable {
         self.minimumCommitIntervalMillis = minimumCommitIntervalMillis
         self.gatherThreshold = max(8, gatherThreshold)
         self.gatherMillis = gatherMillis
-        metrics.register(FlareMetrics.fixesAccepted)
-        metrics.register(FlareMetrics.fixesDuplicate)
-        metrics.register(FlareMetrics.fixesRejected)
-        metrics.register(FlareMetrics.lastWills)
-        metrics.register(FlareMetrics.storeErrors)
+        metrics.register(FlareMetrics.fixesAccepted, FlareMetrics.fixesDuplicate, FlareMetrics.fixesRejected, FlareMetrics.lastWills, FlareMetrics.storeErrors)
         let queue = self.queue
         metrics.registerGauge(FlareMetrics.ingestQueueDepth) { Double(queue.depth) }
     }

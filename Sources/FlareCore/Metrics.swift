@@ -30,11 +30,14 @@ public final class Metrics: Sendable {
 
     public init() {}
 
-    public func register(_ family: Family) {
+    /// Counters and gauges whose values are set as things happen, listed on /metrics in this order; a family
+    /// registered again is listed once.
+    public func register(_ families: Family...) {
         state.withLock { state in
-            guard state.families[family.name] == nil else { return }
-            state.families[family.name] = family
-            state.order.append(family.name)
+            for family in families where state.families[family.name] == nil {
+                state.families[family.name] = family
+                state.order.append(family.name)
+            }
         }
     }
 

@@ -166,9 +166,7 @@ public final class EventDeliverer: @unchecked Sendable {
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
-        metrics.register(FlareMetrics.eventDeliveries)
-        metrics.register(FlareMetrics.eventsWaiting)
-        metrics.register(FlareMetrics.eventsOldestWaiting)
+        metrics.register(FlareMetrics.eventDeliveries, FlareMetrics.eventsWaiting, FlareMetrics.eventsOldestWaiting)
     }
 
     /// Where this instance sends every new event besides the owning key's webhook: the events topic, and the

@@ -8,6 +8,16 @@ import Synchronization
 extension ShareService {
     // MARK: Broker announcements
 
+    /// What the broker could not be handed while it was away, sent on reconnect (`flushUnsent`).
+    struct Unsent {
+        /// Messages, newest per topic.
+        var messages: [String: (payload: [UInt8], expiry: UInt32?)] = [:]
+        /// Revocations (share → token expiry, Unix s).
+        var revocations: [ShareID: Int64] = [:]
+        /// "Locate now" requests, by when they were asked: sent while still valid.
+        var locateRequests: [ShareID: UnixMillis] = [:]
+    }
+
     func publishStatus(of share: Share) {
         let status = statusMessage(of: share)
         publish(topic: Topics.status(share.id), payload: status.payload, expiry: status.expiry)
@@ -40,7 +50,7 @@ extension ShareService {
 
     func publish(topic: String, payload: [UInt8], expiry: UInt32?) {
         if !publisher.publish(topic: topic, payload: payload, qos: 1, retain: true, expirySeconds: expiry) {
-            unsent.withLock { $0[topic] = (payload, expiry) }
+            unsent.withLock { $0.messages[topic] = (payload, expiry) }
             logger.warning("broker unavailable; a status update is kept and will be sent on reconnect")
         }
     }
@@ -50,7 +60,7 @@ extension ShareService {
     func revoke(_ share: Share) {
         let until = Self.revocationEnd(share)
         if !sendRevocation(share.id, until: until) {
-            unsentRevocations.withLock { $0[share.id] = until }
+            unsent.withLock { $0.revocations[share.id] = until }
             logger.warning("broker unavailable; a revocation is kept and will be sent on reconnect")
         }
     }
@@ -70,25 +80,18 @@ extension ShareService {
 
     /// Re-sends what could not be published while the broker was away. Called on every (re)connect.
     public func flushUnsent() {
-        flushHTTPOutbox()
+        flushUnpublishedHTTPFixes()
         let pending = unsent.withLock { unsent in
-            defer { unsent = [:] }
+            defer { unsent = Unsent() }
             return unsent
         }
-        for (topic, message) in pending { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
-        let revocations = unsentRevocations.withLock { pending in
-            defer { pending = [:] }
-            return pending
+        for (topic, message) in pending.messages { publish(topic: topic, payload: message.payload, expiry: message.expiry) }
+        for (id, until) in pending.revocations where !sendRevocation(id, until: until) {
+            unsent.withLock { $0.revocations[id] = until }
         }
-        for (id, until) in revocations where !sendRevocation(id, until: until) {
-            unsentRevocations.withLock { $0[id] = until }
-        }
-        let locateRequests = unsentLocateRequests.withLock { pending in
-            defer { pending = [:] }
-            return pending
-        }
+        let locateRequests = pending.locateRequests
         for (id, askedAt) in locateRequests where !sendLocateRequest(id, askedAt: askedAt) {
-            unsentLocateRequests.withLock { $0[id] = askedAt }
+            unsent.withLock { $0.locateRequests[id] = askedAt }
         }
     }
 }

@@ -8,6 +8,17 @@ import Synchronization
 extension ShareService {
     // MARK: Who has seen the link
 
+    struct AudienceState {
+        /// Viewers with a live stream on this instance, per share (hash → streams), for the heartbeat in the store.
+        var watchers: [ShareID: [SecretHash: Int]] = [:]
+        /// When each viewer was last written to the store.
+        var seen: [SecretHash: Int64] = [:]
+        /// Which viewer hashes each address added per share (the cap).
+        var byAddress: [String: Set<SecretHash>] = [:]
+        /// The audience last published per share, so that an unchanged one is not published again.
+        var published: [ShareID: Audience] = [:]
+    }
+
     /// A viewer is watching while its page was seen within this long (its live stream's heartbeat is half of it).
     static let watchingWindowMillis: Int64 = 75_000
     static let heartbeatMillis: Int64 = 30_000
@@ -32,7 +43,7 @@ extension ShareService {
         guard snapshot.share.isActive, Self.isViewerID(viewer) else { return }
         let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
         let now = monotonicMillis()
-        let due: Bool = viewerNotes.withLock { notes in
+        let due: Bool = audienceState.withLock { notes in
             if let last = notes.seen[hash], now - last < Self.heartbeatMillis { return false }
             let key = address + " " + snapshot.share.id.rawValue
             var added = notes.byAddress[key] ?? []
@@ -54,7 +65,7 @@ extension ShareService {
         do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending)) } catch {
             // The page is answered all the same (it asked for the position, not to be counted); the viewer is noted
             // at its next request instead.
-            viewerNotes.withLock { _ = $0.seen.removeValue(forKey: hash) }
+            audienceState.withLock { _ = $0.seen.removeValue(forKey: hash) }
             warnStore("share \(snapshot.share.id): cannot note a viewer (\(error)); noted at its next request")
             return
         }
@@ -68,12 +79,12 @@ extension ShareService {
     public func watching(_ snapshot: ShareSnapshot, viewer: String, open: Bool) {
         guard Self.isViewerID(viewer) else { return }
         let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
-        let first = watchers.withLock { watchers -> Bool in
-            let wasEmpty = watchers.isEmpty
-            var streams = watchers[snapshot.share.id] ?? [:]
+        let first = audienceState.withLock { state -> Bool in
+            let wasEmpty = state.watchers.isEmpty
+            var streams = state.watchers[snapshot.share.id] ?? [:]
             streams[hash, default: 0] += open ? 1 : -1
             if streams[hash] ?? 0 <= 0 { streams[hash] = nil }
-            watchers[snapshot.share.id] = streams.isEmpty ? nil : streams
+            state.watchers[snapshot.share.id] = streams.isEmpty ? nil : streams
             return wasEmpty && open
         }
         if first { schedule(.audienceHeartbeat, at: clock.now() + Self.heartbeatMillis) }
@@ -81,7 +92,7 @@ extension ShareService {
     }
 
     func audienceHeartbeat() {
-        let watched = watchers.withLock { $0 }
+        let watched = audienceState.withLock { $0.watchers }
         guard !watched.isEmpty else { return }
         let now = clock.now()
         for (id, streams) in watched {
@@ -111,10 +122,10 @@ extension ShareService {
             warnStore("share \(snapshot.share.id): cannot read its audience (\(error))")
             return
         }
-        let changed = publishedAudience.withLock { published in
-            guard published[snapshot.share.id] != audience else { return false }
-            if published.count >= 100_000 { published.removeAll(keepingCapacity: true) }
-            published[snapshot.share.id] = audience
+        let changed = audienceState.withLock { state in
+            guard state.published[snapshot.share.id] != audience else { return false }
+            if state.published.count >= 100_000 { state.published.removeAll(keepingCapacity: true) }
+            state.published[snapshot.share.id] = audience
             return true
         }
         guard changed else { return }

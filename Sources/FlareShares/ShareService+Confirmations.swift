@@ -8,6 +8,13 @@ import Synchronization
 extension ShareService {
     // MARK: Confirming trackers
 
+    struct Confirmations {
+        /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
+        var refused: [(share: ShareID, row: Int64, sequence: TrackerSequence)] = []
+        /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
+        var marks: [ShareID: (publishedAt: Int64, held: TrackerSequence?)] = [:]
+    }
+
     /// A confirming tracker's messages whose fixes were just committed (from the writer, after the commit), or that
     /// were refused: recorded in the store, which moves each share's mark over what is handled without a gap, and the
     /// marks published on `…/stored`, retained, at most once a second per share. False when the store could not be
@@ -30,18 +37,18 @@ extension ShareService {
     /// A confirming tracker's message was refused (from the MQTT thread): its mark must move past it, or the tracker
     /// would keep it, and send it again, for ever. Recorded on the scheduler's thread.
     package func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
-        let first = refusedSequences.withLock { refused in
-            guard refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
-            refused.append((share, row, sequence))
-            return refused.count == 1
+        let first = confirmations.withLock { state in
+            guard state.refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
+            state.refused.append((share, row, sequence))
+            return state.refused.count == 1
         }
         if first { schedule(.refusedSequences, at: clock.now()) }
     }
 
     func recordRefusedSequences() {
-        let refused = refusedSequences.withLock { refused in
-            defer { refused = [] }
-            return refused
+        let refused = confirmations.withLock { state in
+            defer { state.refused = [] }
+            return state.refused
         }
         handled(refused)
     }
@@ -50,25 +57,25 @@ extension ShareService {
 
     func publishMark(_ mark: TrackerSequence, of id: ShareID) {
         let now = monotonicMillis()
-        let sendNow: Bool = trackerMarks.withLock { marks in
-            let entry = marks[id]
+        let sendNow: Bool = confirmations.withLock { state in
+            let entry = state.marks[id]
             guard let entry, now - entry.publishedAt < Self.trackerMarkIntervalMillis else {
-                marks[id] = (now, nil)
+                state.marks[id] = (now, nil)
                 return true
             }
             if entry.held == nil {
                 schedule(.trackerMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
             }
-            if entry.held.map({ ($0.stream, $0.number) < (mark.stream, mark.number) }) ?? true { marks[id]?.held = mark }
+            if entry.held.map({ ($0.stream, $0.number) < (mark.stream, mark.number) }) ?? true { state.marks[id]?.held = mark }
             return false
         }
         if sendNow { sendMark(mark, of: id) }
     }
 
     func publishHeldMark(_ id: ShareID) {
-        let held: TrackerSequence? = trackerMarks.withLock { marks in
-            guard let mark = marks[id]?.held else { return nil }
-            marks[id] = (monotonicMillis(), nil)
+        let held: TrackerSequence? = confirmations.withLock { state in
+            guard let mark = state.marks[id]?.held else { return nil }
+            state.marks[id] = (monotonicMillis(), nil)
             return mark
         }
         if let held { sendMark(held, of: id) }

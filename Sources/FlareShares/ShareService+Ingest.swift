@@ -8,6 +8,15 @@ import Synchronization
 extension ShareService {
     // MARK: What the ingest reports
 
+    struct Publication {
+        /// Fixes that came over HTTP while the broker was away, oldest first, waiting in memory (see
+        /// `publishHTTPFixes`).
+        var unpublishedHTTPFixes: [(share: ShareID, fix: Fix)] = []
+        /// The time (`tst`) of the last position flared published per share that came back through a bridge, until
+        /// it is checked against the newest stored (see `ownPositionCameBack`).
+        var echoedPositions: [ShareID: Int64] = [:]
+    }
+
     /// Stored fixes (new ones, with when and how their trackers were heard) and the answers to "locate now" among
     /// the messages of the batch (new or not: an iOS phone answers with its cached position, already stored), from the
     /// ingest's writer after the commit. Viewers hear of the fixes at once; the tracker changes they make are
@@ -23,21 +32,21 @@ extension ShareService {
     /// A share that ended meanwhile gets nothing: its retained position is cleared and must stay so.
     package func publishHTTPFixes(_ fixes: [(share: ShareID, fix: Fix)]) {
         for (id, fix) in fixes where registry.snapshot(id)?.share.isActive == true {
-            // Behind fixes still waiting in the outbox, so that integrators get them in order.
-            if httpOutbox.withLock({ $0.isEmpty }), publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
+            // Behind fixes still waiting, so that integrators get them in order.
+            if publication.withLock({ $0.unpublishedHTTPFixes.isEmpty }), publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) {
                 continue
             }
             // Stored and shown to viewers all the same; the broker gets it when it is back.
             metrics.increment(FlareMetrics.httpFixesUnpublished)
-            let dropped = httpOutbox.withLock { outbox in
-                outbox.append((id, fix))
-                guard outbox.count > Self.httpOutboxCapacity else { return false }
-                outbox.removeFirst()
+            let dropped = publication.withLock { publication in
+                publication.unpublishedHTTPFixes.append((id, fix))
+                guard publication.unpublishedHTTPFixes.count > Self.unpublishedHTTPFixesCapacity else { return false }
+                publication.unpublishedHTTPFixes.removeFirst()
                 return true
             }
-            if dropped { metrics.increment(FlareMetrics.httpOutboxDropped) }
+            if dropped { metrics.increment(FlareMetrics.httpFixesDropped) }
             if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
-                logger.warning("share \(id): broker unavailable; fixes received over HTTP are stored and wait in the outbox (\(httpOutbox.withLock { $0.count })) to be published on reconnect")
+                logger.warning("share \(id): broker unavailable; fixes received over HTTP are stored and wait in memory (\(publication.withLock { $0.unpublishedHTTPFixes.count })) to be published on reconnect")
             }
         }
     }
@@ -45,14 +54,14 @@ extension ShareService {
     /// HTTP fixes kept for the broker while it is away, in memory: a fix is stored before it gets here, so an instance
     /// that dies loses only the integrators' copy (the broker's retained last position is restored from the store
     /// if the broker lost it). Beyond this many the oldest go, counted: the retained position needs only the newest.
-    static let httpOutboxCapacity = 10_000
+    static let unpublishedHTTPFixesCapacity = 10_000
 
-    /// Publishes the outbox, oldest first, until the broker stops taking messages.
-    func flushHTTPOutbox() {
-        while let (id, fix) = httpOutbox.withLock({ $0.first }) {
+    /// Publishes the waiting HTTP fixes, oldest first, until the broker stops taking messages.
+    func flushUnpublishedHTTPFixes() {
+        while let (id, fix) = publication.withLock({ $0.unpublishedHTTPFixes.first }) {
             if registry.snapshot(id)?.share.isActive == true,
                !publisher.publishOwnPosition(topic: Topics.location(id), payload: fix.ownTracksJSON) { return }
-            httpOutbox.withLock { outbox in if !outbox.isEmpty { outbox.removeFirst() } }
+            publication.withLock { if !$0.unpublishedHTTPFixes.isEmpty { $0.unpublishedHTTPFixes.removeFirst() } }
         }
     }
 
@@ -63,9 +72,9 @@ extension ShareService {
     package func ownPositionCameBack(topic: String, payload: [UInt8]) {
         guard let id = Topics.shareID(fromLocationTopic: topic),
               let tst = (try? JSONValue.parse(payload))?["tst"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
-        let first = echoedPositions.withLock { echoed in
-            defer { echoed[id] = tst }
-            return echoed[id] == nil
+        let first = publication.withLock { publication in
+            defer { publication.echoedPositions[id] = tst }
+            return publication.echoedPositions[id] == nil
         }
         if first { schedule(.positionCheck(id), at: clock.now() + Self.positionCheckDelayMillis) }
     }
@@ -74,7 +83,7 @@ extension ShareService {
     static let positionCheckDelayMillis: Int64 = 2_000
 
     func checkRetainedPosition(_ id: ShareID) {
-        guard let echoed = echoedPositions.withLock({ $0.removeValue(forKey: id) }),
+        guard let echoed = publication.withLock({ $0.echoedPositions.removeValue(forKey: id) }),
               let snapshot = registry.snapshot(id), snapshot.share.isActive,
               let last = snapshot.last, last.timestamp > echoed else { return }
         _ = publisher.publishOwnPosition(topic: Topics.location(id), payload: last.ownTracksJSON)

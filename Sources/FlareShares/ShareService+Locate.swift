@@ -66,7 +66,7 @@ extension ShareService {
         registry.updateTracker(id) { $0.locateRequestedAt = now }
         eventRecorded()
         if !sendLocateRequest(id, askedAt: now) {
-            unsentLocateRequests.withLock { $0[id] = now }
+            unsent.withLock { $0.locateRequests[id] = now }
             logger.warning("share \(id): broker unavailable; the location request is kept and will be sent on reconnect")
         }
         metrics.increment(FlareMetrics.locateRequests)

@@ -96,27 +96,15 @@ public final class ShareService: Sendable {
     let metrics: Metrics
     let logger: Logger
     let scheduler = Mutex<DeadlineScheduler<Job>?>(nil)
-    /// Broker messages that could not be handed over (broker down); re-sent on reconnect, newest per topic.
-    let unsent = Mutex<[String: (payload: [UInt8], expiry: UInt32?)]>([:])
-    /// Revocations the broker has not been handed yet (share → token expiry, Unix s); re-sent on reconnect.
-    let unsentRevocations = Mutex<[ShareID: Int64]>([:])
-    /// The time (`tst`) of the last position flared published per share that came back through a bridge, until it is
-    /// checked against the newest stored (see `ownPositionCameBack`).
-    let echoedPositions = Mutex<[ShareID: Int64]>([:])
-    /// Fixes that came over HTTP while the broker was away, oldest first (see `publishHTTPFixes`).
-    let httpOutbox = Mutex<[(share: ShareID, fix: Fix)]>([])
-    /// Viewers with a live stream on this instance, per share (hash → streams), for the heartbeat in the store.
-    let watchers = Mutex<[ShareID: [SecretHash: Int]]>([:])
-    /// When each viewer was last written to the store, and which viewer hashes each address added per share (the cap).
-    let viewerNotes = Mutex<(seen: [SecretHash: Int64], byAddress: [String: Set<SecretHash>])>(([:], [:]))
-    /// The audience last published per share, so that an unchanged one is not published again.
-    let publishedAudience = Mutex<[ShareID: Audience]>([:])
-    /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
-    let refusedSequences = Mutex<[(share: ShareID, row: Int64, sequence: TrackerSequence)]>([])
-    /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
-    let trackerMarks = Mutex<[ShareID: (publishedAt: Int64, held: TrackerSequence?)]>([:])
-    /// "Locate now" requests the broker could not take, by when they were asked: sent on reconnect while still valid.
-    let unsentLocateRequests = Mutex<[ShareID: UnixMillis]>([:])
+    // Each concern's state, in a small type of its own declared beside the concern (ShareService+<Concern>.swift).
+    /// What the broker could not be handed while it was away (`Unsent`, ShareService+Announcements.swift).
+    let unsent = Mutex(Unsent())
+    /// HTTP fixes waiting for the broker and flared's own positions that came back (`Publication`, +Ingest).
+    let publication = Mutex(Publication())
+    /// Who watches, who was noted, what was published (`AudienceState`, +Audience).
+    let audienceState = Mutex(AudienceState())
+    /// Confirming trackers' refused messages and their marks (`Confirmations`, +Confirmations).
+    let confirmations = Mutex(Confirmations())
     let unpublishedLogLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
     let storeWarnings = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5), maximumKeys: 4)
     /// Where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
@@ -150,14 +138,7 @@ public final class ShareService: Sendable {
         self.eventDestinations = eventDestinations
         self.eventRecorded = eventRecorded
         self.sweepRetained = sweepRetained
-        metrics.register(FlareMetrics.sharesCreated)
-        metrics.register(FlareMetrics.quotaRefusals)
-        metrics.register(FlareMetrics.answers)
-        metrics.register(FlareMetrics.sharesEnded)
-        metrics.register(FlareMetrics.trackerChanges)
-        metrics.register(FlareMetrics.locateRequests)
-        metrics.register(FlareMetrics.httpFixesUnpublished)
-        metrics.register(FlareMetrics.httpOutboxDropped)
+        metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped)
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
@@ -215,7 +196,7 @@ public final class ShareService: Sendable {
                 // A stop the broker may not have heard of (flared died before sending it): say it again at the
                 // first connection; the broker's plugin treats a repeated revocation as one.
                 if share.endReason == .stopped, share.expiresAt > now {
-                    unsentRevocations.withLock { $0[share.id] = Self.revocationEnd(share) }
+                    unsent.withLock { $0.revocations[share.id] = Self.revocationEnd(share) }
                 }
                 let purgeAt = endedAt + policy.historyRetentionSeconds * 1000
                 if purgeAt <= now {
@@ -389,7 +370,7 @@ public final class ShareService: Sendable {
             return
         }
         registry.remove(id)
-        trackerMarks.withLock { _ = $0.removeValue(forKey: id) }
+        confirmations.withLock { _ = $0.marks.removeValue(forKey: id) }
         // Nothing of the share stays on the broker either.
         publish(topic: Topics.status(id), payload: [], expiry: nil)
         publish(topic: Topics.stored(id), payload: [], expiry: nil)
