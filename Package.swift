@@ -45,6 +45,9 @@ let package = Package(
 
         // The domain: plain Swift, tested in memory.
         .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
+        // The hand writers of the hottest wire shapes (FlareAPI types written straight into bytes), beside FlareAPI and not
+        // in it: FlareClient depends on FlareAPI alone.
+        .target(name: "FlareWire", dependencies: ["FlareAPI", "FlareCore"], swiftSettings: swiftSettings),
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
         .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
 
@@ -52,19 +55,19 @@ let package = Package(
         // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
         .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
-        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
         // MQTT ingest and the broker's retained state.
         .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareEvents", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareEvents", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
@@ -72,7 +75,8 @@ let package = Package(
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
-        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),

@@ -83,8 +83,8 @@ public struct TrackerReport: Codable, Sendable, Equatable {
 
 /// `GET /api/v1/view/{view_token}`: what the link holder's page shows. 200 while active; 410 with the same shape
 /// (`state: ended`, `reason`, `ended_at`) once the share has ended. The server renders it by hand, because it is
-/// the most requested body of all (`FlareBridge.ViewDocumentRenderer`); this type is its contract, and the
-/// gateway tests decode every rendering with it.
+/// the most requested body of all (`FlareWire.ViewDocumentRenderer`); this type is its contract, and
+/// `WireShapeTests` holds the two equal.
 public struct ViewDocument: Codable, Sendable, Equatable {
     /// A point of the recent trail: just enough to draw a line.
     public struct TrailPoint: Codable, Sendable, Equatable {

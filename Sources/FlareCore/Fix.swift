@@ -39,51 +39,6 @@ public struct Fix: Sendable, Equatable {
     /// The `t` of a tracker's answer to a "report location" command.
     public static let responseTrigger = "r"
     public var isCommandResponse: Bool { trigger == Self.responseTrigger }
-
-    /// The viewer's form: `{"lat":…,"lon":…,"tst":…,"acc":…,…}`, optional fields only when known.
-    public func writeViewJSON(into writer: inout JSONWriter) {
-        writer.beginObject()
-        writer.field("lat", latitude)
-        writer.field("lon", longitude)
-        writeMeasurements(into: &writer)
-        writer.endObject()
-    }
-
-    /// `tst` and the optional OwnTracks fields, shared by both forms.
-    private func writeMeasurements(into writer: inout JSONWriter) {
-        writer.field("tst", timestamp)
-        if let accuracy { writer.field("acc", accuracy) }
-        if let altitude { writer.field("alt", altitude) }
-        if let velocity { writer.field("vel", velocity) }
-        if let course { writer.field("cog", course) }
-        if let battery { writer.field("batt", battery) }
-        if let batteryStatus { writer.field("bs", batteryStatus) }
-        if let connection { writer.field("conn", connection) }
-    }
-
-    public var viewJSON: [UInt8] {
-        var writer = JSONWriter(capacity: 128)
-        writeViewJSON(into: &writer)
-        return writer.bytes
-    }
-
-    /// An OwnTracks `location` message, as published to the broker for HTTP-ingested fixes.
-    public var ownTracksJSON: [UInt8] {
-        var writer = JSONWriter(capacity: 160)
-        writer.beginObject()
-        writer.field("_type", "location")
-        writer.field("lat", latitude)
-        writer.field("lon", longitude)
-        writeMeasurements(into: &writer)
-        if let trackerID { writer.field("tid", trackerID) }
-        if let trigger { writer.field("t", trigger) }
-        if let sequence {
-            writer.field("seq_stream", sequence.stream)
-            writer.field("seq", sequence.number)
-        }
-        writer.endObject()
-        return writer.bytes
-    }
 }
 
 /// A message's place in a confirming tracker's stream: `seq_stream` names the stream (a number that grows with each
@@ -107,5 +62,18 @@ public struct TrackerSequence: Sendable, Hashable {
         guard let stream = stream?.doubleValue, let number = number?.doubleValue,
               let streamValue = Int64(exactly: stream), let numberValue = Int64(exactly: number) else { return nil }
         self.init(stream: streamValue, number: numberValue)
+    }
+}
+
+/// A point of the recent trail: just enough to draw a line, so that 100,000 shares' trails fit in tens of MB.
+public struct TrailPoint: Sendable, Equatable {
+    public let latitude: Double
+    public let longitude: Double
+    public let timestamp: Int64
+
+    public init(latitude: Double, longitude: Double, timestamp: Int64) {
+        self.latitude = latitude
+        self.longitude = longitude
+        self.timestamp = timestamp
     }
 }

@@ -5,6 +5,7 @@ import FlareCore
 import FlareHTTP
 import FlareStore
 import FlareSystem
+import FlareWire
 import FoundationEssentials
 
 /// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
@@ -230,13 +231,5 @@ enum ShareListCursor {
         let parts = String(decoding: bytes, as: UTF8.self).split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == "1", let createdAt = Int64(parts[1]), let row = Int64(parts[2]) else { return nil }
         return ShareListPosition(createdAt: createdAt, row: row)
-    }
-}
-
-extension Fix {
-    /// The API's form of a stored fix.
-    var reportedLocation: ReportedLocation {
-        ReportedLocation(latitude: latitude, longitude: longitude, timestamp: Date(timeIntervalSince1970: Double(timestamp)),
-                         accuracy: accuracy, altitude: altitude, velocity: velocity, course: course, battery: battery)
     }
 }

@@ -4,6 +4,7 @@ import FlareShares
 import FlareCore
 import FlareHTTP
 import FlareSystem
+import FlareWire
 import FoundationEssentials
 
 /// The link holder's endpoints: the page, the view JSON and the live event stream. All are rate-limited per

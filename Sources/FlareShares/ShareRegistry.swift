@@ -16,13 +16,6 @@ public enum LiveEvent: Sendable, Equatable {
 /// Receives a share's live events, on the thread that caused them; must not block.
 public typealias LiveSubscriber = @Sendable (LiveEvent) -> Void
 
-/// A point of the recent trail: just enough to draw a line, so that 100,000 shares' trails fit in tens of MB.
-public struct TrailPoint: Sendable, Equatable {
-    public let latitude: Double
-    public let longitude: Double
-    public let timestamp: Int64
-}
-
 /// A consistent copy of one share's live state, taken under the registry's lock.
 public struct ShareSnapshot: Sendable {
     public let row: Int64

@@ -3,6 +3,7 @@ public import FlareCore
 public import FlareStore
 public import FlareEvents
 import FlareSystem
+import FlareWire
 import Synchronization
 
 extension ShareService {
@@ -25,27 +26,13 @@ extension ShareService {
 
     /// The retained status of a share, and how long the broker is to keep it.
     func statusMessage(of share: Share) -> (payload: [UInt8], expiry: UInt32) {
-        var writer = JSONWriter()
-        writer.beginObject()
-        let expiry: UInt32
         let retention = max(policy.historyRetentionSeconds, 3600)
-        if let reason = share.endReason, let endedAt = share.endedAt {
-            writer.field("state", "ended")
-            writer.field("reason", reason.rawValue)
-            writer.field("ended_at", RFC3339.format(millis: endedAt))
-            expiry = UInt32(clamping: retention)
-        } else {
-            writer.field("state", "active")
-            writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
-            writer.key("tracker")
-            writer.beginObject()
-            TrackerSummary(share: share, last: nil).writeStateFields(into: &writer)
-            writer.endObject()
-            // The retained status must not outlive the share on a broker that Flare stops talking to.
-            expiry = UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
-        }
-        writer.endObject()
-        return (writer.bytes, expiry)
+        // An ended share's status stays for the retention time; an active one's must not outlive the share on a
+        // broker that Flare stops talking to.
+        let expiry = share.endReason != nil && share.endedAt != nil
+            ? UInt32(clamping: retention)
+            : UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000) + retention)
+        return (share.statusMessage, expiry)
     }
 
     func publish(topic: String, payload: [UInt8], expiry: UInt32?) {

@@ -3,6 +3,7 @@ public import FlareCore
 public import FlareStore
 public import FlareEvents
 import FlareSystem
+import FlareWire
 import Synchronization
 
 extension ShareService {

@@ -39,12 +39,6 @@ public enum ShareLookup: Sendable {
     }
 }
 
-/// A rendered view document (`FlareAPI.ViewDocument`) without its closing `server_time`, which changes every second.
-public struct RenderedView: Sendable {
-    public let share: Share
-    public let body: [UInt8]
-}
-
 /// The one door to share state. A share's life: created with its capabilities, extended, ended by expiry or by a
 /// stop, and its history deleted after the retention time. Every transition is written to the store first, then to
 /// memory, then announced on the broker (retained status; the retained location cleared at the end). Readers (the

@@ -2,6 +2,7 @@ import FlareAPI
 import FlareCore
 import FlareMQTT
 import FlareSystem
+import FlareWire
 import Foundation
 import Synchronization
 

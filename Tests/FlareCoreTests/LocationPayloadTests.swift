@@ -1,3 +1,4 @@
+import FlareWire
 import Testing
 @testable import FlareCore
 

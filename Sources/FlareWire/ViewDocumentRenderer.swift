@@ -1,12 +1,12 @@
 import FlareAPI
-import FlareCore
+public import FlareCore
 
 /// Renders `FlareAPI.ViewDocument` by hand: it is the most requested body of all (every open link polls it), so it
-/// is written straight into bytes instead of through an encoder. The gateway tests decode every rendering with the
-/// Codable type, which keeps the two in step.
-enum ViewDocumentRenderer {
+/// is written straight into bytes instead of through an encoder. `WireShapeTests` and the gateway tests decode
+/// renderings with the Codable type, which keeps the two in step.
+public enum ViewDocumentRenderer {
     /// The document without its closing `server_time` field and brace: the part that depends only on the share.
-    static func body(share: Share, last: Fix?, trail: [TrailPoint], answers: [Answer] = []) -> [UInt8] {
+    public static func body(share: Share, last: Fix?, trail: [TrailPoint], answers: [Answer] = []) -> [UInt8] {
         var writer = JSONWriter(capacity: 256 + trail.count * 48)
         writer.beginObject()
         if share.isActive {
@@ -42,44 +42,7 @@ enum ViewDocumentRenderer {
     }
 
     /// Closes a rendered body with the one field that changes every second.
-    static func closing(_ body: [UInt8], serverTime: UnixMillis) -> [UInt8] {
+    public static func closing(_ body: [UInt8], serverTime: UnixMillis) -> [UInt8] {
         body + Array(",\"server_time\":\"\(RFC3339.format(millis: serverTime))\"}".utf8)
-    }
-}
-
-extension RenderedView {
-    /// The whole document, closed with `server_time`.
-    public func document(serverTime: UnixMillis) -> [UInt8] { ViewDocumentRenderer.closing(body, serverTime: serverTime) }
-}
-
-extension Answer {
-    /// `{"id":"…","kind":…,"name":…,"at":…}`: the view document's, the live event's and the MQTT message's form.
-    func writeJSON(into writer: inout JSONWriter) {
-        writer.beginObject()
-        writer.field("id", String(id))
-        writer.field("kind", kind.rawValue)
-        writer.field("name", name)
-        writer.field("at", RFC3339.format(millis: at))
-        writer.endObject()
-    }
-
-    public var json: [UInt8] {
-        var writer = JSONWriter(capacity: 96)
-        writeJSON(into: &writer)
-        return writer.bytes
-    }
-}
-
-extension Audience {
-    /// `{"first_opened_at":"…"|null,"opened":N,"watching":N}`: the share status's `audience` and the retained MQTT topic's.
-    public var json: [UInt8] {
-        var writer = JSONWriter(capacity: 80)
-        writer.beginObject()
-        writer.key("first_opened_at")
-        if let firstOpenedAt { writer.string(RFC3339.format(millis: firstOpenedAt)) } else { writer.null() }
-        writer.field("opened", opened)
-        writer.field("watching", watching)
-        writer.endObject()
-        return writer.bytes
     }
 }
