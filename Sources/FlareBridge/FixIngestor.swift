@@ -22,8 +22,8 @@ public final class FixIngestor: Sendable {
         /// When the tracker was heard sending it: on receipt, or for a retained message (a replay of something sent
         /// earlier) no later than its own time.
         let heardAt: UnixMillis
-        /// An answer to "locate now" that is live, not a retained replay.
-        let isAnswer: Bool
+        /// A reply to "locate now" that is live, not a retained replay.
+        let repliesToLocate: Bool
         /// How it came: over MQTT, or over HTTP (then the writer also publishes it for integrators).
         let transport: TrackerTransport
     }
@@ -117,7 +117,7 @@ public final class FixIngestor: Sendable {
             }
             let heardAt = retained ? min(receivedAt, fix.timestamp * 1000) : receivedAt
             queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
-                           heardAt: heardAt, isAnswer: fix.isCommandResponse && !retained, transport: .mqtt))
+                           heardAt: heardAt, repliesToLocate: fix.isCommandResponse && !retained, transport: .mqtt))
             return nil
         }
     }
@@ -161,7 +161,7 @@ public final class FixIngestor: Sendable {
     /// client can be told to come back, the MQTT thread cannot.
     public func storeHTTPFix(_ fix: Fix, share: ShareID, row: Int64, receivedAt: UnixMillis, timeout: Duration) -> HTTPIntake {
         let item = Item(shareID: share, pending: PendingFix(shareRow: row, fix: fix, receivedAt: receivedAt),
-                        heardAt: receivedAt, isAnswer: fix.isCommandResponse, transport: .http)
+                        heardAt: receivedAt, repliesToLocate: fix.isCommandResponse, transport: .http)
         guard isStoreHealthy, let ticket = queue.offer(item) else { return .unavailable }
         return queue.waitUntilProcessed(ticket: ticket, timeout: timeout) ? .stored : .pending
     }
@@ -275,7 +275,7 @@ public final class FixIngestor: Sendable {
                     }
                     retryDelayMillis = 50
                     var stored: [ShareRegistry.HeardFix] = []
-                    var answers: [(share: ShareID, at: UnixMillis)] = []
+                    var locateReplies: [(share: ShareID, at: UnixMillis)] = []
                     stored.reserveCapacity(batch.count)
                     var overHTTP: [(share: ShareID, fix: Fix)] = []
                     for (item, isNew) in zip(batch, inserted) {
@@ -283,12 +283,12 @@ public final class FixIngestor: Sendable {
                             stored.append(.init(share: item.shareID, fix: item.pending.fix, heardAt: item.heardAt, transport: item.transport))
                             if item.transport == .http { overHTTP.append((item.shareID, item.pending.fix)) }
                         }
-                        if item.isAnswer { answers.append((item.shareID, item.heardAt)) }
+                        if item.repliesToLocate { locateReplies.append((item.shareID, item.heardAt)) }
                     }
-                    shares.stored(stored, answers: answers)
+                    shares.stored(stored, locateReplies: locateReplies)
                     if !overHTTP.isEmpty { shares.publishHTTPFixes(overHTTP) }
                     // Processed once the registry knows them too: whoever waited for these fixes (an acknowledgement,
-                    // an HTTP answer) may read the last position next.
+                    // an HTTP reply to "locate now") may read the last position next.
                     queue.markProcessed(batch.count)
                     // After the acknowledgements: a confirming tracker's mark comes after what it counts is committed.
                     shares.handled(batch.compactMap { item in

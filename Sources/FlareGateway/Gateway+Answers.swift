@@ -10,12 +10,7 @@ import FoundationEssentials
 /// `GET /api/v1/shares/{id}/answers?after=ID` for the phone (device token) or the share's owner key.
 extension Gateway {
     func postAnswer(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
-        case .refused(let response):
-            return response
-        case .found(.historyDeleted):
-            return APIError.shareEnded.response
-        case .found(.live(let snapshot)):
+        actingOnLink(request, token: token) { snapshot in
             guard snapshot.share.isActive else { return APIError.shareEnded.response }
             let kind: AnswerKind, name: String
             switch answerRequest(request) {
@@ -36,7 +31,7 @@ extension Gateway {
                                 message: "this address has sent this share as many answers as it may (\(configuration.answersPerAddress) a day)",
                                 headers: [("Retry-After", String(wait))]).response
             }
-            do {
+            do throws(ShareService.AnswerRefusal) {
                 return .api(201, Self.apiAnswer(try shares.answer(snapshot, kind: kind, name: name)))
             } catch {
                 switch error {

@@ -42,6 +42,16 @@ extension Gateway {
         return .found(found)
     }
 
+    /// The routes that act on a share through its link (answers, locate now): the link looked up as every link call
+    /// is, and an ended share whose history is gone answered 410 `share_ended`; `act` gets the live share.
+    func actingOnLink(_ request: HTTPRequest, token: String, _ act: (ShareSnapshot) -> HTTPResponse) -> HTTPResponse {
+        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
+        case .refused(let response): response
+        case .found(.historyDeleted): APIError.shareEnded.response
+        case .found(.live(let snapshot)): act(snapshot)
+        }
+    }
+
     /// The rate-limit key of the request's client (its address, or its network behind a trusted proxy).
     func clientKey(_ request: HTTPRequest) -> String {
         TrustedProxies.rateLimitKey(for: configuration.trustedProxies.clientAddress(
@@ -136,13 +146,8 @@ extension Gateway {
     /// 202 `LocateReceipt`; 409 `tracker_live` while fixes arrive; 429 with `Retry-After` within 30 s of the last
     /// request (anyone's, on any instance); 410 once ended. Rate-limited per address and token like every link call.
     func locate(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
-        case .refused(let response):
-            return response
-        case .found(.historyDeleted):
-            return APIError.shareEnded.response
-        case .found(.live(let snapshot)):
-            do {
+        actingOnLink(request, token: token) { snapshot in
+            do throws(ShareService.LocateRefusal) {
                 let requestedAt = try shares.requestLocate(snapshot)
                 return .api(202, LocateReceipt(requestedAt: Date(unixMillis: requestedAt)))
             } catch {

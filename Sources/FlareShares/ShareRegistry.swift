@@ -23,7 +23,7 @@ public struct ShareSnapshot: Sendable {
     public let last: Fix?
     public let trail: [TrailPoint]
     public let viewers: Int
-    /// When the share last heard from its tracker (a fix, an answer), or its creation.
+    /// When the share last heard from its tracker (a fix, a reply to "locate now"), or its creation.
     public let lastHeardAt: UnixMillis
     /// The family's latest answers, oldest first (at most `ShareRegistry.answersKept`).
     public let answers: [Answer]
@@ -223,7 +223,7 @@ package final class ShareRegistry: Sendable {
         return changed
     }
 
-    /// The tracker was heard from without a new fix (an answer to "locate now" with a position already stored).
+    /// The tracker was heard from without a new fix (a reply to "locate now" with a position already stored).
     func heard(_ id: ShareID, at: UnixMillis, transport: TrackerTransport?) -> Bool {
         state.withLock { state in
             guard let index = state.entries.index(forKey: id) else { return false }

@@ -18,14 +18,14 @@ extension ShareService {
         var echoedPositions: [ShareID: Int64] = [:]
     }
 
-    /// Stored fixes (new ones, with when and how their trackers were heard) and the answers to "locate now" among
+    /// Stored fixes (new ones, with when and how their trackers were heard) and the replies to "locate now" among
     /// the messages of the batch (new or not: an iOS phone answers with its cached position, already stored), from the
     /// ingest's writer after the commit. Viewers hear of the fixes at once; the tracker changes they make are
     /// recorded on the scheduler's thread, off the writer's.
-    package func stored(_ fixes: [ShareRegistry.HeardFix], answers: [(share: ShareID, at: UnixMillis)]) {
+    package func stored(_ fixes: [ShareRegistry.HeardFix], locateReplies: [(share: ShareID, at: UnixMillis)]) {
         let now = clock.now()
         for id in registry.record(fixes) { schedule(.tracker(id), at: now) }
-        for answer in answers { schedule(.locateAnswered(answer.share, answer.at), at: now) }
+        for reply in locateReplies { schedule(.locateAnswered(reply.share, reply.at), at: now) }
     }
 
     /// Fixes that came over HTTP, just stored: published to their shares' location topics, retained as a phone's

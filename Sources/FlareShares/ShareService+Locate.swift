@@ -86,8 +86,8 @@ extension ShareService {
     /// The OwnTracks "report location" command (both apps obey it with `cmd` on; iOS also needs `allowRemoteLocation`).
     public static let reportLocationCommand = Array(#"{"_type":"cmd","action":"reportLocation"}"#.utf8)
 
-    /// An answer is a message from the phone, whatever position it carries: the tracker was heard from, and the
-    /// request it answers is marked answered (once, by whichever instance got the answer).
+    /// A reply is a message from the phone, whatever position it carries: the tracker was heard from, and the
+    /// request it replies to is marked answered (once, by whichever instance got the reply).
     func locateAnswered(_ id: ShareID, at: UnixMillis) {
         if registry.heard(id, at: at, transport: nil) { updateTracker(id, now: clock.now()) }
         guard let snapshot = registry.snapshot(id), snapshot.share.isActive,
@@ -95,7 +95,7 @@ extension ShareService {
               (snapshot.share.locateAnsweredAt ?? 0) < requestedAt else { return }
         let recorded: Bool
         do { recorded = try store.recordLocateAnswer(row: snapshot.row, at: at) } catch {
-            // The next answer, or another instance's, records it; the request stays open meanwhile.
+            // The next reply, or another instance's, records it; the request stays open meanwhile.
             warnStore("share \(id): cannot record the answer to the location request (\(error))")
             return
         }

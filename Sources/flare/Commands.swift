@@ -118,7 +118,7 @@ enum Commands {
                       [--speed M/S]                                   the built-in route (default)
                       [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
                       [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
-                      [--queue N] [--status-every SECONDS] [--quiet]  outbox bound; status line period
+                      [--queue N] [--status-every SECONDS] [--quiet]  send queue bound; status line period
                       [--confirm-timeout SECONDS] [--no-confirm]      each fix is kept (and sent again after a
                                                                       reconnection) until Flare confirms it stored;
                                                                       at the end, wait this long (60) for that;
@@ -155,7 +155,7 @@ enum Commands {
         case ("webhook-secret", nil):
             print(WebhookSecret.generate().text)
             return 0
-        case ("track", _): return try Tracker(options: options).run()
+        case ("track", _): return try TrackCommand(options: options).run()
         case ("bench", _): return try Bench.run(options, words)
         default: throw CLIError("unknown command \(words.joined(separator: " ")) (see flare --help)")
         }

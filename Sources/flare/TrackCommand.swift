@@ -10,14 +10,14 @@ import Synchronization
 /// a GPX file replay, or a live gpsd receiver — and publishes each as an OwnTracks `location` message over MQTT,
 /// QoS 1 and retained, with the share's device token. It stops when the share's status says it ended.
 ///
-/// Delivery: fixes wait in an ordered outbox until Flare says they are stored. Each carries its place in this run's
+/// Delivery: fixes wait in an ordered send queue until Flare says they are stored. Each carries its place in this run's
 /// stream (`seq_stream`, `seq`); Flare publishes, on the share's `…/stored` topic, the number through which every
-/// fix is stored (or refused), and a fix leaves the outbox only once that mark passes it. The broker's PUBACK only
+/// fix is stored (or refused), and a fix leaves the send queue only once that mark passes it. The broker's PUBACK only
 /// paces the sending: a broker that crashes after acknowledging forgets what it had not handed on, so after every
 /// reconnection the fixes not confirmed yet are sent again (the store keeps each once). While the broker is
 /// unreachable fixes stay queued (bounded; the oldest are dropped beyond `--queue`, and counted). `--no-confirm`
 /// behaves like the OwnTracks apps: a fix is done at PUBACK.
-struct Tracker {
+struct TrackCommand {
     enum SourceKind {
         case route(speed: Double)
         case gpx(path: String, speedFactor: Double)
@@ -116,13 +116,13 @@ struct Tracker {
         let commandTopic = Topics.command(shareID), storedTopic = Topics.stored(shareID)
         let confirm = self.confirm
         // This run's stream: numbers from 1, named by the start time, so that a later run's stream is newer.
-        let outbox = Mutex(Outbox(capacity: queueLimit, stream: confirm ? Int64(Date().timeIntervalSince1970 * 1000) : nil))
+        let sendQueue = Mutex(SendQueue(capacity: queueLimit, stream: confirm ? Int64(Date().timeIntervalSince1970 * 1000) : nil))
         client.setMessageHandler { message in
             guard let object = try? JSONValue.parse(message.payload) else { return }
             if message.topic == storedTopic {
                 guard let stream = object["seq_stream"]?.doubleValue.flatMap({ Int64(exactly: $0) }),
                       let through = object["seq"]?.doubleValue.flatMap({ Int64(exactly: $0) }) else { return }
-                outbox.withLock { $0.confirm(stream: stream, through: through) }
+                sendQueue.withLock { $0.confirm(stream: stream, through: through) }
                 return
             }
             if message.topic == commandTopic {
@@ -147,7 +147,7 @@ struct Tracker {
                 log("connected to \(broker.host):\(broker.port)")
             case .disconnected(let reason):
                 connection.withLock { $0 = "disconnected" }
-                if !finishing.load(ordering: .relaxed) { log("disconnected (\(reason)); reconnecting, fixes wait in the outbox") }
+                if !finishing.load(ordering: .relaxed) { log("disconnected (\(reason)); reconnecting, fixes wait in the send queue") }
             case .refused(let reason):
                 connection.withLock { $0 = "refused" }
                 refused.withLock { $0 = reason }
@@ -179,10 +179,10 @@ struct Tracker {
                 }
                 guard var fix = next else { break }
                 if answerNext.exchange(false, ordering: .relaxed) { fix.trigger = Fix.responseTrigger }
-                outbox.withLock { $0.append(fix) }
+                sendQueue.withLock { $0.append(fix) }
                 produced += 1
             }
-            outbox.withLock { $0.producerDone = true }
+            sendQueue.withLock { $0.producerDone = true }
         }
 
         // Ctrl-C or SIGTERM: say what was sent and what was not, then leave.
@@ -201,7 +201,7 @@ struct Tracker {
         var lastStatus = ContinuousClock.now
         var failureLogged = false
         func status(_ prefix: String = "status") {
-            let (queued, awaiting, confirmed, dropped) = outbox.withLock { ($0.unsent, $0.awaitingConfirmation, $0.confirmed, $0.dropped) }
+            let (queued, awaiting, confirmed, dropped) = sendQueue.withLock { ($0.unsent, $0.awaitingConfirmation, $0.confirmed, $0.dropped) }
             let ack = stats.lastAck.map { RFC3339.format(seconds: Int64($0.timeIntervalSince1970)) } ?? "none yet"
             let stored = confirm ? ", \(confirmed) confirmed stored, \(awaiting) awaiting confirmation" : ""
             let again = stats.sentAgain > 0 ? " (\(stats.sentAgain) sent again)" : ""
@@ -230,7 +230,7 @@ struct Tracker {
             if interrupted.load(ordering: .relaxed) {
                 stopProducing.store(true, ordering: .relaxed)
                 status("interrupted")
-                let unsent = outbox.withLock { $0.entries.count }
+                let unsent = sendQueue.withLock { $0.entries.count }
                 if unsent > 0 { log("\(unsent) fixes were not \(confirm ? "confirmed stored" : "acknowledged") and are not sent") }
                 finishing.store(true, ordering: .relaxed)
                 client.disconnect()
@@ -241,7 +241,7 @@ struct Tracker {
                 lastStatus = ContinuousClock.now
             }
             // What the mark confirmed since the last round, and whether it is time to send again what it has not.
-            let confirmedNow = outbox.withLock { $0.confirmed }
+            let confirmedNow = sendQueue.withLock { $0.confirmed }
             if confirmedNow != lastConfirmed {
                 lastConfirmed = confirmedNow
                 lastProgress = .now
@@ -254,14 +254,14 @@ struct Tracker {
             }
             let stalled = confirm && ContinuousClock.now - lastProgress >= .milliseconds(Int64(stalledAfter * 1000))
             if reconnected || stalled {
-                let again = outbox.withLock { $0.sendAgain() }
+                let again = sendQueue.withLock { $0.sendAgain() }
                 if again > 0 { log("sending again \(again) fixes Flare has not confirmed stored\(reconnected ? " (after a reconnection)" : "")") }
                 if stalled {
                     lastProgress = .now
                     stalledAfter *= 2
                 }
             }
-            let (head, finished, awaiting) = outbox.withLock { ($0.nextToSend, $0.producerDone, $0.awaitingConfirmation) }
+            let (head, finished, awaiting) = sendQueue.withLock { ($0.nextToSend, $0.producerDone, $0.awaitingConfirmation) }
             guard let head else {
                 if finished && awaiting == 0 { break }
                 if finished {
@@ -287,7 +287,7 @@ struct Tracker {
             let started = ContinuousClock.now
             do {
                 try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
-                outbox.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
+                sendQueue.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
                 if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
                     stats.stream = head.fix.sequence?.stream
                     stats.sent += 1
@@ -312,7 +312,7 @@ struct Tracker {
         finishing.store(true, ordering: .relaxed)
         client.disconnect()
         // A fix the library sent again by itself after a reconnection reached Flare as well: it counts as sent.
-        log("sent \(stats.sent + outbox.withLock { $0.confirmedUnacknowledged }) fixes\(confirm ? ", all confirmed stored by Flare" : "")")
+        log("sent \(stats.sent + sendQueue.withLock { $0.confirmedUnacknowledged }) fixes\(confirm ? ", all confirmed stored by Flare" : "")")
         return 0
     }
 
@@ -328,7 +328,7 @@ struct Tracker {
 
 /// Fixes not yet done with, oldest first, at most `capacity` of them: those waiting to be sent, and (confirming)
 /// those sent and waiting for Flare's mark to pass them.
-struct Outbox: Sendable {
+struct SendQueue: Sendable {
     struct Entry: Sendable {
         let number: Int64
         var fix: Fix

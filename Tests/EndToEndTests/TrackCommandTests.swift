@@ -8,7 +8,7 @@ import Glibc
 
 /// `flare track` with its real sources (a GPX file, gpsd fed a recorded NMEA stream) into the built flared
 /// through a real mosquitto, including a broker restart in the middle of a stream.
-@Suite struct TrackerTests {
+@Suite struct TrackCommandTests {
     struct Share {
         let id: String
         let viewToken: String
@@ -106,7 +106,7 @@ import Glibc
         #expect(trail(flared, share) { $0.count >= 10 }.count >= 10)
         broker.stop()
         #expect(eventually(timeout: .seconds(10)) { log().contains("disconnected") })
-        // While it is away the outbox fills (fixes keep coming at 0.1 s).
+        // While it is away the send queue fills (fixes keep coming at 0.1 s).
         #expect(eventually(timeout: .seconds(10)) { log().range(of: #"status: disconnected, \d+ fixes sent, [1-9]\d* queued"#, options: .regularExpression) != nil }, "\(log())")
         try broker.start()
 
@@ -120,7 +120,7 @@ import Glibc
         #expect(matches(arrived, lats), "\(arrived.count) fixes: \(arrived)")
     }
 
-    /// An outbox too small for a broker outage drops its oldest fixes; the numbers they had would hold Flare's mark
+    /// A send queue too small for a broker outage drops its oldest fixes; the numbers they had would hold Flare's mark
     /// back for good, so the tracker goes on in a new stream: what it kept is confirmed and stored, and it finishes.
     @Test func aFullOutboxStartsANewStreamAndStillEndsConfirmed() throws {
         let broker = try TestBroker()
@@ -129,7 +129,7 @@ import Glibc
         let (file, _) = try gpx(points: 90, in: flared.dataDirectory)
         // Room for the fixes that wait for the mark (about a second's worth) but not for a broker outage.
         let (tracker, log) = try startTracker(flared, share, ["--gpx", file.path, "--speed-factor", "10", "--quiet", "--status-every", "1",
-                                                              "--queue", "30"], log: "small-outbox.log")
+                                                              "--queue", "30"], log: "small-send-queue.log")
         defer { if tracker.isRunning { Glibc.kill(tracker.processIdentifier, SIGKILL) } }
         #expect(trail(flared, share) { $0.count >= 5 }.count >= 5)
         broker.stop()
@@ -140,7 +140,7 @@ import Glibc
         try #require(!tracker.isRunning, "\(log())")
         #expect(tracker.terminationStatus == 0, "\(log())")
         #expect(log().contains("all confirmed stored by Flare"), "\(log())")
-        // What the outbox kept is stored, the track's last point included. (Not necessarily last in the trail: fixes
+        // What the send queue kept is stored, the track's last point included. (Not necessarily last in the trail: fixes
         // a second apart share a `tst`, and a fix sent again after a newer one arrives after it.)
         let last = 48.1 + 89 * 0.0001
         let arrived = trail(flared, share) { $0.contains { abs($0 - last) < 1e-7 } }
