@@ -66,7 +66,10 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        .executableTarget(name: "flared", dependencies: ["FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        // Every setting read into the typed values the components take, once, by flared's wiring.
+        .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway"], swiftSettings: swiftSettings),
+
+        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
@@ -81,13 +84,13 @@ let package = Package(
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
-        .target(name: "FlareServiceTestSupport", dependencies: ["FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport"],
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPClientTests", dependencies: ["FlareHTTPClient", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto"], swiftSettings: swiftSettings),

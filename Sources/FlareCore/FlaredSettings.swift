@@ -64,30 +64,3 @@ public enum FlaredSettings {
                flared --help
         """
 }
-
-extension LocationPayloadParser {
-    /// The parser `flared` uses: FLARE_MAX_PAYLOAD_BYTES.
-    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
-        self.init(maximumBytes: Int(try config.integer("FLARE_MAX_PAYLOAD_BYTES")))
-    }
-}
-
-extension TrackerRules {
-    /// FLARE_STALE_AFTER_S.
-    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
-        self.init(staleAfterMillis: try config.integer("FLARE_STALE_AFTER_S") * 1000)
-    }
-}
-
-extension SharePolicy {
-    /// FLARE_DEFAULT_DURATION_S, FLARE_MAX_DURATION_S and FLARE_HISTORY_RETENTION_S, checked against each other.
-    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
-        self.init(defaultDurationSeconds: try config.integer("FLARE_DEFAULT_DURATION_S"),
-                  maximumDurationSeconds: try config.integer("FLARE_MAX_DURATION_S"),
-                  historyRetentionSeconds: try config.integer("FLARE_HISTORY_RETENTION_S"),
-                  maximumFixesPerShare: Int(try config.integer("FLARE_MAX_FIXES_PER_SHARE")))
-        guard defaultDurationSeconds <= maximumDurationSeconds else {
-            throw Configuration.ConfigurationError("FLARE_DEFAULT_DURATION_S must not exceed FLARE_MAX_DURATION_S")
-        }
-    }
-}

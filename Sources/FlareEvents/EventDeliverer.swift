@@ -7,53 +7,6 @@ import Synchronization
 import Glibc
 #endif
 
-/// What a webhook receiver answered: its HTTP status, or why there was none.
-public enum WebhookResponse: Sendable, Equatable {
-    case status(Int)
-    case failed(String)
-}
-
-/// Sends one webhook request.
-public protocol WebhookPosting: Sendable {
-    /// Posts `body` to `url`, connecting to `addresses` and nowhere else: they are what the address rule checked, and
-    /// another lookup of the name could answer something else. Never follows a redirect (a receiver could point
-    /// flared anywhere).
-    func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
-              timeout: Duration) -> WebhookResponse
-}
-
-/// The operator's webhook (`FLARE_WEBHOOK_URL`, `FLARE_WEBHOOK_SECRET`): every share's events, to any address.
-public struct ServerWebhook: Sendable {
-    public let url: WebhookURL
-    /// Every one signs each delivery (the new one first while receivers move over to it).
-    public let secrets: [WebhookSecret]
-
-    public init(url: WebhookURL, secrets: [WebhookSecret]) {
-        self.url = url
-        self.secrets = secrets
-    }
-}
-
-extension ServerWebhook {
-    /// FLARE_WEBHOOK_URL and FLARE_WEBHOOK_SECRET: nil when neither is set; either without the other is an error.
-    public static func configured(_ config: Configuration) throws(Configuration.ConfigurationError) -> ServerWebhook? {
-        let urlText = config.string("FLARE_WEBHOOK_URL") ?? ""
-        let secretText = config.string("FLARE_WEBHOOK_SECRET") ?? ""
-        if urlText.isEmpty && secretText.isEmpty { return nil }
-        guard !urlText.isEmpty else { throw Configuration.ConfigurationError("FLARE_WEBHOOK_SECRET is set but FLARE_WEBHOOK_URL is not") }
-        guard !secretText.isEmpty else {
-            throw Configuration.ConfigurationError("FLARE_WEBHOOK_URL is set but FLARE_WEBHOOK_SECRET is not: make one with `flare webhook-secret`")
-        }
-        let url: WebhookURL
-        do { url = try WebhookURL(urlText) } catch { throw Configuration.ConfigurationError("FLARE_WEBHOOK_URL: \(error)") }
-        guard let secrets = WebhookSecret.list(secretText) else {
-            throw Configuration.ConfigurationError("FLARE_WEBHOOK_SECRET must be whsec_ followed by 24 to 64 random bytes in base64 (several separated by spaces); make one with `flare webhook-secret`")
-        }
-        return ServerWebhook(url: url, secrets: secrets)
-    }
-}
-
-
 /// Delivers the store's outbox: every event at least once to each of its destinations (the MQTT events topic, the
 /// operator's webhook, the owning key's webhook), retried with exponential backoff for 24 h (`EventRetry`).
 ///

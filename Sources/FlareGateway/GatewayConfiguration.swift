@@ -1,7 +1,7 @@
 public import FlareCore
 import FoundationEssentials
 
-/// What the gateway needs to know about its surroundings, read once by `flared`.
+/// What the gateway needs to know about its surroundings, read once by `flared` (FlareSettings).
 public struct GatewayConfiguration: Sendable {
     /// Base of the links sent to family members, e.g. `https://flare.example.org`.
     public var publicURL: String
@@ -39,33 +39,24 @@ public struct GatewayConfiguration: Sendable {
     /// (the metrics have a listener of their own, `FLARE_METRICS_ADDR`).
     public var metricsToken: String?
 
-    /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
-    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
-        guard let publicURL = config.string("FLARE_PUBLIC_URL"), let mqttPublicURL = config.string("FLARE_MQTT_PUBLIC_URL"),
-              let leafletDirectory = config.string("FLARE_LEAFLET_DIR"), let tileURLTemplate = config.string("FLARE_TILE_URL"),
-              let tileAttribution = config.string("FLARE_TILE_ATTRIBUTION") else {
-            throw Configuration.ConfigurationError("FLARE_PUBLIC_URL, FLARE_MQTT_PUBLIC_URL, FLARE_LEAFLET_DIR, FLARE_TILE_URL and FLARE_TILE_ATTRIBUTION must not be empty")
-        }
+    public init(publicURL: String, mqttPublicURL: String, leafletDirectory: String, viewerDirectory: String?, tileURLTemplate: String,
+                tileAttribution: String, staleAfterSeconds: Int, linkRatePerAddress: RateLimiter.Rule, linkRatePerToken: RateLimiter.Rule,
+                fixRatePerShare: RateLimiter.Rule, trustedProxies: TrustedProxies, liveStreamsPerLink: Int, liveStreamsPerAddress: Int,
+                metricsToken: String?) {
         self.publicURL = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
         self.mqttPublicURL = mqttPublicURL
         self.leafletDirectory = leafletDirectory
-        self.viewerDirectory = config.string("FLARE_VIEWER_DIR")
+        self.viewerDirectory = viewerDirectory
         self.tileURLTemplate = tileURLTemplate
         self.tileAttribution = tileAttribution
-        self.staleAfterSeconds = Int(try config.integer("FLARE_STALE_AFTER_S"))
-        self.linkRatePerAddress = try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS")
-        self.linkRatePerToken = try config.rateRule("FLARE_LINK_RATE_PER_TOKEN")
-        self.fixRatePerShare = try config.rateRule("FLARE_FIX_RATE_PER_SHARE")
-        self.trustedProxies = try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "")
-        self.liveStreamsPerLink = Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK"))
-        self.liveStreamsPerAddress = Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS"))
-        if let token = config.string("FLARE_METRICS_TOKEN") {
-            // Said without the value: it is a secret.
-            guard (16...256).contains(token.utf8.count), token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                throw Configuration.ConfigurationError("FLARE_METRICS_TOKEN must be 16 to 256 printable ASCII characters without spaces")
-            }
-            self.metricsToken = token
-        }
+        self.staleAfterSeconds = staleAfterSeconds
+        self.linkRatePerAddress = linkRatePerAddress
+        self.linkRatePerToken = linkRatePerToken
+        self.fixRatePerShare = fixRatePerShare
+        self.trustedProxies = trustedProxies
+        self.liveStreamsPerLink = liveStreamsPerLink
+        self.liveStreamsPerAddress = liveStreamsPerAddress
+        self.metricsToken = metricsToken
     }
 
     /// A link of ours as a URL. `publicURL` was checked at start-up and tokens and ids are base64url, so this

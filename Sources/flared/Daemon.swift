@@ -6,6 +6,7 @@ import FlareCore
 import FlareGateway
 import FlareHTTP
 import FlareMQTT
+import FlareSettings
 import FlareSQLite
 import FlareStore
 import FlareStores
@@ -18,33 +19,20 @@ final class Daemon: Sendable {
     let shutdownTimeout: Duration
 
     init(configuration config: Configuration) throws {
-        guard let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL") ?? "") else {
-            throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error")
-        }
-        let logger = Logger(label: "flared", level: level)
+        // Every setting read and checked before anything is created or opened: a bad one leaves nothing half-started.
+        let settings = try DaemonSettings(config)
+        let logger = Logger(label: "flared", level: settings.logLevel)
         self.logger = logger
-        shutdownTimeout = .seconds(try config.integer("FLARE_SHUTDOWN_TIMEOUT_S"))
-        let storeGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S"))
+        shutdownTimeout = settings.shutdownTimeout
+        let storeGraceSeconds = settings.storeGraceSeconds
         let clock = SystemWallClock()
         let metrics = Metrics()
-
-        // Checked before anything is created or opened: a bad setting leaves nothing half-started.
-        let serverWebhook = try ServerWebhook.configured(config)
-
-        guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
+        let dataDirectory = settings.dataDirectory
         try DataDirectory.prepare(dataDirectory)
-        let httpAddress = try config.hostPort("FLARE_HTTP_ADDR")
-        let metricsAddress = config.string("FLARE_METRICS_ADDR") != nil ? try config.hostPort("FLARE_METRICS_ADDR") : nil
-        guard let mqttText = config.string("FLARE_MQTT_URL"), let mqttURL = MQTTURL(mqttText) else {
-            throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port")
-        }
-
-        let location = try StoreLocation(url: config.string("FLARE_STORE_URL"), dataDirectory: dataDirectory)
-        let clientID = config.string("FLARE_MQTT_CLIENT_ID") ?? ""
-        // Share tokens connect as flare-<share id>…: a bridge with such an id could have its session taken by a phone.
-        guard !ClientIDs.isTokenForm(clientID) else {
-            throw Configuration.ConfigurationError("FLARE_MQTT_CLIENT_ID must not start with \"flare-\": those ids belong to share tokens (use e.g. flared-a)")
-        }
+        let mqttURL = settings.mqttURL
+        let httpAddress = settings.httpAddress, metricsAddress = settings.metricsAddress
+        let location = try StoreLocation(url: settings.storeURL, dataDirectory: dataDirectory)
+        let clientID = settings.clientID
         let store: any ShareStore
         do { store = try Stores.open(location, instance: clientID) } catch {
             throw Configuration.ConfigurationError("cannot open the store (FLARE_STORE_URL: \(location)): \(error)")
@@ -56,8 +44,7 @@ final class Daemon: Sendable {
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
         let credentials = try DataDirectory.brokerCredentials(
-            in: dataDirectory, username: config.string("FLARE_MQTT_USERNAME"), password: config.string("FLARE_MQTT_PASSWORD"),
-            passwordFile: config.string("FLARE_MQTT_PASSWORD_FILE"))
+            in: dataDirectory, username: settings.mqttUsername, password: settings.mqttPassword, passwordFile: settings.mqttPasswordFile)
         mqttOptions.username = credentials.username
         mqttOptions.password = credentials.password
         mqttOptions.cleanSession = false
@@ -67,17 +54,15 @@ final class Daemon: Sendable {
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
-        let policy = try SharePolicy(config)
-        let parser = try LocationPayloadParser(config)
-        let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: serverWebhook,
+        let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
                                        sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
         let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
-        let shares = ShareService(store: store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: client,
-                                  tokenKey: tokenKey, policy: policy, trackerRules: try TrackerRules(config), clock: clock, metrics: metrics,
+        let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: client,
+                                  tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
-        let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: parser)
+        let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: settings.parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
         // transaction as the write, so an instance hears of exactly what is stored, in commit order, even while the
@@ -86,25 +71,25 @@ final class Daemon: Sendable {
         if case .postgresql = location { isShared = true } else { isShared = false }
         let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
                             subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
-                            staleAfterSeconds: try config.integer("FLARE_INSTANCE_STALE_AFTER_S"),
+                            staleAfterSeconds: settings.instanceStaleAfterSeconds,
                             metrics: metrics, logger: logger.with(label: "bridge"))
 
         // The free-space check watches the disk of the SQLite file; a database server watches its own.
         let space: StoreSpace?
         if case .sqlite(let path) = location {
-            let sqliteSpace = StoreSpace(storePath: path, minimumFreeBytes: try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576,
+            let sqliteSpace = StoreSpace(storePath: path, minimumFreeBytes: settings.storeMinimumFreeBytes,
                                          logger: logger.with(label: "store"))
             metrics.registerGauge(FlareMetrics.storeFreeBytes) { Double(sqliteSpace.read().freeBytes ?? -1) }
             space = sqliteSpace
         } else {
             space = nil
         }
-        let gateway = try Gateway(configuration: try GatewayConfiguration(config), shares: shares, ingestor: ingestor,
-                                  metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: parser) {
+        let gateway = try Gateway(configuration: settings.gateway, shares: shares, ingestor: ingestor,
+                                  metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: settings.parser) {
             HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy, storeSpaceLow: space?.read().isLow ?? false)
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
-        serverConfiguration.threadPoolSize = Int(try config.integer("FLARE_HTTP_THREADS"))
+        serverConfiguration.threadPoolSize = settings.httpThreads
         let httpLogger = logger.with(label: "http")
         serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
         let server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
@@ -171,8 +156,8 @@ final class Daemon: Sendable {
                 return true
             }),
         ], logger: logger)
-        if let serverWebhook { logger.info("events go to the webhook at \(serverWebhook.url.host) as well") }
-        logger.info("data in \(dataDirectory), store \(location); links as \(config.string("FLARE_PUBLIC_URL") ?? "")/s/…; broker \(mqttURL.host):\(mqttURL.port)")
+        if let serverWebhook = settings.serverWebhook { logger.info("events go to the webhook at \(serverWebhook.url.host) as well") }
+        logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }
 
     func start() throws {

@@ -3,7 +3,7 @@ import Testing
 @testable import FlareCore
 
 @Suite struct LocationPayloadTests {
-    let parser = try! LocationPayloadParser(Configuration.defaults(FlaredSettings.all))
+    let parser = LocationPayloadParser(maximumBytes: 4096)
     let now: UnixMillis = 1_795_963_000_000
     var created: UnixMillis { now - 60_000 }
 

@@ -4,7 +4,7 @@ import Testing
 
 /// What the OwnTracks apps send and what Flare hands them.
 @Suite struct OwnTracksTests {
-    let parser = try! LocationPayloadParser(Configuration.defaults(FlaredSettings.all))
+    let parser = LocationPayloadParser(maximumBytes: 4096)
     let now: UnixMillis = 1_795_963_000_000
     var tst: Int { Int(now / 1000) - 5 }
 

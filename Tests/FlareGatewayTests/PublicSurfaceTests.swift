@@ -1,5 +1,6 @@
 import FlareAPI
 import FlareCore
+import FlareSettings
 import FlareTestSupport
 import Foundation
 import Testing

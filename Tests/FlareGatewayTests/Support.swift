@@ -2,6 +2,7 @@ import FlareAPI
 import FlareBridge
 import FlareShares
 import FlareCore
+import FlareSettings
 import FlareEvents
 import FlareGateway
 import FlareSQLite

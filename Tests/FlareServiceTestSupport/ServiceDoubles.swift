@@ -1,5 +1,6 @@
 public import FlareBridge
 public import FlareCore
+import FlareSettings
 import FlareCrypto
 public import FlareEvents
 public import FlareShares

@@ -10,7 +10,7 @@ private let key = Array("fuzz-key-fuzz-key-fuzz-key-fuzz!".utf8)
 private let proxies = try! TrustedProxies(parsing: "127.0.0.1,::1,10.0.0.0/8,2001:db8::/32")
 private let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
 /// The parser as flared configures it by default.
-private let parser = try! LocationPayloadParser(Configuration.defaults(FlaredSettings.all))
+private let parser = LocationPayloadParser(maximumBytes: 4096)
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzParsers(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {

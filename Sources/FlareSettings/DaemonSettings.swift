@@ -1,0 +1,66 @@
+public import FlareCore
+public import FlareEvents
+public import FlareGateway
+
+/// Everything `flared` reads from its settings, as typed values, read once and checked before anything is created or
+/// opened: a bad setting leaves nothing half-started. The daemon's wiring hands each component its part.
+public struct DaemonSettings: Sendable {
+    public let logLevel: Logger.Level
+    public let shutdownTimeout: Duration
+    public let storeGraceSeconds: Int
+    public let dataDirectory: String
+    public let httpAddress: HostPort
+    /// Nil: no metrics listener.
+    public let metricsAddress: HostPort?
+    public let mqttURL: MQTTURL
+    /// `FLARE_STORE_URL` as given (nil: the SQLite file in the data directory).
+    public let storeURL: String?
+    public let clientID: String
+    public let mqttUsername: String?
+    public let mqttPassword: String?
+    public let mqttPasswordFile: String?
+    public let trailLength: Int
+    public let instanceStaleAfterSeconds: Int64
+    public let storeMinimumFreeBytes: Int64
+    public let httpThreads: Int
+    public let policy: SharePolicy
+    public let trackerRules: TrackerRules
+    public let parser: LocationPayloadParser
+    public let gateway: GatewayConfiguration
+    public let serverWebhook: ServerWebhook?
+
+    public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
+        guard let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL") ?? "") else {
+            throw Configuration.ConfigurationError("FLARE_LOG_LEVEL must be debug, info, warning or error")
+        }
+        logLevel = level
+        shutdownTimeout = .seconds(try config.integer("FLARE_SHUTDOWN_TIMEOUT_S"))
+        storeGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S"))
+        serverWebhook = try ServerWebhook.configured(config)
+        guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
+        self.dataDirectory = dataDirectory
+        httpAddress = try config.hostPort("FLARE_HTTP_ADDR")
+        metricsAddress = config.string("FLARE_METRICS_ADDR") != nil ? try config.hostPort("FLARE_METRICS_ADDR") : nil
+        guard let mqttText = config.string("FLARE_MQTT_URL"), let mqttURL = MQTTURL(mqttText) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_URL must look like mqtt://host:port")
+        }
+        self.mqttURL = mqttURL
+        storeURL = config.string("FLARE_STORE_URL")
+        clientID = config.string("FLARE_MQTT_CLIENT_ID") ?? ""
+        // Share tokens connect as flare-<share id>…: a bridge with such an id could have its session taken by a phone.
+        guard !ClientIDs.isTokenForm(clientID) else {
+            throw Configuration.ConfigurationError("FLARE_MQTT_CLIENT_ID must not start with \"flare-\": those ids belong to share tokens (use e.g. flared-a)")
+        }
+        mqttUsername = config.string("FLARE_MQTT_USERNAME")
+        mqttPassword = config.string("FLARE_MQTT_PASSWORD")
+        mqttPasswordFile = config.string("FLARE_MQTT_PASSWORD_FILE")
+        trailLength = Int(try config.integer("FLARE_TRAIL_LENGTH"))
+        instanceStaleAfterSeconds = try config.integer("FLARE_INSTANCE_STALE_AFTER_S")
+        storeMinimumFreeBytes = try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576
+        httpThreads = Int(try config.integer("FLARE_HTTP_THREADS"))
+        policy = try SharePolicy(config)
+        trackerRules = try TrackerRules(config)
+        parser = try LocationPayloadParser(config)
+        gateway = try GatewayConfiguration(config)
+    }
+}
