@@ -50,6 +50,48 @@ public enum FlaredSettings {
         .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),
     ]
 
+    /// A setting that `flared` does not read: the scripts behind `make run` and `make cluster` do, or the `flare`
+    /// command line. Listed by `flared --help` apart from its own, never by `--print-config` (flared has no value for
+    /// it). docs/configuration.md has the one table of both kinds, which `SettingsTableTests` holds to these lists.
+    public struct ReadElsewhere: Sendable {
+        public let name: String
+        /// The programs that read it.
+        public let readBy: String
+        public let defaultValue: String
+        public let help: String
+    }
+
+    public static let readElsewhere: [ReadElsewhere] = [
+        .init(name: "FLARE_MQTT_BIND", readBy: "scripts/broker.sh", defaultValue: "127.0.0.1", help: "address of the broker's plain MQTT listener (on FLARE_MQTT_PORT)"),
+        .init(name: "FLARE_MQTT_TLS_PORT", readBy: "scripts/broker.sh, scripts/run.sh", defaultValue: "8883 under make run (empty: none)", help: "the broker's MQTT-over-TLS listener for devices"),
+        .init(name: "FLARE_MQTT_TLS_BIND", readBy: "scripts/broker.sh", defaultValue: "FLARE_MQTT_BIND", help: "address of the TLS listener"),
+        .init(name: "FLARE_MQTT_TLS_CERT", readBy: "scripts/broker.sh, scripts/run.sh", defaultValue: "a self-signed certificate in FLARE_DATA_DIR/broker/tls/", help: "the TLS listener's certificate (PEM), with FLARE_MQTT_TLS_KEY"),
+        .init(name: "FLARE_MQTT_TLS_KEY", readBy: "scripts/broker.sh", defaultValue: "that certificate's key", help: "the TLS listener's private key (PEM)"),
+        .init(name: "FLARE_MQTT_WS_PORT", readBy: "scripts/broker.sh, scripts/run.sh", defaultValue: "8083 under make run (empty: none)", help: "the broker's MQTT-over-WebSockets listener"),
+        .init(name: "FLARE_MQTT_WS_BIND", readBy: "scripts/broker.sh", defaultValue: "FLARE_MQTT_BIND", help: "address of the WebSockets listener"),
+        .init(name: "FLARE_MQTT_AUTOSAVE", readBy: "scripts/broker.sh", defaultValue: "5", help: "how often the broker saves its state: seconds, changes:N, or off (docs/durability.md)"),
+        .init(name: "FLARE_BROKER_PLUGIN", readBy: "scripts/broker.sh", defaultValue: ".build/broker/flare_auth.so", help: "the broker's auth plugin"),
+        .init(name: "FLARE_BIN", readBy: "scripts/run.sh", defaultValue: ".build/debug", help: "directory of the flared and flare binaries that make run and make cluster start"),
+        .init(name: "FLARE_DEMO_INTERVAL", readBy: "scripts/run.sh", defaultValue: "2", help: "seconds between the demo share's fixes"),
+        .init(name: "FLARE_PG_PORT", readBy: "scripts/run.sh, scripts/postgres.sh", defaultValue: "the first free port from 15432", help: "port of the PostgreSQL that make cluster starts"),
+        .init(name: "FLARE_INSTANCES", readBy: "scripts/run.sh", defaultValue: "1 (make cluster: 2)", help: "how many flared instances scripts/run.sh starts (1 to 9)"),
+        .init(name: "FLARE_SERVER_URL", readBy: "flare", defaultValue: "http://FLARE_HTTP_ADDR", help: "Flare's HTTP address for the command line (also --server URL)"),
+        .init(name: "FLARE_OWNER_KEY", readBy: "flare", defaultValue: "FLARE_DATA_DIR/owner.key", help: "the owner key the command line sends (also --key KEY)"),
+        .init(name: "FLARE_SWIFT_TEST_TIMEOUT_S", readBy: "scripts/swift-test.py", defaultValue: "1500", help: "the deadline of make swift-test, build included"),
+    ]
+
+    /// `flared --help`: its own settings, then those other programs read.
+    public static var helpText: String {
+        var text = Configuration.helpText(usage: usage, settings: all)
+        text += "\nRead by other programs, not by flared (environment only; see docs/configuration.md):\n"
+        let width = (readElsewhere.map(\.name.count).max() ?? 20) + 4
+        for setting in readElsewhere {
+            text += "  " + setting.name + String(repeating: " ", count: max(1, width - setting.name.count - 2)) + setting.help + "\n"
+            text += String(repeating: " ", count: width) + "[\(setting.readBy); default \(setting.defaultValue)]\n"
+        }
+        return text
+    }
+
     /// A setting's built-in default, for the tools that share it with the daemon.
     public static func defaultValue(_ name: String) -> String? {
         all.first { $0.name == name }?.defaultValue

@@ -9,7 +9,7 @@ import Synchronization
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.contains("--help") || arguments.contains("-h") {
-    print(Configuration.helpText(usage: FlaredSettings.usage, settings: FlaredSettings.all))
+    print(FlaredSettings.helpText)
     exit(0)
 }
 let printConfig = arguments.contains("--print-config")
