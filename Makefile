@@ -42,6 +42,7 @@ swift-test:
 # Two `make run` instances side by side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster`
 # with each instance killed in turn (it is restarted, the other keeps serving), then stopped (about 25 s).
 scripts-test: deps build plugin
+	/usr/bin/python3 Tests/scripts/test_package_imports.py
 	/usr/bin/python3 Tests/scripts/test_side_by_side.py
 	/usr/bin/python3 Tests/scripts/test_cluster.py
 

@@ -57,7 +57,7 @@ let package = Package(
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
         .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
         // MQTT ingest and the broker's retained state.
-        .target(name: "FlareBridge", dependencies: ["FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
@@ -69,7 +69,7 @@ let package = Package(
         // Every setting read into the typed values the components take, once, by flared's wiring.
         .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway"], swiftSettings: swiftSettings),
 
-        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
@@ -88,11 +88,11 @@ let package = Package(
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPClientTests", dependencies: ["FlareHTTPClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareClientTests", dependencies: ["FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto"], swiftSettings: swiftSettings),
         .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
     ]
