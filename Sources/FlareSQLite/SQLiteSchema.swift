@@ -1,0 +1,168 @@
+import FlareStore
+
+/// The SQLite store's schema: the first release's CREATE statements and every migration step since, numbered from 1.
+/// Step N takes a file at `PRAGMA user_version` N-1 to N, in a transaction of its own, at open (`migrate`); a file
+/// with a version above today's was written by a newer release and is refused. Steps are only ever appended, never
+/// renumbered or changed: a file made by any earlier release upgrades through the same steps.
+///
+/// The steps, side by side with the PostgreSQL store's, which has the same numbers (recorded in its `flare_schema`):
+///
+/// | Step | SQLite (`SQLiteSchema.swift`)                                | PostgreSQL (`PostgresSchema.swift`)          |
+/// |------|--------------------------------------------------------------|----------------------------------------------|
+/// | 1    | tables `shares`*, `fixes`, `owner_keys`                      | the same, and the index `shares_newest`      |
+/// | 2    | **the index `shares_newest`** (listing newest first)         | **the change feed** (NOTIFY on share UPDATE) |
+/// | 3    | table `instances` (whose MQTT session is whose)              | the same                                     |
+/// | 4    | `shares`*: tracker, locate columns; `fixes`: bs, conn        | the same                                     |
+/// | 5    | table `leases`                                               | the same                                     |
+/// | 6    | tables `tracker_marks`, `tracker_handled`                    | the same                                     |
+/// | 7    | keys' kind and limits; `shares`*: owner_key; `key_creations` | the same, and NOTIFY on a key's revocation   |
+/// | 8    | table `answers`; `shares`*: last_answer_id                   | the same                                     |
+/// | 9    | table `viewers`                                              | the same                                     |
+/// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
+///
+/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
+///
+/// Step 2 is not the same step in the two engines. In SQLite it is the index `shares_newest`, which PostgreSQL made in
+/// step 1 already; in PostgreSQL it is the change feed (the function `flare_notify_share` and the trigger
+/// `shares_changed`), which SQLite has no step for: one SQLite file serves one instance, so nobody is to be told.
+/// The other steps make the same tables, indexes and columns in both engines, each in its own types (PostgreSQL's step 1
+/// makes `shares_newest` as well), and PostgreSQL's step 7 adds the trigger that announces a key's revocation
+/// (`flare_notify_key`, `owner_keys_changed`).
+///
+/// The `shares` table's columns (read by `shareColumns` in `SQLiteShareStore+Shares.swift`, all but
+/// `locate_delivered_at`), by the step that added each:
+///
+/// - step 1: `id` INTEGER PRIMARY KEY, `share_id` TEXT UNIQUE, `view_token_hash` BLOB UNIQUE, `name` TEXT,
+///   `created_at` INTEGER, `expires_at` INTEGER, `ended_at` INTEGER, `end_reason` TEXT, `history_purged` INTEGER
+///   (0 or 1);
+/// - step 4: `tracker_state` TEXT, `tracker_since` INTEGER, `tracker_reason` TEXT, `tracker_transport` TEXT,
+///   `locate_requested_at` INTEGER, `locate_answered_at` INTEGER, `locate_delivered_at` INTEGER;
+/// - step 7: `owner_key` INTEGER (the key that created the share; shares older than the step got the first key);
+/// - step 8: `last_answer_id` INTEGER;
+/// - step 10: `battery_low_at` INTEGER.
+extension SQLiteShareStore {
+    /// The schema, one numbered step at a time: step N (1-based) takes a database at `user_version` N-1 to N.
+    /// A database made by an older release is brought up to date at open; steps are only ever appended.
+    static let migrations: [String] = [
+        // 1: the first release's schema.
+        """
+        CREATE TABLE IF NOT EXISTS shares (
+            id INTEGER PRIMARY KEY,
+            share_id TEXT NOT NULL UNIQUE,
+            view_token_hash BLOB NOT NULL UNIQUE,
+            name TEXT NOT NULL DEFAULT '',
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            ended_at INTEGER,
+            end_reason TEXT,
+            history_purged INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX IF NOT EXISTS shares_open ON shares(history_purged) WHERE history_purged = 0;
+        CREATE TABLE IF NOT EXISTS fixes (
+            share INTEGER NOT NULL REFERENCES shares(id),
+            tst INTEGER NOT NULL,
+            lat REAL NOT NULL,
+            lon REAL NOT NULL,
+            acc REAL, alt REAL, vel REAL, cog REAL, batt INTEGER, tid TEXT,
+            received_at INTEGER NOT NULL,
+            PRIMARY KEY (share, tst, lat, lon)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS owner_keys (
+            id INTEGER PRIMARY KEY,
+            key_hash BLOB NOT NULL UNIQUE,
+            label TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        );
+        """,
+        // 2: `GET /api/v1/shares` lists newest first without sorting every share.
+        "CREATE INDEX IF NOT EXISTS shares_newest ON shares(created_at DESC, id DESC);",
+        // 3: the instances whose MQTT sessions the broker keeps (one client id per flared process).
+        "CREATE TABLE IF NOT EXISTS instances (client_id TEXT PRIMARY KEY, process TEXT NOT NULL, last_seen INTEGER NOT NULL);",
+        // 4: the tracker state (live, stale, offline) and "locate now" requests, per share; what the phone says of
+        // its battery and connectivity, per fix.
+        """
+        ALTER TABLE shares ADD COLUMN tracker_state TEXT;
+        ALTER TABLE shares ADD COLUMN tracker_since INTEGER;
+        ALTER TABLE shares ADD COLUMN tracker_reason TEXT;
+        ALTER TABLE shares ADD COLUMN tracker_transport TEXT;
+        ALTER TABLE shares ADD COLUMN locate_requested_at INTEGER;
+        ALTER TABLE shares ADD COLUMN locate_answered_at INTEGER;
+        ALTER TABLE shares ADD COLUMN locate_delivered_at INTEGER;
+        ALTER TABLE fixes ADD COLUMN bs INTEGER;
+        ALTER TABLE fixes ADD COLUMN conn TEXT;
+        """,
+        // 5: leases, for jobs that one instance at a time does (keeping the broker's retained state), with the value
+        // the job records (the last broker epoch the broker acknowledged).
+        "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until INTEGER NOT NULL, value INTEGER NOT NULL DEFAULT 0);",
+        // 6: what is stored of confirming trackers' streams: per share, the newest stream and the number through which
+        // every message is handled; the handled numbers beyond it (after a gap) until the gap is filled.
+        """
+        CREATE TABLE IF NOT EXISTS tracker_marks (share INTEGER PRIMARY KEY, stream INTEGER NOT NULL, through INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS tracker_handled (share INTEGER NOT NULL, stream INTEGER NOT NULL, seq INTEGER NOT NULL,
+                                                    PRIMARY KEY (share, stream, seq)) WITHOUT ROWID;
+        """,
+        // 7: a share belongs to the key that created it; keys are admin (every share) or limited. Keys made before
+        // this step were all-powerful and stay so (admin); shares made before it belong to the first key.
+        """
+        ALTER TABLE owner_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE owner_keys ADD COLUMN max_live INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN max_duration_s INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN creates_per_hour INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN last_used_at INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN revoked_at INTEGER;
+        ALTER TABLE shares ADD COLUMN owner_key INTEGER;
+        UPDATE shares SET owner_key = (SELECT min(id) FROM owner_keys);
+        CREATE INDEX IF NOT EXISTS shares_owner ON shares(owner_key, created_at DESC, id DESC);
+        CREATE TABLE IF NOT EXISTS key_creations (key INTEGER NOT NULL, at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS key_creations_key ON key_creations(key, at);
+        """,
+        // 8: the family's answers to the person who shared, kept with the share and purged with its history.
+        """
+        CREATE TABLE IF NOT EXISTS answers (id INTEGER PRIMARY KEY, share INTEGER NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS answers_share ON answers(share, id);
+        ALTER TABLE shares ADD COLUMN last_answer_id INTEGER;
+        """,
+        // 9: who opened the link: a hash of (share, viewer id) per browser, never an address, and when it was last
+        // seen (the live streams' heartbeat), purged with the share's history.
+        """
+        CREATE TABLE IF NOT EXISTS viewers (share INTEGER NOT NULL, viewer BLOB NOT NULL, first_seen INTEGER NOT NULL,
+                                            last_seen INTEGER NOT NULL, PRIMARY KEY (share, viewer)) WITHOUT ROWID;
+        """,
+        // 10: the events outbox (each event once, and per destination when to try it next), when the battery was
+        // recorded low, and the keys' webhooks (their secrets sealed, never in clear).
+        """
+        CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, event_id TEXT NOT NULL, share INTEGER NOT NULL, type TEXT NOT NULL,
+                                           at INTEGER NOT NULL, body BLOB NOT NULL);
+        CREATE TABLE IF NOT EXISTS event_deliveries (event INTEGER NOT NULL, destination TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                                                     next_at INTEGER NOT NULL, PRIMARY KEY (event, destination)) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS event_deliveries_due ON event_deliveries(next_at);
+        CREATE INDEX IF NOT EXISTS events_id ON events(event_id);
+        ALTER TABLE shares ADD COLUMN battery_low_at INTEGER;
+        ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT;
+        ALTER TABLE owner_keys ADD COLUMN webhook_secret BLOB;
+        ALTER TABLE owner_keys ADD COLUMN webhook_previous_secret BLOB;
+        ALTER TABLE owner_keys ADD COLUMN webhook_rotated_at INTEGER;
+        """,
+    ]
+    static var schemaVersion: Int64 { Int64(migrations.count) }
+
+    /// Brings the file to today's schema; returns the version it had (0: a new file).
+    static func migrate(_ db: SQLiteDatabase) throws(StoreError) -> Int {
+        let versionStatement = try db.statement("PRAGMA user_version")
+        _ = try versionStatement.step()
+        let version = versionStatement.int64(0)
+        versionStatement.reset()
+        guard version <= schemaVersion else {
+            // A newer release wrote this file: its data may mean things this binary does not know. Refuse, rather
+            // than write into it.
+            throw StoreError(operation: "open", code: 0, message: "the database has schema version \(version), newer than the \(schemaVersion) this flared knows; run the release that made it, or a newer one")
+        }
+        for step in Int(version)..<migrations.count {
+            try db.transaction { () throws(StoreError) in
+                try db.execute(migrations[step])
+                try db.execute("PRAGMA user_version = \(step + 1)")
+            }
+        }
+        return Int(version)
+    }
+}

@@ -1,0 +1,73 @@
+public import FlareCore
+public import FlareStore
+
+extension SQLiteShareStore: FixRecords {
+    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored, e.g. a
+    /// QoS 1 redelivery or a retained message seen again).
+    public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
+        guard !fixes.isEmpty else { return [] }
+        return try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let statement = try db.statement("""
+                    INSERT OR IGNORE INTO fixes (share, tst, lat, lon, acc, alt, vel, cog, batt, tid, received_at, bs, conn)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+                defer { statement.reset() }
+                var inserted: [Bool] = []
+                inserted.reserveCapacity(fixes.count)
+                for pending in fixes {
+                    let fix = pending.fix
+                    statement.resetKeepingBindings()
+                    statement.bind(1, pending.shareRow)
+                    statement.bind(2, fix.timestamp)
+                    statement.bind(3, fix.latitude)
+                    statement.bind(4, fix.longitude)
+                    statement.bind(5, fix.accuracy)
+                    statement.bind(6, fix.altitude)
+                    statement.bind(7, fix.velocity)
+                    statement.bind(8, fix.course)
+                    statement.bind(9, fix.battery.map(Int64.init))
+                    statement.bind(10, fix.trackerID)
+                    statement.bind(11, pending.receivedAt)
+                    statement.bind(12, fix.batteryStatus.map(Int64.init))
+                    statement.bind(13, fix.connection)
+                    try statement.run()
+                    inserted.append(db.changes > 0)
+                }
+                return inserted
+            }
+        }
+    }
+
+    /// The newest `limit` fixes of a share, oldest first.
+    public func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("""
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes WHERE share = ? ORDER BY tst DESC LIMIT ?
+                """)
+            defer { statement.reset() }
+            statement.bind(1, row)
+            statement.bind(2, Int64(limit))
+            var fixes: [Fix] = []
+            while try statement.step() {
+                fixes.append(Fix(
+                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
+                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
+                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
+                    battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
+                    connection: statement.optionalString(10), trackerID: statement.optionalString(8)))
+            }
+            return fixes.reversed()
+        }
+    }
+
+    public func fixCount(row: Int64) throws(StoreError) -> Int {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT count(*) FROM fixes WHERE share = ?")
+            defer { statement.reset() }
+            statement.bind(1, row)
+            _ = try statement.step()
+            return Int(statement.int64(0))
+        }
+    }
+}

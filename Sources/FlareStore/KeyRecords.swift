@@ -1,0 +1,57 @@
+public import FlareCore
+
+/// Owner keys (their hashes, kinds and limits) and the keys' webhooks.
+public protocol KeyRecords: Sendable {
+    /// Stores a key's hash, kind and limits; returns its id.
+    @discardableResult
+    func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64
+    /// The key with this hash (compared in constant time), revoked or not.
+    func ownerKey(hash: SecretHash) throws(StoreError) -> OwnerKeyRecord?
+    func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord?
+    /// Every key, oldest first, each with how many live shares it owns.
+    func ownerKeys() throws(StoreError) -> [OwnerKeyRecord]
+    /// Revokes a key: it stops working; its shares run on. True only for the call that revoked it.
+    @discardableResult
+    func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool
+    /// Records when a key was last used (the caller calls it at most now and then per key).
+    func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError)
+    func ownerKeyCount() throws(StoreError) -> Int
+
+    /// Sets (or, with nil, removes) a key's webhook; setting one again makes the old secret the previous one.
+    /// False when there is no such key.
+    func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool
+    /// Seals every key's webhook secrets (current and previous) anew, all in one transaction, for a new token key:
+    /// `reseal` returns the secret sealed under the new key, or nil when it cannot open it, which changes nothing
+    /// (a `StoreError` is thrown). Returns how many keys' secrets were sealed anew.
+    func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int
+    func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
+}
+
+extension KeyRecords {
+    /// Whether a current (not revoked) key with this hash exists.
+    public func ownerKeyExists(hash: SecretHash) throws(StoreError) -> Bool {
+        try ownerKey(hash: hash).map { !$0.isRevoked } ?? false
+    }
+
+    /// An admin key with no limits (the kind every key was before keys owned shares).
+    @discardableResult
+    public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis) throws(StoreError) -> Int64 {
+        try insertOwnerKey(hash: hash, label: label, createdAt: createdAt, admin: true, limits: .none)
+    }
+}
+
+/// A key's webhook: its URL and signing secrets, sealed (the store never holds a secret in clear; see
+/// `WebhookSecretSealer`). After a rotation the previous secret keeps signing for a while, next to the new one.
+public struct KeyWebhook: Sendable, Equatable {
+    public let url: String
+    public let sealedSecret: [UInt8]
+    public let previousSealedSecret: [UInt8]?
+    public let rotatedAt: UnixMillis?
+
+    public init(url: String, sealedSecret: [UInt8], previousSealedSecret: [UInt8]?, rotatedAt: UnixMillis?) {
+        self.url = url
+        self.sealedSecret = sealedSecret
+        self.previousSealedSecret = previousSealedSecret
+        self.rotatedAt = rotatedAt
+    }
+}
