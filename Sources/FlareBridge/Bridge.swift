@@ -14,7 +14,7 @@ public final class Bridge: Sendable {
     private let client: MQTTClient
     private let ingestor: FixIngestor
     private let shares: ShareService
-    private let store: any ShareStore
+    private let store: any InstanceRecords
     private let metrics: Metrics
     private let logger: Logger
     private let stopping = Atomic<Bool>(false)
@@ -41,14 +41,14 @@ public final class Bridge: Sendable {
     ///   - subscription: `Topics.allLocations` for the only instance of a store, `Topics.sharedLocations` when
     ///     several instances share one.
     ///   - options: the client's options (its client id is this instance's name in the store).
-    public init(client: MQTTClient, options: MQTTClient.Options, store: any ShareStore, ingestor: FixIngestor, shares: ShareService, subscription: String,
+    public init(client: MQTTClient, options: MQTTClient.Options, store: any InstanceRecords & LeaseRecords, ingestor: FixIngestor, shares: ShareService, subscription: String,
                 staleAfterSeconds: Int64, metrics: Metrics, logger: Logger) {
         self.subscription = subscription
         self.staleAfterMillis = staleAfterSeconds * 1000
         self.options = options
         var host = [CChar](repeating: 0, count: 256)
         gethostname(&host, host.count - 1)
-        process = "\(String(cString: host)):\(getpid()):\(Secret.generate().text.prefix(8))"
+        process = "\(String(decoding: host.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)):\(getpid()):\(Secret.generate().text.prefix(8))"
         self.client = client
         self.ingestor = ingestor
         self.shares = shares

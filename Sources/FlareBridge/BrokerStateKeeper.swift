@@ -50,7 +50,7 @@ public final class BrokerStateKeeper: Sendable {
     }
 
     private let shares: ShareService
-    private let store: any ShareStore
+    private let store: any LeaseRecords
     private let publisher: any BrokerPublisher
     private let reader: any BrokerEpochReading
     private let connection: @Sendable () -> Int?
@@ -69,7 +69,7 @@ public final class BrokerStateKeeper: Sendable {
     ///     back at once).
     ///   - connection: which connection `publisher` has to the broker now (a number that changes at each
     ///     reconnection), nil while it has none.
-    public init(store: any ShareStore, shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
+    public init(store: any LeaseRecords, shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
                 connection: @escaping @Sendable () -> Int?, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.shares = shares
         self.store = store

@@ -28,7 +28,7 @@ public final class FixIngestor: Sendable {
         let transport: TrackerTransport
     }
 
-    private let store: any ShareStore
+    private let store: any FixRecords & StoreHealth
     private let shares: ShareService
     private let metrics: Metrics
     private let logger: Logger
@@ -49,7 +49,7 @@ public final class FixIngestor: Sendable {
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
-    public init(store: any ShareStore, shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
+    public init(store: any FixRecords & StoreHealth, shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
                 parser: LocationPayloadParser, queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = store

@@ -85,7 +85,7 @@ public final class EventDeliverer: @unchecked Sendable {
         }
     }
 
-    private let store: any ShareStore
+    private let store: any EventRecords & KeyRecords & LeaseRecords
     private let publisher: any BrokerPublisher
     private let poster: any WebhookPosting
     private let resolver: any HostResolving
@@ -104,7 +104,7 @@ public final class EventDeliverer: @unchecked Sendable {
     ///   - poster: sends each webhook request, to the addresses `resolver` answered and the address rule passed.
     ///   - resolver: looks up a webhook's host name, once per delivery.
     ///   - requestTimeout: for each webhook request, and for the broker's acknowledgement of a batch for the topic.
-    public init(store: any ShareStore, publisher: any BrokerPublisher, poster: any WebhookPosting,
+    public init(store: any EventRecords & KeyRecords & LeaseRecords, publisher: any BrokerPublisher, poster: any WebhookPosting,
                 resolver: any HostResolving = SystemHostResolver(), requestTimeout: Duration = defaultRequestTimeout,
                 serverWebhook: ServerWebhook?, sealer: WebhookSecretSealer, holder: String, clock: any WallClock, metrics: Metrics,
                 logger: Logger) {

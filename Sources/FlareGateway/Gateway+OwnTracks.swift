@@ -138,7 +138,7 @@ extension Gateway {
             return response
         case .success(.lastWill):
             return .json(200, Array("[]".utf8))  // the apps send none over HTTP; nothing to do with one
-        case .success(.fix(let fix)) where shares.fixLimitReached(id):
+        case .success(.fix) where shares.fixLimitReached(id):
             // As every refusal the app cannot mend: answered 2xx, or Android would retry it for ever (see above).
             metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", RejectReason.fixLimitReached.rawValue)])
             var response = HTTPResponse.json(200, Array("[]".utf8))

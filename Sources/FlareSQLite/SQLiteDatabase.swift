@@ -1,5 +1,5 @@
 internal import CSQLite
-public import FlareStore
+import FlareStore
 
 extension StoreError {
     /// A failed SQLite call: the operation, SQLite's result code and its message.

@@ -13,7 +13,7 @@ import Synchronization
 /// instance, the lookup a few microseconds) nothing is remembered, so a key revoked from the command line stops
 /// working at the next request.
 public final class OwnerKeyService: Sendable {
-    private let store: any ShareStore
+    private let store: any KeyRecords & ChangeFeed
     private let clock: any WallClock
     private let metrics: Metrics
     private let logger: Logger
@@ -33,7 +33,7 @@ public final class OwnerKeyService: Sendable {
     static let lookupWait: Duration = .seconds(2)
     static let lookupRetrySeconds = 5
 
-    init(store: any ShareStore, sealer: WebhookSecretSealer, resolver: any HostResolving, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    init(store: any KeyRecords & ChangeFeed, sealer: WebhookSecretSealer, resolver: any HostResolving, clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.sealer = sealer
         self.lookups = HostLookups(resolver: resolver)

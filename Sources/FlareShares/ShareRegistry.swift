@@ -1,5 +1,5 @@
 public import FlareCore
-public import FlareStore
+import FlareStore
 import Synchronization
 
 /// What a live viewer is told.

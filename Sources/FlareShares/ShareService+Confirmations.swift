@@ -1,7 +1,7 @@
 import FlareAPI
-public import FlareCore
-public import FlareStore
-public import FlareEvents
+import FlareCore
+import FlareStore
+import FlareEvents
 import FlareSystem
 import Synchronization
 

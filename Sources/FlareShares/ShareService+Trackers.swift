@@ -1,7 +1,7 @@
 import FlareAPI
-public import FlareCore
-public import FlareStore
-public import FlareEvents
+import FlareCore
+import FlareStore
+import FlareEvents
 import FlareSystem
 import Synchronization
 
@@ -52,7 +52,7 @@ extension ShareService {
             return
         }
         registry.updateTracker(id) { $0.batteryLowAt = change.low ? now : nil }
-        if let event {
+        if event != nil {
             eventRecorded()
             logger.info("share \(id): battery low")
         }

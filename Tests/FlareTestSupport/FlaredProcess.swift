@@ -54,7 +54,7 @@ public final class FlaredProcess: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try BuiltProducts.path("flared"))
         process.environment = environment
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         let log = try FileHandle(forWritingTo: logURL)
         log.seekToEndOfFile()
         process.standardOutput = log
@@ -143,8 +143,8 @@ public func runCommand(_ path: String, _ arguments: [String], environment: [Stri
     if let environment { process.environment = environment }
     let directory = try TempDirectory.make(prefix: "cmd")
     let outURL = directory.appendingPathComponent("out"), errURL = directory.appendingPathComponent("err")
-    FileManager.default.createFile(atPath: outURL.path, contents: nil)
-    FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
     process.standardOutput = try FileHandle(forWritingTo: outURL)
     process.standardError = try FileHandle(forWritingTo: errURL)
     process.standardInput = FileHandle.nullDevice
