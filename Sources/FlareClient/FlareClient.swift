@@ -166,6 +166,36 @@ public final class FlareClient: Sendable {
                            expecting: 204, retry: retry)
     }
 
+    /// Adds a contact of the owner key: someone its shares may tell. `phone` in E.164 (`+4915123456789`),
+    /// `language` `en` or `zh-CN`.
+    public func createContact(_ contact: ContactRequest) async throws(FlareClientError) -> ContactInfo {
+        guard let ownerKey else { throw .missingCredential("adding a contact needs an owner key") }
+        return try await call("POST", "api/v1/contacts", bearer: ownerKey, encodable: contact, expecting: 201, retry: RetryPolicy(maxAttempts: 1))
+    }
+
+    /// One page of the owner key's contacts, newest first. Pass the page's `nextCursor` to get the next one.
+    public func listContacts(limit: Int? = nil, cursor: String? = nil) async throws(FlareClientError) -> ContactList {
+        guard let ownerKey else { throw .missingCredential("listing contacts needs an owner key") }
+        var query: [(String, String)] = []
+        if let limit { query.append(("limit", String(limit))) }
+        if let cursor { query.append(("cursor", cursor)) }
+        let data = try await send("GET", "api/v1/contacts", query: query, bearer: ownerKey, body: nil, expecting: 200, retry: retry)
+        return try Self.decode(ContactList.self, from: data, status: 200)
+    }
+
+    public func contact(_ contactID: String) async throws(FlareClientError) -> ContactInfo {
+        guard let ownerKey else { throw .missingCredential("reading a contact needs an owner key") }
+        let data = try await send("GET", "api/v1/contacts/\(try Self.pathComponent(contactID))", query: [], bearer: ownerKey, body: nil,
+                                  expecting: 200, retry: retry)
+        return try Self.decode(ContactInfo.self, from: data, status: 200)
+    }
+
+    public func removeContact(_ contactID: String) async throws(FlareClientError) {
+        guard let ownerKey else { throw .missingCredential("removing a contact needs an owner key") }
+        _ = try await send("DELETE", "api/v1/contacts/\(try Self.pathComponent(contactID))", query: [], bearer: ownerKey, body: nil,
+                           expecting: 204, retry: retry)
+    }
+
     // MARK: - Device API
 
     /// Reports one fix over HTTP ingest (`POST /api/v1/shares/{id}/locations`), retrying outages. For a stream of

@@ -157,13 +157,17 @@ extension Gateway {
     }
 
     /// 401, charged to the caller's address like an unknown link (429 once that is used up).
-    private func unauthorizedOwner(_ request: HTTPRequest) -> HTTPResponse {
+    private func unauthorizedOwner(_ request: HTTPRequest) -> HTTPResponse { unknownCredential(request).response }
+
+    /// What a request with a key that is not current is answered on the key-scoped routes (keys, contacts):
+    /// `unauthorized`, charged to the caller's address like an unknown link, and `rateLimited` once that is used up.
+    func unknownCredential(_ request: HTTPRequest) -> APIError {
         let client = clientKey(request)
         if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
-            return APIError.rateLimited(retryAfter: wait).response
+            return .rateLimited(retryAfter: wait)
         }
-        return APIError.unauthorized.response
+        return .unauthorized
     }
 
     private func keyRequest(_ request: HTTPRequest) throws(APIError) -> KeyRequest {

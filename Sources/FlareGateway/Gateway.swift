@@ -43,6 +43,8 @@ public final class Gateway: Sendable {
     let deviceExtendLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10))
     /// Answers per address and share: their pace, and how many in all (`GatewayConfiguration.answersPerAddress`).
     let answerLimiter: RateLimiter
+    /// Contacts a key adds: a family's in a minute, a script's far fewer than the per-key cap takes to fill.
+    let contactLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 6, burst: 30))
     let answerQuota: RateLimiter
     /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
     /// and more; a wrong token costs more.
@@ -149,6 +151,11 @@ public final class Gateway: Sendable {
         case ("shares", 4, "GET") where parts[2] == "owntracks": return ownTracksResource(request, id: parts[1], name: parts[3])
         case ("shares", 4, "POST") where parts[2] == "owntracks" && parts[3] == "http": return ownTracksHTTP(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
+        case ("contacts", 1, "POST"): return createContact(request)
+        case ("contacts", 1, "GET"): return listContacts(request)
+        case ("contacts", 2, "GET"): return showContact(request, id: parts[1])
+        case ("contacts", 2, "DELETE"): return removeContact(request, id: parts[1])
+        case ("contacts", 1...2, _): return APIError.methodNotAllowed.response
         case ("keys", 1, "POST"): return createKey(request)
         case ("keys", 1, "GET"): return listKeys(request)
         case ("keys", 2, "DELETE"): return revokeKey(request, id: parts[1])

@@ -20,6 +20,7 @@ import FlareStore
 /// | 8    | table `answers`; `shares`*: last_answer_id                   | the same                                     |
 /// | 9    | table `viewers`                                              | the same                                     |
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
+/// | 11   | table `contacts`                                             | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -157,6 +158,12 @@ extension PostgresShareStore {
         ALTER TABLE shares ADD COLUMN battery_low_at BIGINT;
         ALTER TABLE owner_keys ADD COLUMN webhook_url TEXT, ADD COLUMN webhook_secret BYTEA, ADD COLUMN webhook_previous_secret BYTEA,
             ADD COLUMN webhook_rotated_at BIGINT;
+        """,
+        // 11: contacts, owned by keys as shares are (listed newest first per key, by row).
+        """
+        CREATE TABLE contacts (row BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key BIGINT, name TEXT NOT NULL, email TEXT,
+                               phone TEXT, language TEXT NOT NULL, created_at BIGINT NOT NULL);
+        CREATE INDEX contacts_of_key ON contacts(owner_key, row);
         """,
     ]
     static var schemaVersion: Int { migrations.count }

@@ -19,6 +19,7 @@ import FlareStore
 /// | 8    | table `answers`; `shares`*: last_answer_id                   | the same                                     |
 /// | 9    | table `viewers`                                              | the same                                     |
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
+/// | 11   | table `contacts`                                             | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -142,6 +143,12 @@ extension SQLiteShareStore {
         ALTER TABLE owner_keys ADD COLUMN webhook_secret BLOB;
         ALTER TABLE owner_keys ADD COLUMN webhook_previous_secret BLOB;
         ALTER TABLE owner_keys ADD COLUMN webhook_rotated_at INTEGER;
+        """,
+        // 11: contacts, owned by keys as shares are (listed newest first per key, by row).
+        """
+        CREATE TABLE IF NOT EXISTS contacts (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key INTEGER, name TEXT NOT NULL,
+                                             email TEXT, phone TEXT, language TEXT NOT NULL, created_at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS contacts_of_key ON contacts(owner_key, row);
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

@@ -81,6 +81,8 @@ public final class ShareService: Sendable {
     let store: any ShareStore
     /// The owner keys: who may create, read and control which shares.
     public let keys: OwnerKeyService
+    /// The contacts: whom a key's shares may tell.
+    public let contacts: ContactService
     /// Memory's copy of every share that still has history; the bridge's ingest records fixes into it.
     package let registry: ShareRegistry
     let publisher: any BrokerPublisher
@@ -122,6 +124,7 @@ public final class ShareService: Sendable {
         self.store = store
         self.keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), resolver: hostResolver, clock: clock,
                                     metrics: metrics, logger: logger)
+        self.contacts = ContactService(store: store, clock: clock, logger: logger.with(label: "contacts"))
         self.registry = registry
         self.publisher = publisher
         self.tokenKey = tokenKey

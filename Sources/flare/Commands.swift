@@ -22,7 +22,8 @@ struct CommonOptions {
                                           "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor",
-                                          "--max-live", "--max-duration", "--create-rate", "--confirm-timeout"]
+                                          "--max-live", "--max-duration", "--create-rate", "--confirm-timeout",
+                                          "--email", "--phone", "--language"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove"]
 
     init(_ arguments: [String]) throws {
@@ -109,6 +110,10 @@ enum Commands {
                                                                             (Standard Webhooks); prints the signing
                                                                             secret once; a limited key's URL must be
                                                                             a public address
+          flare contacts add NAME [--email ADDRESS] [--phone +E164] [--language en|zh-CN] [--json]
+                                                                            someone the key's shares may tell
+          flare contacts list [--limit N] [--cursor C] [--json]            the key's contacts, newest first
+          flare contacts remove ID                                          forget a contact
           flare webhook-secret                                              a new secret for FLARE_WEBHOOK_SECRET
           flare token-key rotate                                            a new token.key (the emergency stop for every
                                                                             device and watch token), the keys' webhook
@@ -151,6 +156,9 @@ enum Commands {
         case ("keys", "list"): return try keysList(options)
         case ("keys", "revoke"): return try keysRevoke(options, id: try argument(words, 2, "key id"))
         case ("keys", "webhook"): return try keysWebhook(options, id: try argument(words, 2, "key id"), url: words.count > 3 ? words[3] : nil)
+        case ("contacts", "add"): return try contactsAdd(options, name: try argument(words, 2, "contact name"))
+        case ("contacts", "list"): return try contactsList(options)
+        case ("contacts", "remove"): return try contactsRemove(options, id: try argument(words, 2, "contact id"))
         case ("token-key", "rotate"): return try tokenKeyRotate(options)
         case ("webhook-secret", nil):
             print(WebhookSecret.generate().text)
@@ -407,6 +415,45 @@ enum Commands {
             print("signing secret (shown once; keep it with the receiver): \(created.secret)")
             if let valid = created.previousSecretValidSeconds { print("the previous secret keeps signing too for \(valid / 3600) h") }
         }
+        return 0
+    }
+
+    static func contactsAdd(_ options: CommonOptions, name: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let request = ContactRequest(name: name, email: options.flags["--email"], phone: options.flags["--phone"], language: options.flags["--language"])
+        let contact = try call("cannot add the contact") { () async throws(FlareClientError) in try await client.createContact(request) }
+        if options.json { try printJSON(contact) } else { print("contact \(contact.id): \(contact.name)") }
+        return 0
+    }
+
+    static func contactsList(_ options: CommonOptions) throws -> Int32 {
+        let client = try ownerClient(options)
+        var limit: Int?
+        if let text = options.flags["--limit"] {
+            guard let parsed = Int(text), (1...ContactList.maximumLimit).contains(parsed) else {
+                throw CLIError("--limit must be a whole number from 1 to \(ContactList.maximumLimit) (got \(text))")
+            }
+            limit = parsed
+        }
+        let cursor = options.flags["--cursor"]
+        let page = try call("cannot list contacts") { [limit] () async throws(FlareClientError) in try await client.listContacts(limit: limit, cursor: cursor) }
+        if options.json {
+            try printJSON(page)
+            return 0
+        }
+        if page.contacts.isEmpty { print(cursor == nil ? "no contacts" : "no more contacts") }
+        for contact in page.contacts {
+            let reach = [contact.email, contact.phone].compactMap { $0 }.joined(separator: ", ")
+            print("\(contact.id)  \(contact.language.padding(toLength: 5, withPad: " ", startingAt: 0))  \(contact.name)\(reach.isEmpty ? "" : "  <\(reach)>")")
+        }
+        if let next = page.nextCursor { print("more: flare contacts list --cursor \(next)") }
+        return 0
+    }
+
+    static func contactsRemove(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        try call("cannot remove contact \(id)") { () async throws(FlareClientError) in try await client.removeContact(id) }
+        print("contact \(id) removed")
         return 0
     }
 

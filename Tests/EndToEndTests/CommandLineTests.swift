@@ -151,4 +151,26 @@ import Testing
         let missing = try flared.flare(["share", "stop", "AAAAAAAAAAAAAAAAAAAAAA"])
         #expect(missing.status == 1 && missing.stderr.contains("no such share"))
     }
+
+    @Test func contactCommands() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let added = try flared.flare(["contacts", "add", "Anna Schmidt", "--email", "anna@example.org", "--phone", "+4915123456789", "--json"])
+        #expect(added.status == 0, "\(added.stderr)")
+        let contact = try #require(try JSONSerialization.jsonObject(with: Data(added.stdout.utf8)) as? [String: Any])
+        let id = try #require(contact["id"] as? String)
+        #expect(contact["language"] as? String == "en" && contact["phone"] as? String == "+4915123456789")
+        let second = try flared.flare(["contacts", "add", "王芳", "--language", "zh-CN"])
+        #expect(second.status == 0 && second.stdout.hasPrefix("contact ") && second.stdout.contains("王芳"), "\(second.stdout)")
+        let listed = try flared.flare(["contacts", "list"])
+        let lines = listed.stdout.split(separator: "\n")
+        #expect(listed.status == 0 && lines.count == 2 && lines[0].contains("王芳") && lines[1].hasPrefix(id), "\(listed.stdout)")
+        #expect(lines[1].contains("<anna@example.org, +4915123456789>"))
+        let bad = try flared.flare(["contacts", "add", "Ben", "--phone", "0151 2345678"])
+        #expect(bad.status == 1 && bad.stderr.contains("E.164"), "\(bad.stderr)")
+        #expect(try flared.flare(["contacts", "remove", id]).stdout.contains("removed"))
+        let again = try flared.flare(["contacts", "remove", id])
+        #expect(again.status == 1 && again.stderr.contains("no such contact"), "\(again.stderr)")
+        #expect(try flared.flare(["contacts", "list"]).stdout.split(separator: "\n").count == 1)
+    }
 }

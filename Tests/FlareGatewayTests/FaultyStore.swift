@@ -54,6 +54,10 @@ final class FaultyStore: ShareStore {
     func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool { try fault("takeLocateCommand"); return try base.takeLocateCommand(row: row, now: now, validForMillis: validForMillis) }
     func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer? { try fault("insertAnswer"); return try base.insertAnswer(row: row, kind: kind, name: name, at: at, event: event) }
     func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer] { try fault("answers"); return try base.answers(row: row, after: after, limit: limit) }
+    func insertContact(_ contact: Contact, limit: Int) throws(StoreError) -> Bool { try fault("insertContact"); return try base.insertContact(contact, limit: limit) }
+    func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
+    func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
+    func deleteContact(id: ContactID) throws(StoreError) -> Bool { try fault("deleteContact"); return try base.deleteContact(id: id) }
     func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool { try fault("noteViewer"); return try base.noteViewer(row: row, viewer: viewer, at: at, firstViewEvent: firstViewEvent) }
     func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience { try fault("audience"); return try base.audience(row: row, watchingSince: watchingSince) }
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] { try fault("insertFixes"); return try base.insertFixes(fixes) }

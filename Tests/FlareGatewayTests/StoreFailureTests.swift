@@ -24,6 +24,8 @@ import Testing
         let limitedShare: CreatedShare
         let limitedKey: String
         let otherKeyID: Int64
+        /// A contact of the admin key.
+        let contactID: String
     }
 
     struct Probe: CustomStringConvertible, Sendable {
@@ -79,6 +81,10 @@ import Testing
             f.send("PUT", "/api/v1/keys/\(s.otherKeyID)/webhook", bearer: f.ownerKey, json: #"{"url":"https://127.0.0.1:9/hook"}"#)
         },
         Probe(description: "remove a webhook") { f, s in f.send("DELETE", "/api/v1/keys/\(s.otherKeyID)/webhook", bearer: f.ownerKey) },
+        Probe(description: "add a contact") { f, _ in f.send("POST", "/api/v1/contacts", bearer: f.ownerKey, json: #"{"name":"Mum"}"#) },
+        Probe(description: "list contacts") { f, _ in f.send("GET", "/api/v1/contacts", bearer: f.ownerKey) },
+        Probe(description: "show a contact") { f, s in f.send("GET", "/api/v1/contacts/\(s.contactID)", bearer: f.ownerKey) },
+        Probe(description: "remove a contact") { f, s in f.send("DELETE", "/api/v1/contacts/\(s.contactID)", bearer: f.ownerKey) },
         Probe(description: "the viewer page") { f, s in f.send("GET", "/s/\(s.share.viewToken)") },
         Probe(description: "view JSON") { f, s in f.send("GET", "/api/v1/view/\(s.share.viewToken)") },
         Probe(description: "view JSON with a viewer id") { f, s in
@@ -115,8 +121,11 @@ import Testing
         try #require(created.status == 201, "\(created.text)")
         let otherKeyID = try maker.store.insertOwnerKey(hash: SecretHash(of: OwnerKey.generate()), label: "other",
                                                         createdAt: SystemWallClock().now(), admin: false, limits: .none)
+        let contact = Contact(id: .generate(), ownerKeyID: 1, name: "Dad", email: nil, phone: nil, language: .en, createdAt: GatewayFixture.now)
+        _ = try maker.store.insertContact(contact, limit: 10)
         let target = instance == .same ? maker : try GatewayFixture(faulty: true, sharingDatabaseOf: maker)
-        return (maker, target, Setup(share: share, limitedShare: try created.decode(CreatedShare.self), limitedKey: limitedKey, otherKeyID: otherKeyID))
+        return (maker, target, Setup(share: share, limitedShare: try created.decode(CreatedShare.self), limitedKey: limitedKey, otherKeyID: otherKeyID,
+                                     contactID: contact.id.rawValue))
     }
 
     @Test(arguments: Instance.allCases, probes)

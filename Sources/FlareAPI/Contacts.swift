@@ -1,0 +1,59 @@
+#if canImport(FoundationEssentials)
+public import FoundationEssentials
+#else
+public import Foundation
+#endif
+
+/// `POST /api/v1/contacts`: someone the key's shares may tell. `name` (at most 80 characters) is required; `email`
+/// and `phone` (E.164: `+4915123456789`) are optional; `language` is `en` (default) or `zh-CN`.
+public struct ContactRequest: Codable, Sendable, Equatable {
+    public var name: String
+    public var email: String?
+    public var phone: String?
+    public var language: String?
+
+    public init(name: String, email: String? = nil, phone: String? = nil, language: String? = nil) {
+        self.name = name
+        self.email = email
+        self.phone = phone
+        self.language = language
+    }
+}
+
+/// A contact: the answer of `POST /api/v1/contacts` (201) and `GET /api/v1/contacts/{id}`, and each item of
+/// `GET /api/v1/contacts`.
+public struct ContactInfo: Codable, Sendable, Equatable {
+    public let id: String
+    public let name: String
+    public let email: String?
+    public let phone: String?
+    public let language: String
+    @RFC3339Time public var createdAt: Date
+
+    enum CodingKeys: String, CodingKey { case id, name, email, phone, language, createdAt = "created_at" }
+
+    public init(id: String, name: String, email: String?, phone: String?, language: String, createdAt: Date) {
+        self.id = id
+        self.name = name
+        self.email = email
+        self.phone = phone
+        self.language = language
+        self.createdAt = createdAt
+    }
+}
+
+/// `GET /api/v1/contacts?limit=N&cursor=C`: the caller's contacts, newest first, paged as shares are.
+public struct ContactList: Codable, Sendable, Equatable {
+    public let contacts: [ContactInfo]
+    @AlwaysPresent public var nextCursor: String?
+
+    enum CodingKeys: String, CodingKey { case contacts, nextCursor = "next_cursor" }
+
+    public static let defaultLimit = 50
+    public static let maximumLimit = 200
+
+    public init(contacts: [ContactInfo], nextCursor: String?) {
+        self.contacts = contacts
+        self.nextCursor = nextCursor
+    }
+}
