@@ -37,11 +37,14 @@ public struct Audience: Sendable, Equatable {
     public var firstOpenedAt: UnixMillis?
     public var opened: Int
     public var watching: Int
+    /// The share's personal links, oldest first (none for a share made without contacts).
+    public var links: [LinkAudience]
 
-    public init(firstOpenedAt: UnixMillis?, opened: Int, watching: Int) {
+    public init(firstOpenedAt: UnixMillis?, opened: Int, watching: Int, links: [LinkAudience] = []) {
         self.firstOpenedAt = firstOpenedAt
         self.opened = opened
         self.watching = watching
+        self.links = links
     }
 
     public static let nobody = Audience(firstOpenedAt: nil, opened: 0, watching: 0)

@@ -1,0 +1,20 @@
+public import FlareCore
+
+/// A share's personal links (`ShareLink`): one view link per contact, each withdrawn on its own.
+public protocol LinkRecords: Sendable {
+    /// Adds links to a share, if it is active; false (nothing added) when it is not. Marks the share changed, so that
+    /// every instance reads its links again.
+    func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool
+    /// The share's links, oldest first, withdrawn ones included.
+    func links(shareRow: Int64) throws(StoreError) -> [ShareLink]
+    /// The link whose view token has this hash, withdrawn or not.
+    func link(viewTokenHash: SecretHash) throws(StoreError) -> ShareLink?
+    /// The links of every share whose history still exists (the active ones and those ended but not yet purged),
+    /// withdrawn ones included: what memory loads at start.
+    func openLinks() throws(StoreError) -> [ShareLink]
+    /// Withdraws the link; true only for the call that withdrew it. Marks the share changed.
+    func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool
+    /// Someone opened the link: its first opening is recorded, with `event`, once. True only for the call that
+    /// recorded it.
+    func noteLinkOpened(shareRow: Int64, id: LinkID, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool
+}
