@@ -21,6 +21,7 @@ import FlareStore
 /// | 9    | table `viewers`                                              | the same                                     |
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
+/// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -164,6 +165,15 @@ extension PostgresShareStore {
         CREATE TABLE contacts (row BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key BIGINT, name TEXT NOT NULL, email TEXT,
                                phone TEXT, language TEXT NOT NULL, created_at BIGINT NOT NULL);
         CREATE INDEX contacts_of_key ON contacts(owner_key, row);
+        """,
+        // 12: a share's personal links, one per contact (only the view token's hash kept; the contact's name as it
+        // was, purged with the share's history), and the link a viewer last came through (NULL: the share's own).
+        """
+        CREATE TABLE share_links (row BIGSERIAL PRIMARY KEY, link_id TEXT NOT NULL UNIQUE, share BIGINT NOT NULL, contact_id TEXT,
+                                  name TEXT NOT NULL, view_token_hash BYTEA NOT NULL UNIQUE, created_at BIGINT NOT NULL,
+                                  withdrawn_at BIGINT, first_opened_at BIGINT);
+        CREATE INDEX share_links_of_share ON share_links(share, row);
+        ALTER TABLE viewers ADD COLUMN link TEXT;
         """,
     ]
     static var schemaVersion: Int { migrations.count }

@@ -20,6 +20,7 @@ import FlareStore
 /// | 9    | table `viewers`                                              | the same                                     |
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
+/// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -149,6 +150,15 @@ extension SQLiteShareStore {
         CREATE TABLE IF NOT EXISTS contacts (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key INTEGER, name TEXT NOT NULL,
                                              email TEXT, phone TEXT, language TEXT NOT NULL, created_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS contacts_of_key ON contacts(owner_key, row);
+        """,
+        // 12: a share's personal links, one per contact (only the view token's hash kept; the contact's name as it
+        // was, purged with the share's history), and the link a viewer last came through (NULL: the share's own).
+        """
+        CREATE TABLE IF NOT EXISTS share_links (row INTEGER PRIMARY KEY, link_id TEXT NOT NULL UNIQUE, share INTEGER NOT NULL, contact_id TEXT,
+                                                name TEXT NOT NULL, view_token_hash BLOB NOT NULL UNIQUE, created_at INTEGER NOT NULL,
+                                                withdrawn_at INTEGER, first_opened_at INTEGER);
+        CREATE INDEX IF NOT EXISTS share_links_of_share ON share_links(share, row);
+        ALTER TABLE viewers ADD COLUMN link TEXT;
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

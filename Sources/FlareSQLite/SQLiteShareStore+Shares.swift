@@ -88,12 +88,12 @@ extension SQLiteShareStore: ShareRecords {
         } == 1
     }
 
-    /// Deletes an ended share's positions and its name; the row keeps only that it existed and when.
+    /// Deletes an ended share's positions, its personal links and its name; the row keeps only that it existed and when.
     @discardableResult
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)

@@ -14,8 +14,8 @@ public protocol ShareRecords: Sendable {
     /// announces the end (ended status, retained clear, revocation).
     @discardableResult
     func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool
-    /// Deletes an ended share's positions and its name; the row keeps only that it existed and when. True only for
-    /// the call that purged it.
+    /// Deletes an ended share's positions, its personal links and its name; the row keeps only that it existed and
+    /// when. True only for the call that purged it.
     @discardableResult
     func purgeHistory(row: Int64) throws(StoreError) -> Bool
     /// Every share whose history still exists: the active ones and those ended but not yet purged.

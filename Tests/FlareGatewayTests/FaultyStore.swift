@@ -58,7 +58,13 @@ final class FaultyStore: ShareStore {
     func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
     func deleteContact(id: ContactID) throws(StoreError) -> Bool { try fault("deleteContact"); return try base.deleteContact(id: id) }
-    func noteViewer(row: Int64, viewer: SecretHash, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool { try fault("noteViewer"); return try base.noteViewer(row: row, viewer: viewer, at: at, firstViewEvent: firstViewEvent) }
+    func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool { try fault("insertLinks"); return try base.insertLinks(links) }
+    func links(shareRow: Int64) throws(StoreError) -> [ShareLink] { try fault("links"); return try base.links(shareRow: shareRow) }
+    func link(viewTokenHash: SecretHash) throws(StoreError) -> ShareLink? { try fault("link(viewTokenHash:)"); return try base.link(viewTokenHash: viewTokenHash) }
+    func openLinks() throws(StoreError) -> [ShareLink] { try fault("openLinks"); return try base.openLinks() }
+    func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool { try fault("withdrawLink"); return try base.withdrawLink(shareRow: shareRow, id: id, at: at) }
+    func noteLinkOpened(shareRow: Int64, id: LinkID, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool { try fault("noteLinkOpened"); return try base.noteLinkOpened(shareRow: shareRow, id: id, at: at, event: event) }
+    func noteViewer(row: Int64, viewer: SecretHash, link: LinkID?, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool { try fault("noteViewer"); return try base.noteViewer(row: row, viewer: viewer, link: link, at: at, firstViewEvent: firstViewEvent) }
     func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience { try fault("audience"); return try base.audience(row: row, watchingSince: watchingSince) }
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] { try fault("insertFixes"); return try base.insertFixes(fixes) }
     func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] { try fault("recentFixes"); return try base.recentFixes(row: row, limit: limit) }
