@@ -55,7 +55,7 @@ let package = Package(
         // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
         .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
-        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
+        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
         // MQTT ingest and the broker's retained state.
         .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.

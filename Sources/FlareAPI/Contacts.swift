@@ -57,3 +57,66 @@ public struct ContactList: Codable, Sendable, Equatable {
         self.nextCursor = nextCursor
     }
 }
+
+/// A personal link: the share's view, for one contact, withdrawn on its own. In the create answer (`links`, only
+/// when `contacts` was given) and `POST /api/v1/shares/{id}/links`.
+public struct PersonalLink: Codable, Sendable, Equatable {
+    public let linkID: String
+    public let contactID: String?
+    public let name: String
+    /// `https://host/s/<this link's own view token>`: text it to that contact only.
+    public let url: String
+
+    enum CodingKeys: String, CodingKey { case linkID = "link_id", contactID = "contact_id", name, url }
+
+    public init(linkID: String, contactID: String?, name: String, url: String) {
+        self.linkID = linkID
+        self.contactID = contactID
+        self.name = name
+        self.url = url
+    }
+}
+
+/// `GET /api/v1/shares/{id}/links` (owner key): every personal link of the share, oldest first.
+public struct PersonalLinkList: Codable, Sendable, Equatable {
+    public struct Item: Codable, Sendable, Equatable {
+        public let linkID: String
+        public let contactID: String?
+        public let name: String
+        public let url: String
+        @RFC3339Time public var createdAt: Date
+        @OptionalRFC3339Time public var firstOpenedAt: Date?
+        @OptionalRFC3339Time public var withdrawnAt: Date?
+
+        enum CodingKeys: String, CodingKey {
+            case linkID = "link_id", contactID = "contact_id", name, url, createdAt = "created_at", firstOpenedAt = "first_opened_at"
+            case withdrawnAt = "withdrawn_at"
+        }
+
+        public init(linkID: String, contactID: String?, name: String, url: String, createdAt: Date, firstOpenedAt: Date?, withdrawnAt: Date?) {
+            self.linkID = linkID
+            self.contactID = contactID
+            self.name = name
+            self.url = url
+            self.createdAt = createdAt
+            self.firstOpenedAt = firstOpenedAt
+            self.withdrawnAt = withdrawnAt
+        }
+    }
+
+    public let links: [Item]
+    public init(links: [Item]) { self.links = links }
+}
+
+/// `POST /api/v1/shares/{id}/links`: `{"contacts":["<contact id>", …]}`: a link each for a running share →
+/// 201 `{"links":[PersonalLink]}`.
+public struct LinkRequest: Codable, Sendable, Equatable {
+    public var contacts: [String]
+    public init(contacts: [String]) { self.contacts = contacts }
+}
+
+/// The answer of `POST /api/v1/shares/{id}/links`.
+public struct CreatedLinks: Codable, Sendable, Equatable {
+    public let links: [PersonalLink]
+    public init(links: [PersonalLink]) { self.links = links }
+}

@@ -15,12 +15,15 @@ public struct ShareRequest: Codable, Sendable, Equatable {
     public var durationSeconds: Double?
     /// Shown on the viewer page (create only).
     public var name: String?
+    /// Contact ids (create only): a personal link each, in the answer's `links`.
+    public var contacts: [String]?
 
-    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s", name }
+    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s", name, contacts }
 
-    public init(durationSeconds: Double? = nil, name: String? = nil) {
+    public init(durationSeconds: Double? = nil, name: String? = nil, contacts: [String]? = nil) {
         self.durationSeconds = durationSeconds
         self.name = name
+        self.contacts = contacts
     }
 }
 
@@ -41,11 +44,15 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     public let statusTopic: String?
     public let ingestURL: URL?
     public let ownTracksConfigURL: URL?
+    /// A personal link per contact, only when the request named `contacts` (then the answer is no longer all strings:
+    /// a client that sends no contacts gets exactly the flat object it always did).
+    public var links: [PersonalLink]?
 
     public enum CodingKeys: String, CodingKey {
         case shareID = "share_id", shareURL = "share_url", expiresAt = "expires_at", durationSeconds = "duration_s"
         case deviceToken = "device_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username", mqttTopic = "mqtt_topic"
         case statusTopic = "status_topic", ingestURL = "ingest_url", ownTracksConfigURL = "owntracks_config_url"
+        case links
     }
 
     public init(shareID: String, shareURL: URL, expiresAt: Date, durationSeconds: Int?, deviceToken: String, mqttURL: String,
@@ -76,6 +83,7 @@ public struct CreatedShare: Codable, Sendable, Equatable {
         statusTopic = try c.decodeIfPresent(String.self, forKey: .statusTopic)
         ingestURL = try c.decodeIfPresent(String.self, forKey: .ingestURL).map { try Self.url($0, .ingestURL, c) }
         ownTracksConfigURL = try c.decodeIfPresent(String.self, forKey: .ownTracksConfigURL).map { try Self.url($0, .ownTracksConfigURL, c) }
+        links = try c.decodeIfPresent([PersonalLink].self, forKey: .links)
     }
 
     private static func url(_ text: String, _ key: CodingKeys, _ container: KeyedDecodingContainer<CodingKeys>) throws -> URL {
@@ -88,6 +96,7 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         for (key, value) in fields { try c.encode(value, forKey: key) }
+        if let links { try c.encode(links, forKey: .links) }
     }
 
     /// The body's members in order, each a string; absent ones are left out. `encode(to:)` writes these, and so
@@ -148,16 +157,41 @@ public struct ShareStatus: Codable, Sendable, Equatable {
 
 /// Who has seen a share's link: when it was first opened, by how many distinct browsers, how many watch now.
 public struct ShareAudience: Codable, Sendable, Equatable {
+    /// One personal link: whom it was made for, when it was first opened, whether someone watches through it now.
+    public struct Link: Codable, Sendable, Equatable {
+        public let linkID: String
+        public let name: String
+        @OptionalRFC3339Time public var firstOpenedAt: Date?
+        public let watchingNow: Bool
+        /// Set once the link was withdrawn.
+        @OptionalRFC3339Time public var withdrawnAt: Date?
+
+        enum CodingKeys: String, CodingKey {
+            case linkID = "link_id", name, firstOpenedAt = "first_opened_at", watchingNow = "watching_now", withdrawnAt = "withdrawn_at"
+        }
+
+        public init(linkID: String, name: String, firstOpenedAt: Date?, watchingNow: Bool, withdrawnAt: Date?) {
+            self.linkID = linkID
+            self.name = name
+            self.firstOpenedAt = firstOpenedAt
+            self.watchingNow = watchingNow
+            self.withdrawnAt = withdrawnAt
+        }
+    }
+
     @OptionalRFC3339Time public var firstOpenedAt: Date?
     public let opened: Int
     public let watching: Int
+    /// The personal links, oldest first (absent for a share made without contacts).
+    public let links: [Link]?
 
-    enum CodingKeys: String, CodingKey { case firstOpenedAt = "first_opened_at", opened, watching }
+    enum CodingKeys: String, CodingKey { case firstOpenedAt = "first_opened_at", opened, watching, links }
 
-    public init(firstOpenedAt: Date?, opened: Int, watching: Int) {
+    public init(firstOpenedAt: Date?, opened: Int, watching: Int, links: [Link]? = nil) {
         self.firstOpenedAt = firstOpenedAt
         self.opened = opened
         self.watching = watching
+        self.links = links
     }
 }
 

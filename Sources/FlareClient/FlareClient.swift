@@ -79,10 +79,33 @@ public final class FlareClient: Sendable {
     ///
     /// Retried like every call: a retry after a lost answer can leave one unused share behind, which simply
     /// expires. For an SOS, getting a link matters more.
-    public func createShare(duration: TimeInterval? = nil, name: String? = nil) async throws(FlareClientError) -> CreatedShare {
+    /// - Parameter contacts: contact ids: a personal link each, in the answer's `links`.
+    public func createShare(duration: TimeInterval? = nil, name: String? = nil, contacts: [String]? = nil) async throws(FlareClientError) -> CreatedShare {
         guard let ownerKey else { throw .missingCredential("creating a share needs an owner key") }
-        return try await call("POST", "api/v1/shares", bearer: ownerKey, encodable: ShareRequest(durationSeconds: duration, name: name),
+        return try await call("POST", "api/v1/shares", bearer: ownerKey, encodable: ShareRequest(durationSeconds: duration, name: name, contacts: contacts),
                               expecting: 201, retry: retry)
+    }
+
+    /// The share's personal links (owner key): who each is for, whether it was opened, its URL.
+    public func links(_ shareID: String) async throws(FlareClientError) -> PersonalLinkList {
+        guard let ownerKey else { throw .missingCredential("listing links needs an owner key") }
+        let data = try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/links", query: [], bearer: ownerKey, body: nil,
+                                  expecting: 200, retry: retry)
+        return try Self.decode(PersonalLinkList.self, from: data, status: 200)
+    }
+
+    /// A personal link each for contacts of a running share.
+    public func addLinks(_ shareID: String, contacts: [String]) async throws(FlareClientError) -> CreatedLinks {
+        guard let ownerKey else { throw .missingCredential("adding links needs an owner key") }
+        return try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/links", bearer: ownerKey,
+                              encodable: LinkRequest(contacts: contacts), expecting: 201, retry: RetryPolicy(maxAttempts: 1))
+    }
+
+    /// Withdraws one personal link; the share's other links go on.
+    public func withdrawLink(_ linkID: String, of shareID: String) async throws(FlareClientError) {
+        guard let ownerKey else { throw .missingCredential("withdrawing a link needs an owner key") }
+        _ = try await send("DELETE", "api/v1/shares/\(try Self.pathComponent(shareID))/links/\(try Self.pathComponent(linkID))", query: [],
+                           bearer: ownerKey, body: nil, expecting: 204, retry: retry)
     }
 
     /// One page of shares, newest first (owner key). Pass the page's `nextCursor` to get the next one.

@@ -6,6 +6,8 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case started = "share.started"
     /// The link was opened for the first time.
     case opened = "share.opened"
+    /// A personal link was opened for the first time (once per link; `share.opened` is the share's first view).
+    case linkOpened = "link.opened"
     case answered = "share.answered"
     case locateRequested = "share.locate_requested"
     case extended = "share.extended"
@@ -62,6 +64,14 @@ public struct ShareEvent: Sendable, Equatable {
     }
 
     public static func opened(_ id: ShareID, at: UnixMillis) -> ShareEvent { ShareEvent(.opened, share: id, at: at) }
+
+    /// Names the link by its id and the contact by theirs: never the link's URL (its token), never a name.
+    public static func linkOpened(_ id: ShareID, link: ShareLink, at: UnixMillis) -> ShareEvent {
+        ShareEvent(.linkOpened, share: id, at: at) { writer in
+            writer.field("link_id", link.id.rawValue)
+            if let contact = link.contactID { writer.field("contact_id", contact.rawValue) }
+        }
+    }
 
     /// The answer's kind and name: what the family said is what an integrator acts on.
     public static func answered(_ id: ShareID, answer: Answer) -> ShareEvent {

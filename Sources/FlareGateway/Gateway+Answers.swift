@@ -10,13 +10,15 @@ import FoundationEssentials
 /// `GET /api/v1/shares/{id}/answers?after=ID` for the phone (device token) or the share's owner key.
 extension Gateway {
     func postAnswer(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        actingOnLink(request, token: token) { snapshot in
+        actingOnLink(request, token: token) { snapshot, link in
             guard snapshot.share.isActive else { return APIError.shareEnded.response }
-            let kind: AnswerKind, name: String
+            let kind: AnswerKind, typed: String
             switch answerRequest(request) {
-            case .success(let parsed): (kind, name) = parsed
+            case .success(let parsed): (kind, typed) = parsed
             case .failure(let error): return error.response
             }
+            // Through a personal link the answer carries that contact's name; typing one is for the share's own link.
+            let name = link?.name ?? typed
             // A few answers a minute per address and link: enough for a family, too few to bury the real ones.
             let client = clientKey(request)
             let key = client + " " + snapshot.share.id.rawValue, now = monotonicMillis()

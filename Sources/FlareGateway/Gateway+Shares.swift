@@ -70,14 +70,22 @@ extension Gateway {
             do { _ = try shares.policy.validName(text) } catch { throw .badRequest("invalid_name", error.description) }
             parsed.name = text
         }
+        if let contacts = object["contacts"], contacts != .null {
+            guard case .array(let items) = contacts, let ids = Optional(items.compactMap(\.stringValue)), ids.count == items.count,
+                  ids.allSatisfy({ ContactID($0) != nil }) else {
+                throw .badRequest("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)")
+            }
+            parsed.contacts = ids
+        }
         return parsed
     }
 
     func createShare(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let key = try ownerKey(request)
-        let body = try shareRequest(request)
+        let asked = try shareRequest(request)
         do throws(ShareError) {
-            let created = try shares.create(name: body.name, durationSeconds: body.durationSeconds, owner: key)
+            let created = try shares.create(name: asked.name, durationSeconds: asked.durationSeconds, owner: key,
+                                            contacts: (asked.contacts ?? []).compactMap { ContactID($0) })
             let id = created.share.id
             let base = configuration.publicURL
             let body = CreatedShare(
@@ -93,8 +101,16 @@ extension Gateway {
                 ingestURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/locations"),
                 ownTracksConfigURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/owntracks"))
             // The same members `APIJSON.encode` writes (`CreatedShare.fields`), without JSONEncoder: it took a fifth
-            // of this handler's time.
-            var http = HTTPResponse.json(201, JSONWriter.flatObject(body.fields.map { ($0.key.rawValue, $0.value) }))
+            // of this handler's time. With contacts, `links` too (then not only strings: only clients that send
+            // contacts get it).
+            var http: HTTPResponse
+            if asked.contacts == nil {
+                http = HTTPResponse.json(201, JSONWriter.flatObject(body.fields.map { ($0.key.rawValue, $0.value) }))
+            } else {
+                var withLinks = body
+                withLinks.links = created.links.map { personalLink($0.link, token: $0.token, share: id) }
+                http = HTTPResponse.api(201, withLinks)
+            }
             http.headers.append(("Location", "/api/v1/shares/\(id.rawValue)"))
             return http
         } catch {
@@ -169,7 +185,13 @@ extension Gateway {
             createdAt: Date(unixMillis: share.createdAt), expiresAt: Date(unixMillis: share.expiresAt),
             endedAt: share.endedAt.map(Date.init(unixMillis:)), reason: share.endReason?.rawValue,
             historyDeleted: share.historyPurged, last: last, viewers: max(audience?.watching ?? 0, viewers),
-            audience: audience.map { ShareAudience(firstOpenedAt: $0.firstOpenedAt.map(Date.init(unixMillis:)), opened: $0.opened, watching: $0.watching) })
+            audience: audience.map { audience in
+                ShareAudience(firstOpenedAt: audience.firstOpenedAt.map(Date.init(unixMillis:)), opened: audience.opened, watching: audience.watching,
+                              links: audience.links.isEmpty ? nil : audience.links.map {
+                                  ShareAudience.Link(linkID: $0.id.rawValue, name: $0.name, firstOpenedAt: $0.firstOpenedAt.map(Date.init(unixMillis:)),
+                                                     watchingNow: $0.watchingNow, withdrawnAt: $0.withdrawnAt.map(Date.init(unixMillis:)))
+                              })
+            })
     }
 
     func stopShare(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
@@ -208,6 +230,7 @@ extension Gateway {
         case .notFound: return APIError.shareNotFound.response
         case .ended: return APIError(status: 409, code: "share_ended", message: "the share has ended; create a new one").response
         case .invalid(let message): return APIError.badRequest("invalid_request", message).response
+        case .refusedInput(let code, let message): return APIError.badRequest(code, message).response
         case .quota(let refusal):
             var response = HTTPResponse.api(429, QuotaErrorBody(message: refusal.message, limit: refusal.limit.rawValue, value: refusal.value))
             if let wait = refusal.retryAfterSeconds { response.headers.append(("Retry-After", String(wait))) }
@@ -232,4 +255,55 @@ enum ShareListCursor {
         guard parts.count == 3, parts[0] == "1", let createdAt = Int64(parts[1]), let row = Int64(parts[2]) else { return nil }
         return ShareListPosition(createdAt: createdAt, row: row)
     }
+}
+
+/// A share's personal links over HTTP (owner key): `GET /api/v1/shares/{id}/links`, `POST …/links`
+/// `{"contacts":[…]}`, `DELETE …/links/{link_id}`. Another limited key's share answers 404, as elsewhere.
+extension Gateway {
+    func personalLink(_ link: ShareLink, token: String, share: ShareID) -> PersonalLink {
+        PersonalLink(linkID: link.id.rawValue, contactID: link.contactID?.rawValue, name: link.name, url: "\(configuration.publicURL)/s/\(token)")
+    }
+
+    /// The owner's live share `text` names, or the refusal.
+    func ownersLiveShare(_ request: HTTPRequest, id text: String) throws(APIError) -> (key: OwnerKeyRecord, snapshot: ShareSnapshot) {
+        let key = try ownerKey(request)
+        guard let id = ShareID(text), let lookup = try lookUp(id), key.owns(lookup.share) else { throw .shareNotFound }
+        guard case .live(let snapshot) = lookup else { throw .shareEnded }
+        return (key, snapshot)
+    }
+
+    func listLinks(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        let (_, snapshot) = try ownersLiveShare(request, id: text)
+        return .api(200, PersonalLinkList(links: shares.links(of: snapshot).map { link, token in
+            PersonalLinkList.Item(linkID: link.id.rawValue, contactID: link.contactID?.rawValue, name: link.name,
+                                  url: "\(configuration.publicURL)/s/\(token)", createdAt: Date(unixMillis: link.createdAt),
+                                  firstOpenedAt: link.firstOpenedAt.map(Date.init(unixMillis:)), withdrawnAt: link.withdrawnAt.map(Date.init(unixMillis:)))
+        }))
+    } }
+
+    func addLinks(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
+        let (key, snapshot) = try ownersLiveShare(request, id: text)
+        guard let object = (try? JSONValue.parse(request.body))?.objectValue, case .array(let items)? = object["contacts"], !items.isEmpty,
+              let ids = Optional(items.compactMap { $0.stringValue.flatMap { ContactID($0) } }), ids.count == items.count else {
+            throw .badRequest("invalid_contacts", "the body must be {\"contacts\":[\"<contact id>\", …]}")
+        }
+        do throws(ShareError) {
+            let links = try shares.addLinks(snapshot, contacts: ids, owner: key)
+            return .api(201, CreatedLinks(links: links.map { personalLink($0.link, token: $0.token, share: snapshot.share.id) }))
+        } catch {
+            return shareErrorResponse(error)
+        }
+    } }
+
+    func withdrawLink(_ request: HTTPRequest, id text: String, link linkText: String) -> HTTPResponse { answering { () throws(APIError) in
+        let (_, snapshot) = try ownersLiveShare(request, id: text)
+        guard let link = LinkID(linkText) else { throw .notFound("no such link") }
+        do throws(ShareError) {
+            try shares.withdrawLink(snapshot, link: link)
+            return HTTPResponse(status: 204)
+        } catch {
+            if error == .notFound { throw .notFound("no such link") }
+            return shareErrorResponse(error)
+        }
+    } }
 }

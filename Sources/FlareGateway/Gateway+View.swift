@@ -11,7 +11,8 @@ import FoundationEssentials
 /// client address and per token; an unknown or malformed token costs the caller several requests' worth.
 extension Gateway {
     enum LinkLookup {
-        case found(ShareLookup)
+        /// The share, and the personal link the token is (nil: the share's own link).
+        case found(ShareLookup, ShareLink?)
         case refused(HTTPResponse)
     }
 
@@ -33,23 +34,32 @@ extension Gateway {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "token")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)
         }
-        let found: ShareLookup?
-        do { found = try shares.share(viewTokenHash: hash) } catch {
+        let found: ShareService.LinkLookup?
+        do { found = try shares.link(viewTokenHash: hash) } catch {
             // Not charged as an unknown token: the link may be good, and the family will try it again.
             return .refused(storeFailed(error, "looking up a link").response)
         }
         guard let found else { return unknown() }
-        return .found(found)
+        return .found(found.lookup, found.link)
     }
 
     /// The routes that act on a share through its link (answers, locate now): the link looked up as every link call
     /// is, and an ended share whose history is gone answered 410 `share_ended`; `act` gets the live share.
-    func actingOnLink(_ request: HTTPRequest, token: String, _ act: (ShareSnapshot) -> HTTPResponse) -> HTTPResponse {
+    func actingOnLink(_ request: HTTPRequest, token: String, _ act: (ShareSnapshot, ShareLink?) -> HTTPResponse) -> HTTPResponse {
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
         case .refused(let response): response
-        case .found(.historyDeleted): APIError.shareEnded.response
-        case .found(.live(let snapshot)): act(snapshot)
+        case .found(_, let link?) where link.isWithdrawn: Self.linkWithdrawn.response
+        case .found(.historyDeleted, _): APIError.shareEnded.response
+        case .found(.live(let snapshot), let link): act(snapshot, link)
         }
+    }
+
+    static let linkWithdrawn = APIError(status: 410, code: "link_withdrawn", message: "this link was withdrawn by the person who shared it")
+
+    /// What a withdrawn personal link shows: that it was, and nothing of the share.
+    func withdrawnView(_ share: Share, _ link: ShareLink) -> HTTPResponse {
+        .json(410, ViewDocumentRenderer.closing(ViewDocumentRenderer.withdrawn(expiresAt: share.expiresAt, withdrawnAt: link.withdrawnAt ?? clock.now()),
+                                                serverTime: clock.now()))
     }
 
     /// The rate-limit key of the request's client (its address, or its network behind a trusted proxy).
@@ -63,9 +73,11 @@ extension Gateway {
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
         case .refused(let response):
             return response
-        case .found(let lookup):
-            if case .live(let snapshot) = lookup, let viewer = request.query["v"] {
-                shares.viewerSeen(snapshot, viewer: viewer, address: clientKey(request))
+        case .found(let lookup, let link?) where link.isWithdrawn:
+            return withdrawnView(lookup.share, link)
+        case .found(let lookup, let link):
+            if case .live(let snapshot) = lookup, request.query["v"] != nil || link != nil {
+                shares.viewerSeen(snapshot, viewer: request.query["v"], address: clientKey(request), link: link)
             }
             let view = shares.view(of: lookup)
             return .json(view.share.isActive ? 200 : 410, view.document(serverTime: clock.now()))
@@ -73,12 +85,13 @@ extension Gateway {
     }
 
     func viewEvents(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        let snapshot: ShareSnapshot
+        let snapshot: ShareSnapshot, link: ShareLink?
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
         case .refused(let response): return response
-        case .found(.historyDeleted(let share)):
+        case .found(let lookup, let withdrawn?) where withdrawn.isWithdrawn: return withdrawnView(lookup.share, withdrawn)
+        case .found(.historyDeleted(let share), _):
             return .json(410, shares.view(of: .historyDeleted(share)).document(serverTime: clock.now()))
-        case .found(.live(let live)): snapshot = live
+        case .found(.live(let live), let through): (snapshot, link) = (live, through)
         }
         guard snapshot.share.isActive else {
             return .json(410, shares.view(of: snapshot).document(serverTime: clock.now()))
@@ -88,7 +101,8 @@ extension Gateway {
         let stream = EventStream()
         let streamID: Int
         do {
-            streamID = try liveStreams.add(stream, link: id.rawValue, address: client)
+            // Each personal link has its own share of streams, as the share's own link has.
+            streamID = try liveStreams.add(stream, link: link?.id.rawValue ?? id.rawValue, address: client)
         } catch {
             // The page polls the view JSON instead, and tries a stream again 30 s later.
             let (scope, holder) = error == .link ? ("streams_per_link", "this link") : ("streams_per_address", "your address")
@@ -97,13 +111,14 @@ extension Gateway {
                             headers: [("Retry-After", "30")]).response
         }
         let viewer = request.query["v"]
-        if let viewer { shares.viewerSeen(snapshot, viewer: viewer, address: client) }
+        if viewer != nil || link != nil { shares.viewerSeen(snapshot, viewer: viewer, address: client, link: link) }
+        let linkID = link?.id
         stream.send(Array("retry: 3000\n\n".utf8))
         stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: snapshot.share.expiresAt)))))
         stream.send(Self.event(.tracker, TrackerSummary(share: snapshot.share, last: snapshot.last).json))
         // The page fetched the view JSON before connecting: the last fix closes any gap in between.
         if let last = snapshot.last { stream.send(Self.event(.fix, last.viewJSON)) }
-        let subscription = shares.subscribe(id) { [weak stream] event in
+        let subscription = shares.subscribe(id) { [weak stream, clock] event in
             guard let stream else { return }
             switch event {
             case .fix(let fix):
@@ -116,6 +131,11 @@ extension Gateway {
                 stream.send(Self.event(.tracker, summary.json))
             case .answer(let answer):
                 stream.send(Self.event(.answer, answer.json))
+            case .linkWithdrawn(let withdrawn) where withdrawn == linkID:
+                stream.send(Self.event(.ended, Self.encoded(LiveEnded(reason: "withdrawn", endedAt: Date(unixMillis: clock.now())))))
+                stream.finish()
+            case .linkWithdrawn:
+                break
             case .ended(let reason, let endedAt):
                 stream.send(Self.event(.ended, Self.encoded(LiveEnded(reason: reason.rawValue, endedAt: Date(unixMillis: endedAt)))))
                 stream.finish()
@@ -146,7 +166,7 @@ extension Gateway {
     /// 202 `LocateReceipt`; 409 `tracker_live` while fixes arrive; 429 with `Retry-After` within 30 s of the last
     /// request (anyone's, on any instance); 410 once ended. Rate-limited per address and token like every link call.
     func locate(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        actingOnLink(request, token: token) { snapshot in
+        actingOnLink(request, token: token) { snapshot, _ in
             do throws(ShareService.LocateRefusal) {
                 let requestedAt = try shares.requestLocate(snapshot)
                 return .api(202, LocateReceipt(requestedAt: Date(unixMillis: requestedAt)))
@@ -179,8 +199,9 @@ extension Gateway {
         switch lookUpLink(request, token: token, notFound: { notFoundPage(request) }) {
         case .refused(let response):
             return response
-        case .found(let lookup):
-            return assets.viewerPage(language: assets.negotiateLanguage(request), title: lookup.share.name)
+        case .found(let lookup, let link):
+            // A withdrawn link's page says so, and names nothing of the share.
+            return assets.viewerPage(language: assets.negotiateLanguage(request), title: link?.isWithdrawn == true ? "" : lookup.share.name)
         }
     }
 

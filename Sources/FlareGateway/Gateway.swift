@@ -168,6 +168,10 @@ public final class Gateway: Sendable {
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "answers": return postAnswer(request, token: parts[1])
         case ("shares", 3, "GET") where parts[2] == "answers": return listAnswers(request, id: parts[1])
+        case ("shares", 3, "GET") where parts[2] == "links": return listLinks(request, id: parts[1])
+        case ("shares", 3, "POST") where parts[2] == "links": return addLinks(request, id: parts[1])
+        case ("shares", 4, "DELETE") where parts[2] == "links": return withdrawLink(request, id: parts[1], link: parts[3])
+        case ("shares", 4, _) where parts[2] == "links": return APIError.methodNotAllowed.response
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
         case ("shares", 4, _) where parts[2] == "owntracks" && parts[3] == "http": return APIError.methodNotAllowed.response
         default: return APIError.notFound("no such endpoint").response

@@ -119,6 +119,10 @@ extension PostgresShareStore: ShareRecords {
         try selectShares("WHERE share_id = $1", [id.rawValue], operation: "read share").first
     }
 
+    public func share(row: Int64) throws(StoreError) -> StoredShare? {
+        try selectShares("WHERE id = $1", [String(row)], operation: "read share").first
+    }
+
     public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
         try selectShares("WHERE view_token_hash = $1", [PostgresText.hex(viewTokenHash.bytes)], operation: "read share")
             .first { $0.share.viewTokenHash.matches(viewTokenHash) }

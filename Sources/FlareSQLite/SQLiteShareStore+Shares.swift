@@ -160,6 +160,16 @@ extension SQLiteShareStore: ShareRecords {
         }
     }
 
+    public func share(row: Int64) throws(StoreError) -> StoredShare? {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE id = ?")
+            defer { statement.reset() }
+            statement.bind(1, row)
+            guard try statement.step() else { return nil }
+            return Self.readShare(statement)
+        }
+    }
+
     public func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT \(Self.shareColumns) FROM shares WHERE view_token_hash = ?")

@@ -11,6 +11,8 @@ public enum LiveEvent: Sendable, Equatable {
     case tracker(TrackerSummary)
     /// A family member answered.
     case answer(Answer)
+    /// A personal link was withdrawn: the streams opened through it end; the others go on.
+    case linkWithdrawn(LinkID)
 }
 
 /// Receives a share's live events, on the thread that caused them; must not block.
@@ -68,6 +70,9 @@ package final class ShareRegistry: Sendable {
         var entries: [ShareID: Entry] = [:]
         var byViewHash: [SecretHash: ShareID] = [:]
         var byRow: [Int64: ShareID] = [:]
+        /// Each share's personal links, apart from its entry (which a reload replaces whole).
+        var links: [ShareID: [ShareLink]] = [:]
+        var byLinkHash: [SecretHash: (share: ShareID, link: LinkID)] = [:]
         var nextSubscriberID = 1
         var activeCount = 0
         var viewerCount = 0
@@ -105,6 +110,7 @@ package final class ShareRegistry: Sendable {
             guard let entry = state.entries.removeValue(forKey: id) else { return }
             state.byViewHash[entry.share.viewTokenHash] = nil
             state.byRow[entry.row] = nil
+            for link in state.links.removeValue(forKey: id) ?? [] { state.byLinkHash[link.viewTokenHash] = nil }
             if entry.share.isActive { state.activeCount -= 1 }
             state.viewerCount -= entry.subscribers.count
         }
@@ -119,6 +125,60 @@ package final class ShareRegistry: Sendable {
             guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
                   entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
             return Self.snapshot(entry)
+        }
+    }
+
+    /// The share and the personal link whose view token hashes to `viewTokenHash` (withdrawn or not).
+    package func snapshot(linkHash viewTokenHash: SecretHash) -> (snapshot: ShareSnapshot, link: ShareLink)? {
+        state.withLock { state in
+            guard let found = state.byLinkHash[viewTokenHash], let entry = state.entries[found.share],
+                  let link = state.links[found.share]?.first(where: { $0.id == found.link }), link.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return (Self.snapshot(entry), link)
+        }
+    }
+
+    package func shareID(ofRow row: Int64) -> ShareID? {
+        state.withLock { $0.byRow[row] }
+    }
+
+    /// The share's personal links, oldest first.
+    package func links(_ id: ShareID) -> [ShareLink] {
+        state.withLock { $0.links[id] ?? [] }
+    }
+
+    /// Takes the store's copy of a share's links. The streams of links withdrawn meanwhile (on another instance) end.
+    package func setLinks(_ id: ShareID, _ links: [ShareLink]) {
+        let (withdrawn, subscribers): ([LinkID], [Subscriber]) = state.withLock { state in
+            let before = Dictionary((state.links[id] ?? []).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            for link in state.links[id] ?? [] { state.byLinkHash[link.viewTokenHash] = nil }
+            state.links[id] = links.isEmpty ? nil : links
+            for link in links { state.byLinkHash[link.viewTokenHash] = (id, link.id) }
+            let withdrawn = links.filter { $0.isWithdrawn && before[$0.id].map { !$0.isWithdrawn } ?? false }.map(\.id)
+            return (withdrawn, withdrawn.isEmpty ? [] : state.entries[id].map { Array($0.subscribers.values) } ?? [])
+        }
+        for link in withdrawn { for subscriber in subscribers { subscriber(.linkWithdrawn(link)) } }
+    }
+
+    /// Adds links made here (the store has them).
+    package func addLinks(_ id: ShareID, _ links: [ShareLink]) {
+        setLinks(id, self.links(id) + links)
+    }
+
+    /// Records a link's withdrawal here; its streams end.
+    package func withdraw(_ id: ShareID, link linkID: LinkID, at: UnixMillis) {
+        setLinks(id, links(id).map { link in
+            guard link.id == linkID, !link.isWithdrawn else { return link }
+            var withdrawn = link
+            withdrawn.withdrawnAt = at
+            return withdrawn
+        })
+    }
+
+    /// Records a link's first opening here.
+    package func noteLinkOpened(_ id: ShareID, link linkID: LinkID, at: UnixMillis) {
+        state.withLock { state in
+            guard let index = state.links[id]?.firstIndex(where: { $0.id == linkID }), state.links[id]![index].firstOpenedAt == nil else { return }
+            state.links[id]![index].firstOpenedAt = at
         }
     }
 

@@ -40,8 +40,10 @@ extension ShareService {
 
     /// A page with viewer id `viewer` opened or polled the link (from `address`, used only for the cap and never
     /// kept). Written to the store at most every `heartbeatMillis` per viewer; a new viewer publishes the audience.
-    public func viewerSeen(_ snapshot: ShareSnapshot, viewer: String, address: String) {
-        guard snapshot.share.isActive, Self.isViewerID(viewer) else { return }
+    /// Through a personal link (`link`), its first opening is recorded too, with or without a viewer id.
+    public func viewerSeen(_ snapshot: ShareSnapshot, viewer: String?, address: String, link: ShareLink? = nil) {
+        if let link { linkOpened(snapshot, link: link) }
+        guard snapshot.share.isActive, let viewer, Self.isViewerID(viewer) else { return }
         let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
         let now = monotonicMillis()
         let due: Bool = audienceState.withLock { notes in
@@ -63,7 +65,7 @@ extension ShareService {
         // The first viewer of all (on any instance) is `share.opened`: the store records it in the same transaction.
         let opened = snapshot.share.isActive ? ShareEvent.opened(snapshot.share.id, at: at) : nil
         let isNew: Bool
-        do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, at: at, firstViewEvent: opened.map(pending)) } catch {
+        do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, link: link?.id, at: at, firstViewEvent: opened.map(pending)) } catch {
             // The page is answered all the same (it asked for the position, not to be counted); the viewer is noted
             // at its next request instead.
             audienceState.withLock { _ = $0.seen.removeValue(forKey: hash) }

@@ -89,8 +89,10 @@ extension ShareService {
         guard let current = registry.snapshot(share.id) else {
             let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
             let answers = share.lastAnswerID == nil ? [] : try store.answers(row: stored.row, after: 0, limit: Self.answersPerShare)
+            let links = try store.links(shareRow: stored.row)
             registry.insert(stored, recentFixes: trail)
             registry.addAnswers(share.id, Array(answers.suffix(ShareRegistry.answersKept)))
+            registry.setLinks(share.id, links)
             scheduleNext(for: share)
             return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
         }
@@ -108,6 +110,10 @@ extension ShareService {
             scheduleNext(for: share)
         }
         registry.updateTracker(from: share)
+        // A link added or withdrawn on another instance (the store marks the share changed for it).
+        do { registry.setLinks(share.id, try store.links(shareRow: stored.row)) } catch {
+            warnStore("share \(share.id): cannot read its personal links (\(error))")
+        }
         return registry.snapshot(share.id).map(ShareLookup.live) ?? .historyDeleted(share)
     }
 

@@ -9,6 +9,8 @@ public enum ShareError: Error, Equatable, CustomStringConvertible {
     case notFound
     case ended
     case invalid(String)
+    /// Bad input with a code of its own (`unknown_contact`, `too_many_links`).
+    case refusedInput(code: String, message: String)
     case storage(String)
     /// Over one of the owning key's limits.
     case quota(QuotaRefusal)
@@ -18,6 +20,7 @@ public enum ShareError: Error, Equatable, CustomStringConvertible {
         case .notFound: "no such share"
         case .ended: "the share has ended"
         case .invalid(let message): message
+        case .refusedInput(_, let message): message
         case .storage(let message): "store error: \(message)"
         case .quota(let refusal): refusal.message
         }
@@ -76,6 +79,8 @@ public final class ShareService: Sendable {
         public let share: Share
         public let viewToken: String
         public let deviceToken: String
+        /// A personal link per contact asked for, with its view token (empty without contacts).
+        public let links: [(link: ShareLink, token: String)]
     }
 
     let store: any ShareStore
@@ -204,6 +209,9 @@ public final class ShareService: Sendable {
                 }
             }
         }
+        for (row, links) in Dictionary(grouping: try store.openLinks(), by: \.shareRow) {
+            if let id = registry.shareID(ofRow: row) { registry.setLinks(id, links.sorted { $0.createdAt < $1.createdAt }) }
+        }
         logger.info("loaded \(registry.shareCount) shares (\(registry.activeShareCount) active); ended \(ended) that expired while down, purged \(purged)")
         schedule(.trackerSweep, at: now + Self.trackerSweepMillis)
     }
@@ -212,7 +220,8 @@ public final class ShareService: Sendable {
 
     /// - Parameter owner: the key creating it, which will own it (nil: no key, as in tests and the demo); its limits
     ///   apply, across instances.
-    public func create(name: String?, durationSeconds: Double?, owner: OwnerKeyRecord? = nil) throws(ShareError) -> Created {
+    /// - Parameter contacts: a personal link each (`ShareService+Links.swift`); they must be `owner`'s contacts.
+    public func create(name: String?, durationSeconds: Double?, owner: OwnerKeyRecord? = nil, contacts: [ContactID] = []) throws(ShareError) -> Created {
         var duration: Int64
         let cleanName: String
         do {
@@ -225,6 +234,8 @@ public final class ShareService: Sendable {
             guard durationSeconds == nil else { throw refused(QuotaRefusal(limit: .maxDuration, value: maximum, retryAfterSeconds: nil)) }
             duration = maximum
         }
+        // Checked before anything is stored: a share whose links could not be made is not made.
+        let linkContacts = try contactsForLinks(contacts, owner: owner, existing: 0)
         let now = clock.now()
         let viewToken = Secret.generate()
         let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
@@ -242,12 +253,28 @@ public final class ShareService: Sendable {
         case .failure(let refusal): throw refused(refusal)
         }
         eventRecorded()
+        let links = makeLinks(for: linkContacts, share: share.id, row: row, at: now)
+        if !links.isEmpty {
+            do throws(StoreError) {
+                guard try store.insertLinks(links.map(\.link)) else {
+                    throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
+                }
+            } catch {
+                // No share without the links it was asked for: its creator hears a failure and asks again, and the
+                // share nobody got the link of is ended (or, if the store cannot say even that, expires unseen).
+                do throws(StoreError) { _ = try store.markEnded(row: row, at: now, reason: .stopped, event: nil) } catch {
+                    warnStore("share \(share.id): its links could not be stored, nor its end (\(error)); it expires unused")
+                }
+                throw .storage(error.description)
+            }
+        }
         registry.insert(StoredShare(row: row, share: share), storedFixes: 0)
+        if !links.isEmpty { registry.addLinks(share.id, links.map(\.link)) }
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
-        logger.info("share \(share.id) created, expires in \(duration) s")
-        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share))
+        logger.info("share \(share.id) created, expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
+        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links)
     }
 
     func refused(_ refusal: QuotaRefusal) -> ShareError {

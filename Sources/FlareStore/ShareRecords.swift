@@ -21,6 +21,8 @@ public protocol ShareRecords: Sendable {
     /// Every share whose history still exists: the active ones and those ended but not yet purged.
     func loadOpenShares() throws(StoreError) -> [StoredShare]
     func share(id: ShareID) throws(StoreError) -> StoredShare?
+    /// The share in this row (what a personal link names).
+    func share(row: Int64) throws(StoreError) -> StoredShare?
     /// The share whose view token has this hash (compared in constant time).
     func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare?
     /// Up to `limit` shares, newest first, starting after `position` (nil: from the newest).

@@ -21,7 +21,8 @@ extension Answer {
 }
 
 extension Audience {
-    /// `{"first_opened_at":"…"|null,"opened":N,"watching":N}`: the share status's `audience` and the retained MQTT topic's.
+    /// `{"first_opened_at":"…"|null,"opened":N,"watching":N,"links":[…]}` (`links` only for a share with personal
+    /// links): the share status's `audience` and the retained MQTT topic's.
     public var json: [UInt8] {
         var writer = JSONWriter(capacity: 80)
         writer.beginObject()
@@ -29,6 +30,20 @@ extension Audience {
         if let firstOpenedAt { writer.string(RFC3339.format(millis: firstOpenedAt)) } else { writer.null() }
         writer.field("opened", opened)
         writer.field("watching", watching)
+        if !links.isEmpty {
+            writer.key("links")
+            writer.beginArray()
+            for link in links {
+                writer.beginObject()
+                writer.field("link_id", link.id.rawValue)
+                writer.field("name", link.name)
+                if let firstOpenedAt = link.firstOpenedAt { writer.field("first_opened_at", RFC3339.format(millis: firstOpenedAt)) }
+                writer.field("watching_now", link.watchingNow)
+                if let withdrawnAt = link.withdrawnAt { writer.field("withdrawn_at", RFC3339.format(millis: withdrawnAt)) }
+                writer.endObject()
+            }
+            writer.endArray()
+        }
         writer.endObject()
         return writer.bytes
     }

@@ -41,6 +41,27 @@ public enum ViewDocumentRenderer {
         return writer.bytes
     }
 
+    /// What a withdrawn personal link shows: that it was withdrawn and when, nothing of the share (no name, no
+    /// position, no answers); the share's expiry stands in the `expires_at` every document has.
+    public static func withdrawn(expiresAt: UnixMillis, withdrawnAt: UnixMillis) -> [UInt8] {
+        var writer = JSONWriter(capacity: 160)
+        writer.beginObject()
+        writer.field("state", "ended")
+        writer.field("reason", "withdrawn")
+        writer.field("ended_at", RFC3339.format(millis: withdrawnAt))
+        writer.field("name", "")
+        writer.field("expires_at", RFC3339.format(millis: expiresAt))
+        writer.key("last")
+        writer.null()
+        writer.key("trail")
+        writer.beginArray()
+        writer.endArray()
+        writer.key("answers")
+        writer.beginArray()
+        writer.endArray()
+        return writer.bytes
+    }
+
     /// Closes a rendered body with the one field that changes every second.
     public static func closing(_ body: [UInt8], serverTime: UnixMillis) -> [UInt8] {
         body + Array(",\"server_time\":\"\(RFC3339.format(millis: serverTime))\"}".utf8)

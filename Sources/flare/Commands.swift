@@ -11,6 +11,7 @@ import Synchronization
 /// Options shared by every command, read from flags first, then the environment, then defaults.
 struct CommonOptions {
     var flags: [String: String] = [:]
+    var repeated: [String: [String]] = [:]
     var switches: Set<String> = []
     var positional: [String] = []
     let environment = ProcessInfo.processInfo.environment
@@ -23,7 +24,9 @@ struct CommonOptions {
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor",
                                           "--max-live", "--max-duration", "--create-rate", "--confirm-timeout",
-                                          "--email", "--phone", "--language"]
+                                          "--email", "--phone", "--language", "--contact"]
+    /// Flags that may be given more than once (`--contact A --contact B`); `repeated` keeps every value in order.
+    static let repeatableFlags: Set<String> = ["--contact"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove"]
 
     init(_ arguments: [String]) throws {
@@ -44,6 +47,7 @@ struct CommonOptions {
                     index += 1
                 }
                 flags[argument] = value
+                if Self.repeatableFlags.contains(argument), let value { repeated[argument, default: []].append(value) }
                 continue
             }
             // A share id is base64url and may itself begin with "-": it is an argument, not an option.
@@ -91,7 +95,11 @@ enum Commands {
         flare: Flare's command-line tool.
 
         usage:
-          flare share create [--duration SECONDS] [--name NAME] [--json]   start a share; prints the link
+          flare share create [--duration SECONDS] [--name NAME] [--contact ID ...] [--json]
+                                                                            start a share; prints the link, and a
+                                                                            personal link per --contact (repeatable)
+          flare share links ID [--json]                                     its personal links: who opened, the URLs
+          flare share withdraw ID LINK_ID                                   withdraw one personal link
           flare share list [--state active|ended] [--limit N] [--cursor C] [--json]
                                                                             shares, newest first, a page at a time
           flare share show ID [--json]                                      state, expiry, last position time
@@ -152,6 +160,8 @@ enum Commands {
         case ("share", "stop"): return try shareStop(options, id: try argument(words, 2, "share id"))
         case ("share", "extend"): return try shareExtend(options, id: try argument(words, 2, "share id"))
         case ("share", "owntracks"): return try shareOwnTracks(options, id: try argument(words, 2, "share id"))
+        case ("share", "links"): return try shareLinks(options, id: try argument(words, 2, "share id"))
+        case ("share", "withdraw"): return try shareWithdraw(options, id: try argument(words, 2, "share id"), link: try argument(words, 3, "link id"))
         case ("keys", "create"): return try keysCreate(options)
         case ("keys", "list"): return try keysList(options)
         case ("keys", "revoke"): return try keysRevoke(options, id: try argument(words, 2, "key id"))
@@ -207,8 +217,9 @@ enum Commands {
     static func shareCreate(_ options: CommonOptions) throws -> Int32 {
         let client = try ownerClient(options)
         let duration = try options.double("--duration"), name = options.flags["--name"]
+        let contacts = options.repeated["--contact"] ?? []
         let share = try call("could not create a share") { () async throws(FlareClientError) in
-            try await client.createShare(duration: duration, name: name)
+            try await client.createShare(duration: duration, name: name, contacts: contacts.isEmpty ? nil : contacts)
         }
         if options.json {
             try printJSON(share)
@@ -219,7 +230,31 @@ enum Commands {
             print("                   username \(share.mqttUsername), password = the device token below")
             print("device token:      \(share.deviceToken)")
             print("OwnTracks app:     flare share owntracks \(share.shareID) --qr sos.png   (then scan sos.png)")
+            for link in share.links ?? [] { print("link for \(link.name): \(link.url)   (withdraw: flare share withdraw \(share.shareID) \(link.linkID))") }
         }
+        return 0
+    }
+
+    static func shareLinks(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let list = try call("cannot list the links of \(id)") { () async throws(FlareClientError) in try await client.links(id) }
+        if options.json {
+            try printJSON(list)
+            return 0
+        }
+        if list.links.isEmpty { print("no personal links") }
+        for link in list.links {
+            let state = link.withdrawnAt.map { "withdrawn \(RFC3339.format($0))" }
+                ?? link.firstOpenedAt.map { "opened \(RFC3339.format($0))" } ?? "not opened yet"
+            print("\(link.linkID)  \(link.name)  \(state)  \(link.withdrawnAt == nil ? link.url : "")")
+        }
+        return 0
+    }
+
+    static func shareWithdraw(_ options: CommonOptions, id: String, link: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        try call("cannot withdraw link \(link)") { () async throws(FlareClientError) in try await client.withdrawLink(link, of: id) }
+        print("link \(link) withdrawn: its page says so; the share's other links go on")
         return 0
     }
 

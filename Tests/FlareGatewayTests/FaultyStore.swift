@@ -45,6 +45,7 @@ final class FaultyStore: ShareStore {
     func purgeHistory(row: Int64) throws(StoreError) -> Bool { try fault("purgeHistory"); return try base.purgeHistory(row: row) }
     func loadOpenShares() throws(StoreError) -> [StoredShare] { try fault("loadOpenShares"); return try base.loadOpenShares() }
     func share(id: ShareID) throws(StoreError) -> StoredShare? { try fault("share(id:)"); return try base.share(id: id) }
+    func share(row: Int64) throws(StoreError) -> StoredShare? { try fault("share(row:)"); return try base.share(row: row) }
     func share(viewTokenHash: SecretHash) throws(StoreError) -> StoredShare? { try fault("share(viewTokenHash:)"); return try base.share(viewTokenHash: viewTokenHash) }
     func listShares(state: ShareStateFilter?, after position: ShareListPosition?, limit: Int, owner: Int64?) throws(StoreError) -> [StoredShare] { try fault("listShares"); return try base.listShares(state: state, after: position, limit: limit, owner: owner) }
     func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool { try fault("recordTracker"); return try base.recordTracker(row: row, record, condition: condition, event: event) }

@@ -68,10 +68,16 @@ import Testing
         let answer = Answer(id: 7, kind: .calledEmergency, name: "Mum \"M\"", at: Self.time)
         #expect(try decodeExactly(ShareAnswer.self, answer.json)
                 == ShareAnswer(id: "7", kind: .calledEmergency, name: "Mum \"M\"", at: Date(unixMillis: Self.time)))
-        for audience in [Audience(firstOpenedAt: Self.time, opened: 3, watching: 1), Audience(firstOpenedAt: nil, opened: 0, watching: 0)] {
+        let links = [LinkAudience(id: .generate(), name: "Mum", firstOpenedAt: Self.time, watchingNow: true, withdrawnAt: nil),
+                     LinkAudience(id: .generate(), name: "王芳", firstOpenedAt: nil, watchingNow: false, withdrawnAt: Self.time)]
+        for audience in [Audience(firstOpenedAt: Self.time, opened: 3, watching: 1), Audience(firstOpenedAt: nil, opened: 0, watching: 0),
+                         Audience(firstOpenedAt: Self.time, opened: 1, watching: 1, links: links)] {
             #expect(try decodeExactly(ShareAudience.self, audience.json)
                     == ShareAudience(firstOpenedAt: audience.firstOpenedAt.map(Date.init(unixMillis:)), opened: audience.opened,
-                                     watching: audience.watching))
+                                     watching: audience.watching, links: audience.links.isEmpty ? nil : audience.links.map {
+                                         ShareAudience.Link(linkID: $0.id.rawValue, name: $0.name, firstOpenedAt: $0.firstOpenedAt.map(Date.init(unixMillis:)),
+                                                            watchingNow: $0.watchingNow, withdrawnAt: $0.withdrawnAt.map(Date.init(unixMillis:)))
+                                     }))
         }
     }
 
@@ -91,6 +97,10 @@ import Testing
                                                                                       serverTime: Self.time))
         #expect(closed.state == .ended && closed.reason == "stopped" && closed.endedAt == Date(unixMillis: Self.time))
         #expect(closed.last == nil && closed.tracker == nil)
+        let withdrawn = try decodeExactly(ViewDocument.self, ViewDocumentRenderer.closing(
+            ViewDocumentRenderer.withdrawn(expiresAt: Self.share.expiresAt, withdrawnAt: Self.time), serverTime: Self.time))
+        #expect(withdrawn.state == .ended && withdrawn.reason == "withdrawn" && withdrawn.name == "" && withdrawn.last == nil)
+        #expect(withdrawn.trail.isEmpty && withdrawn.answers == [] && withdrawn.tracker == nil)
     }
 
     @Test func theRetainedStatusIsAShareStatusMessage() throws {

@@ -83,6 +83,32 @@ class FlareBackend:
         http_json('POST', f'/api/v1/shares/{share.id}/locations', dict({'_type': 'location'}, **fix), share.device_token)
         return fix
 
+    def contact(self, name):
+        """A new contact of the owner key; returns its id."""
+        if self.mode == 'http':
+            return http_json('POST', '/api/v1/contacts', {'name': name}, self.owner_key)['id']
+        out = subprocess.run(self.cli + ['contacts', 'add', name, '--json'], check=True, capture_output=True, text=True, timeout=30)
+        return json.loads(out.stdout)['id']
+
+    def create_with_contacts(self, contact_ids, name='Anna'):
+        """A share with a personal link per contact: (the share, [(link id, link path)])."""
+        if self.mode == 'http':
+            created = http_json('POST', '/api/v1/shares', {'name': name, 'contacts': contact_ids}, self.owner_key)
+        else:
+            flags = [arg for contact in contact_ids for arg in ('--contact', contact)]
+            out = subprocess.run(self.cli + ['share', 'create', '--json', '--name', name] + flags, check=True, capture_output=True, text=True, timeout=30)
+            created = json.loads(out.stdout)
+        links = [(link['link_id'], urllib.parse.urlsplit(link['url']).path) for link in created.pop('links')]
+        return Share(created), links
+
+    def withdraw(self, share, link_id):
+        if self.mode == 'http':
+            req = urllib.request.Request(BASE_URL + f'/api/v1/shares/{share.id}/links/{link_id}', method='DELETE',
+                                         headers={'Authorization': 'Bearer ' + self.owner_key})
+            urllib.request.urlopen(req, timeout=30).read()
+        else:
+            subprocess.run(self.cli + ['share', 'withdraw', share.id, link_id], check=True, capture_output=True, timeout=30)
+
     def stop(self, share):
         if self.mode == 'http':
             http_json('POST', f'/api/v1/shares/{share.id}/stop', {}, self.owner_key)

@@ -144,6 +144,36 @@ def test_stop_shows_ended_and_keeps_last_position(flare, viewer):
     shot(d, 'viewer-ended.png')
 
 
+def test_a_withdrawn_personal_link_says_so_and_shows_nothing_while_the_others_go_on(flare, viewer):
+    mum, dad = flare.contact('Mum'), flare.contact('Dad')
+    share, links = flare.create_with_contacts([mum, dad])
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(BASE_URL + links[0][1])
+    wait_coords(d, a)
+    other = viewer()
+    other.get(BASE_URL + links[1][1])
+    wait_coords(other, a)
+    flare.withdraw(share, links[0][0])
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'ended').is_displayed(), '#ended to appear')
+    assert 'This link was withdrawn' in text(d, '#ended')
+    assert 'no longer shows where they are' in text(d, '#ended')
+    assert not d.find_element(By.ID, 'ended-last').is_displayed()
+    wait_for(d, lambda drv: text(drv, '#coords') in ('', '—'), 'the position to go')
+    assert 'Anna' not in text(d, '#title') and 'Anna' not in d.title, 'the page names nothing of the share'
+    assert 'Waiting' not in text(d, '#updated')
+    assert d.execute_script("return document.querySelector('.fl-marker') === null || !document.querySelector('.fl-marker').isConnected")
+    shot(d, 'viewer-link-withdrawn.png')
+    # Dad's link goes on: a new fix reaches his page.
+    b = flare.publish(share, flare.fix())
+    wait_coords(other, b)
+    # The same page in Chinese.
+    zh = viewer(lang='zh-CN')
+    zh.get(BASE_URL + links[0][1])
+    wait_for(zh, lambda drv: drv.find_element(By.ID, 'ended').is_displayed(), '#ended in Chinese')
+    assert '此链接已被撤回' in text(zh, '#ended')
+
+
 def open_stale_share(flare, viewer, send):
     """A share whose only fix (sent with `send`: MQTT or HTTP ingest) is older than the page's stale limit, open
     in the browser once the page says it is stale."""

@@ -356,6 +356,11 @@
       S.reason = d.reason;
       if (d.ended_at) S.endedAt = Date.parse(d.ended_at);
     }
+    if (S.reason === 'withdrawn') {
+      // The link no longer shows where the sender is: nothing of what it showed stays on the page.
+      S.last = null; S.trail = []; S.name = null;
+      if (map && marker && map.hasLayer(marker)) { map.removeLayer(marker); map.removeLayer(accCircle); map.removeLayer(trailLine); }
+    }
     render(false);
   }
   function setNotFound() {
@@ -602,8 +607,13 @@
     $('ended').hidden = !ended;
     $('notfound').hidden = S.state !== 'notfound';
     if (ended) {
-      setText('ended-reason', S.reason === 'expired' ? t('ended_expired') : S.reason === 'stopped' ? t('ended_stopped') : '');
-      setText('ended-at', S.endedAt ? t('ended_at', { time: timeText(S.endedAt) }) : '');
+      // A personal link withdrawn by the sender: its own words, and no position (the server sends none).
+      var withdrawn = S.reason === 'withdrawn';
+      setText('ended-title', withdrawn ? t('withdrawn_title') : t('ended_title'));
+      setText('ended-reason', S.reason === 'expired' ? t('ended_expired') : S.reason === 'stopped' ? t('ended_stopped')
+        : withdrawn ? t('ended_withdrawn') : '');
+      setText('ended-at', S.endedAt && !withdrawn ? t('ended_at', { time: timeText(S.endedAt) }) : '');
+      $('ended-last').hidden = withdrawn || !S.last;
     }
 
     var f = S.last;
@@ -659,6 +669,10 @@
       else if (S.conn === 'reconnecting') detail = S.retryUntil > Date.now()
         ? t('rate_limited', { s: Math.ceil((S.retryUntil - Date.now()) / 1000) }) : t('reconnecting_detail');
       setText('detail', detail);
+    } else if (S.state === 'ended' && S.reason === 'withdrawn') {
+      // Nothing to wait for: the ended box above says what happened.
+      setText('updated', '');
+      setText('detail', '');
     } else {
       setText('updated', t('waiting_first_fix'));
       setText('detail', S.state === 'ended' ? '' : t('waiting_detail'));

@@ -1,0 +1,116 @@
+import FlareCore
+import FlareCrypto
+import FlareStore
+import FlareSystem
+
+extension ShareService {
+    // MARK: Personal links
+
+    /// The most personal links one share has (withdrawn ones count): a family's, not a mailing list's.
+    public static let linksPerShare = 20
+
+    /// What a link holder's token opened: the share, and the personal link it came through (nil: the share's own).
+    public struct LinkLookup: Sendable {
+        public let lookup: ShareLookup
+        public let link: ShareLink?
+    }
+
+    /// A personal link's view token: derived from the token key, the share and the link, so that the owner can be
+    /// shown its URL again (`GET …/links`) while the store keeps only its hash, as for every token. 192 bits, shaped
+    /// as a `Secret`. A new token key (`flare token-key rotate`) gives new URLs; the links already sent go on working
+    /// (the store has their hashes), but `GET …/links` then shows URLs that do not.
+    public func linkToken(share: ShareID, link: LinkID) -> String {
+        let derived = Crypto.hmacSHA256(key: tokenKey, message: Array("flare-link-v1:\(share.rawValue):\(link.rawValue)".utf8))
+        return Base64URL.encode(Array(derived.prefix(Secret.byteCount)))
+    }
+
+    /// The contacts asked for, checked: well-formed, `owner`'s (or, without an owner, anyone's), no repeats, within
+    /// the per-share bound beside `existing` links.
+    func contactsForLinks(_ ids: [ContactID], owner: OwnerKeyRecord?, existing: Int) throws(ShareError) -> [Contact] {
+        guard !ids.isEmpty else { return [] }
+        guard Set(ids).count == ids.count else { throw .refusedInput(code: "invalid_contacts", message: "a contact is named twice") }
+        guard existing + ids.count <= Self.linksPerShare else {
+            throw .refusedInput(code: "too_many_links", message: "a share has at most \(Self.linksPerShare) personal links")
+        }
+        var contacts: [Contact] = []
+        for id in ids {
+            let found: Contact?
+            do { found = try store.contact(id: id) } catch { throw .storage(error.description) }
+            // Another key's contact is to this one as a contact that does not exist.
+            guard let found, owner.map({ $0.isAdmin || found.ownerKeyID == $0.id }) ?? true else {
+                throw .refusedInput(code: "unknown_contact", message: "no such contact: \(id)")
+            }
+            contacts.append(found)
+        }
+        return contacts
+    }
+
+    /// A link each, not yet stored.
+    func makeLinks(for contacts: [Contact], share: ShareID, row: Int64, at: UnixMillis) -> [(link: ShareLink, token: String)] {
+        contacts.map { contact in
+            let id = LinkID.generate()
+            let token = linkToken(share: share, link: id)
+            return (ShareLink(id: id, shareRow: row, contactID: contact.id, name: contact.name, viewTokenHash: SecretHash(of: token), createdAt: at),
+                    token)
+        }
+    }
+
+    /// The share and personal link a link holder's token hashes to: memory first, then the store (a share or link
+    /// another instance just made). Nil if unknown; throws when memory does not know it and the store cannot say.
+    public func link(viewTokenHash hash: SecretHash) throws(StoreError) -> LinkLookup? {
+        if let snapshot = registry.snapshot(viewTokenHash: hash) { return LinkLookup(lookup: .live(snapshot), link: nil) }
+        if let found = registry.snapshot(linkHash: hash) { return LinkLookup(lookup: .live(found.snapshot), link: found.link) }
+        if let lookup = try share(viewTokenHash: hash) { return LinkLookup(lookup: lookup, link: nil) }
+        guard let link = try store.link(viewTokenHash: hash), link.viewTokenHash.matches(hash),
+              let stored = try store.share(row: link.shareRow) else { return nil }
+        let lookup = try adopt(stored)
+        return LinkLookup(lookup: lookup, link: registry.links(lookup.share.id).first { $0.id == link.id } ?? link)
+    }
+
+    /// The share's personal links, oldest first, with their URLs' tokens.
+    public func links(of snapshot: ShareSnapshot) -> [(link: ShareLink, token: String)] {
+        registry.links(snapshot.share.id).map { ($0, linkToken(share: snapshot.share.id, link: $0.id)) }
+    }
+
+    /// A link each for contacts of a running share.
+    public func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?) throws(ShareError) -> [(link: ShareLink, token: String)] {
+        guard snapshot.share.isActive else { throw .ended }
+        let contacts = try contactsForLinks(ids, owner: owner, existing: registry.links(snapshot.share.id).count)
+        let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: clock.now())
+        let added: Bool
+        do { added = try store.insertLinks(links.map(\.link)) } catch { throw .storage(error.description) }
+        guard added else { throw .ended }
+        registry.addLinks(snapshot.share.id, links.map(\.link))
+        logger.info("share \(snapshot.share.id): \(links.count) personal links added")
+        return links
+    }
+
+    /// Withdraws one personal link: its page says so, its live streams end, the share's other links go on.
+    public func withdrawLink(_ snapshot: ShareSnapshot, link id: LinkID) throws(ShareError) {
+        guard registry.links(snapshot.share.id).contains(where: { $0.id == id }) else { throw .notFound }
+        let now = clock.now()
+        do { _ = try store.withdrawLink(shareRow: snapshot.row, id: id, at: now) } catch { throw .storage(error.description) }
+        registry.withdraw(snapshot.share.id, link: id, at: now)
+        publishAudience(snapshot)
+        logger.info("share \(snapshot.share.id): personal link \(id) withdrawn")
+    }
+
+    /// A page opened through a personal link: its first opening is recorded, with `link.opened`, once.
+    func linkOpened(_ snapshot: ShareSnapshot, link: ShareLink) {
+        guard link.firstOpenedAt == nil, snapshot.share.isActive else { return }
+        let now = clock.now()
+        do {
+            let first = try store.noteLinkOpened(shareRow: snapshot.row, id: link.id, at: now,
+                                                 event: pending(.linkOpened(snapshot.share.id, link: link, at: now)))
+            registry.noteLinkOpened(snapshot.share.id, link: link.id, at: now)
+            if first {
+                eventRecorded()
+                // The phone hears who opened it (its audience topic names the links).
+                publishAudience(snapshot)
+            }
+        } catch {
+            // Noted at the link's next request instead.
+            warnStore("share \(snapshot.share.id): cannot note that a personal link was opened (\(error))")
+        }
+    }
+}
