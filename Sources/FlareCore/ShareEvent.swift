@@ -6,6 +6,9 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case started = "share.started"
     /// The link was opened for the first time.
     case opened = "share.opened"
+    /// A personal link was made for a contact (with the share, or added to it): what an SMS gateway texts, having
+    /// fetched the contact's number and the link's URL with its key.
+    case linkCreated = "link.created"
     /// A personal link was opened for the first time (once per link; `share.opened` is the share's first view).
     case linkOpened = "link.opened"
     case answered = "share.answered"
@@ -64,6 +67,14 @@ public struct ShareEvent: Sendable, Equatable {
     }
 
     public static func opened(_ id: ShareID, at: UnixMillis) -> ShareEvent { ShareEvent(.opened, share: id, at: at) }
+
+    /// Names the link by its id and the contact by theirs: never the link's URL (its token), never a name.
+    public static func linkCreated(_ id: ShareID, link: ShareLink) -> ShareEvent {
+        ShareEvent(.linkCreated, share: id, at: link.createdAt) { writer in
+            writer.field("link_id", link.id.rawValue)
+            if let contact = link.contactID { writer.field("contact_id", contact.rawValue) }
+        }
+    }
 
     /// Names the link by its id and the contact by theirs: never the link's URL (its token), never a name.
     public static func linkOpened(_ id: ShareID, link: ShareLink, at: UnixMillis) -> ShareEvent {

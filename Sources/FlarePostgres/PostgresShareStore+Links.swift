@@ -2,7 +2,7 @@ public import FlareCore
 public import FlareStore
 
 extension PostgresShareStore: LinkRecords {
-    public func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool {
+    public func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool {
         guard !links.isEmpty else { return true }
         let operation = "insert links"
         return try pool.with(operation: operation) { connection throws(StoreError) in
@@ -25,6 +25,9 @@ extension PostgresShareStore: LinkRecords {
                           PostgresText.textArray(links.map { String($0.createdAt) }),
                           PostgresText.textArray(links.map { $0.withdrawnAt.map(String.init) }),
                           PostgresText.textArray(links.map { $0.firstOpenedAt.map(String.init) })], operation: operation)
+                if let shareRow = links.first?.shareRow {
+                    for pending in events { try Self.record(pending, shareRow: shareRow, on: connection) }
+                }
                 return true
             }
         }

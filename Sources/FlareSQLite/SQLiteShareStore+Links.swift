@@ -3,7 +3,7 @@ public import FlareStore
 
 extension SQLiteShareStore: LinkRecords {
     /// One SQLite file serves one instance: no other instance is to be told that the share's links changed.
-    public func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool {
+    public func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool {
         guard !links.isEmpty else { return true }
         return try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> Bool in
@@ -32,6 +32,9 @@ extension SQLiteShareStore: LinkRecords {
                     insert.bind(7, link.withdrawnAt)
                     insert.bind(8, link.firstOpenedAt)
                     try insert.run()
+                }
+                if let shareRow = links.first?.shareRow {
+                    for pending in events { try Self.record(pending, shareRow: shareRow, in: db) }
                 }
                 return true
             }

@@ -78,9 +78,12 @@ extension ShareService {
         let contacts = try contactsForLinks(ids, owner: owner, existing: registry.links(snapshot.share.id).count)
         let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: clock.now())
         let added: Bool
-        do { added = try store.insertLinks(links.map(\.link)) } catch { throw .storage(error.description) }
+        do {
+            added = try store.insertLinks(links.map(\.link), events: links.map { pending(.linkCreated(snapshot.share.id, link: $0.link)) })
+        } catch { throw .storage(error.description) }
         guard added else { throw .ended }
         registry.addLinks(snapshot.share.id, links.map(\.link))
+        eventRecorded()
         logger.info("share \(snapshot.share.id): \(links.count) personal links added")
         return links
     }

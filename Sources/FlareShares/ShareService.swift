@@ -256,7 +256,7 @@ public final class ShareService: Sendable {
         let links = makeLinks(for: linkContacts, share: share.id, row: row, at: now)
         if !links.isEmpty {
             do throws(StoreError) {
-                guard try store.insertLinks(links.map(\.link)) else {
+                guard try store.insertLinks(links.map(\.link), events: links.map { pending(.linkCreated(share.id, link: $0.link)) }) else {
                     throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
                 }
             } catch {
@@ -268,6 +268,7 @@ public final class ShareService: Sendable {
                 throw .storage(error.description)
             }
         }
+        if !links.isEmpty { eventRecorded() }
         registry.insert(StoredShare(row: row, share: share), storedFixes: 0)
         if !links.isEmpty { registry.addLinks(share.id, links.map(\.link)) }
         schedule(.expire(share.id), at: share.expiresAt)

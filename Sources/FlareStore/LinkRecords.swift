@@ -2,9 +2,10 @@ public import FlareCore
 
 /// A share's personal links (`ShareLink`): one view link per contact, each withdrawn on its own.
 public protocol LinkRecords: Sendable {
-    /// Adds links to a share, if it is active; false (nothing added) when it is not. Marks the share changed, so that
-    /// every instance reads its links again.
-    func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool
+    /// Adds links to a share, if it is active, with `events` (recorded for the links' share in the same transaction);
+    /// false (nothing added, nothing recorded) when it is not. Marks the share changed, so that every instance reads
+    /// its links again.
+    func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool
     /// The share's links, oldest first, withdrawn ones included.
     func links(shareRow: Int64) throws(StoreError) -> [ShareLink]
     /// The link whose view token has this hash, withdrawn or not.
@@ -17,4 +18,9 @@ public protocol LinkRecords: Sendable {
     /// Someone opened the link: its first opening is recorded, with `event`, once. True only for the call that
     /// recorded it.
     func noteLinkOpened(shareRow: Int64, id: LinkID, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool
+}
+
+extension LinkRecords {
+    // Without events: as tests and tools that record none call it.
+    public func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool { try insertLinks(links, events: []) }
 }

@@ -59,7 +59,7 @@ final class FaultyStore: ShareStore {
     func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
     func deleteContact(id: ContactID) throws(StoreError) -> Bool { try fault("deleteContact"); return try base.deleteContact(id: id) }
-    func insertLinks(_ links: [ShareLink]) throws(StoreError) -> Bool { try fault("insertLinks"); return try base.insertLinks(links) }
+    func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool { try fault("insertLinks"); return try base.insertLinks(links, events: events) }
     func links(shareRow: Int64) throws(StoreError) -> [ShareLink] { try fault("links"); return try base.links(shareRow: shareRow) }
     func link(viewTokenHash: SecretHash) throws(StoreError) -> ShareLink? { try fault("link(viewTokenHash:)"); return try base.link(viewTokenHash: viewTokenHash) }
     func openLinks() throws(StoreError) -> [ShareLink] { try fault("openLinks"); return try base.openLinks() }

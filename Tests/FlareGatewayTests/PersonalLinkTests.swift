@@ -46,6 +46,14 @@ import Testing
         #expect((try? JSONDecoder().decode([String: String].self, from: Data(plain.bytes))) != nil, "\(plain.text)")
         let listed = try fixture.send("GET", "/api/v1/shares/\(created.shareID)/links", bearer: fixture.ownerKey).decode(PersonalLinkList.self)
         #expect(listed.links.map(\.url) == links.map(\.url) && listed.links.allSatisfy { $0.withdrawnAt == nil && $0.firstOpenedAt != nil })
+        // What an SMS gateway texts from: one link.created per contact, by ids only.
+        let made = try fixture.store.dueEvents(now: Int64.max / 2, limit: 100).filter { $0.event.type == .linkCreated }
+        #expect(Set(made.map { String(decoding: $0.event.body, as: UTF8.self) }.flatMap { body in links.filter { body.contains($0.linkID) }.map(\.linkID) })
+                == Set(links.map(\.linkID)) && made.count == 2)
+        for event in made {
+            let body = String(decoding: event.event.body, as: UTF8.self)
+            #expect(!body.contains("Mum") && !body.contains("Dad") && !body.contains("/s/") && links.allSatisfy { !body.contains(Self.token($0.url)) })
+        }
     }
 
     @Test func withdrawingOneLinkEndsItAloneAndItsPageShowsNothingOfTheShare() throws {

@@ -59,6 +59,21 @@ import Testing
         #expect(try store.openLinks().isEmpty)
     }
 
+    @Test(arguments: Engine.allCases) func theLinksEventsAreRecordedWithThemOrNotAtAll(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let links = [link(row), link(row)]
+        let events = links.map { PendingEvent(.linkCreated(share.id, link: $0), destinations: [.mqtt]) }
+        #expect(try store.insertLinks(links, events: events))
+        let due = try store.dueEvents(now: 10_000_000, limit: 10)
+        #expect(due.map(\.event.type) == [.linkCreated, .linkCreated] && Set(due.map(\.event.id)) == Set(events.map(\.event.id)))
+        try store.markEnded(row: row, at: 2_000_000, reason: .stopped)
+        let late = link(row)
+        #expect(try !store.insertLinks([late], events: [PendingEvent(.linkCreated(share.id, link: late), destinations: [.mqtt])]))
+        #expect(try store.dueEvents(now: 10_000_000, limit: 10).count == 2, "a refused insertion records nothing")
+    }
+
     @Test(arguments: Engine.allCases) func aLinkIsFoundByItsTokenWithdrawnOrNot(engine: Engine) throws {
         let store = try base.open(engine), other = try base.open(engine)
         let row = try store.insertShare(base.makeShare())
