@@ -228,13 +228,16 @@ public final class Bridge: Sendable {
             client.disconnect()
             // The only instance of its store keeps its session (it resumes it on restart) but not its claim on the id.
             // A shared one that could not release its session stays listed, so that another takes the session over.
+            // At shutdown a failed removal is harmless: the row goes stale and the next start (or another instance)
+            // takes the id over once `staleAfter` has passed.
             if subscription != Topics.sharedLocations { try? store.removeInstance(options.clientID, process: process) }
             return
         }
         let released = release(client, lastMessageAt: lastMessageAt)
         stopping.store(true, ordering: .relaxed)
         if released {
-            // The session is gone: nobody needs to take it over.
+            // The session is gone: nobody needs to take it over. A removal that fails leaves a row that goes stale, and
+            // a stale row with no session is taken over and ended at once.
             try? store.removeInstance(options.clientID, process: process)
             logger.info("left the shared subscription and ended this instance's broker session")
         }
