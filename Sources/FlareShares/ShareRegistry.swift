@@ -40,11 +40,7 @@ public struct ShareSnapshot: Sendable {
 package final class ShareRegistry: Sendable {
     package typealias Subscriber = LiveSubscriber
 
-    /// A class, not a struct: the entries dictionary keeps a reference per bucket instead of the whole entry (about
-    /// 500 bytes), and a dictionary's buckets are up to half empty after it grows, so inline entries cost some 1,280
-    /// bytes a share at 100,000 shares (docs/performance.md, "Where the memory goes"). Reached only under the
-    /// registry's lock.
-    private final class Entry: @unchecked Sendable {
+    private struct Entry {
         var row: Int64
         var share: Share
         var last: Fix?
@@ -63,14 +59,8 @@ package final class ShareRegistry: Sendable {
         /// endpoint's CPU time, and a share changes far less often than its link is polled.
         var cachedView: (version: UInt64, bytes: [UInt8])?
 
-        init(row: Int64, share: Share, lastHeardAt: UnixMillis) {
-            self.row = row
-            self.share = share
-            self.lastHeardAt = lastHeardAt
-        }
-
         /// Every change goes through here, so a cached rendering can never outlive the state it shows.
-        func changed() {
+        mutating func changed() {
             version &+= 1
             cachedView = nil
         }
@@ -99,12 +89,12 @@ package final class ShareRegistry: Sendable {
 
     /// - Parameter storedFixes: how many fixes the store holds for it, if known (0 for a share just created).
     package func insert(_ stored: StoredShare, recentFixes: [Fix] = [], storedFixes: Int? = nil) {
-        let entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
+        var entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
         entry.storedFixes = storedFixes
-        for fix in recentFixes { Self.append(fix, to: entry, trailLength: trailLength) }
+        for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
         // What the store knows: the newest fix (its time stands in for when it came), the recorded state.
         if let last = entry.last { entry.lastHeardAt = max(entry.lastHeardAt, last.timestamp * 1000) }
-        Self.takeHeardTimes(from: stored.share, into: entry)
+        Self.takeHeardTimes(from: stored.share, into: &entry)
         state.withLock { state in
             if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
             state.entries[stored.share.id] = entry
@@ -275,15 +265,18 @@ package final class ShareRegistry: Sendable {
         var changed: [ShareID] = []
         state.withLock { state in
             for heard in fixes {
-                guard let entry = state.entries[heard.share] else { continue }
-                if let count = entry.storedFixes { entry.storedFixes = count + 1 }
-                let isNewest = Self.record(heard.fix, into: entry, trailLength: trailLength)
-                Self.heard(at: heard.heardAt, transport: heard.transport, into: entry)
-                if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
-                    for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
+                // Changed in place: copying the entry out would copy its trail and subscribers for every fix.
+                guard let index = state.entries.index(forKey: heard.share) else { continue }
+                if let count = state.entries.values[index].storedFixes { state.entries.values[index].storedFixes = count + 1 }
+                let isNewest = Self.record(heard.fix, into: &state.entries.values[index], trailLength: trailLength)
+                Self.heard(at: heard.heardAt, transport: heard.transport, into: &state.entries.values[index])
+                Self.readInPlace(&state.entries.values[index]) { entry in
+                    if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
+                        for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
+                    }
+                    if entry.share.isActive, changed.last != heard.share,
+                       trackerOutOfDate(entry, now: heard.heardAt) || Self.batteryFlagChange(entry) != nil { changed.append(heard.share) }
                 }
-                if entry.share.isActive, changed.last != heard.share,
-                   trackerOutOfDate(entry, now: heard.heardAt) || Self.batteryFlagChange(entry) != nil { changed.append(heard.share) }
             }
         }
         for (subscriber, fix) in notifications { subscriber(.fix(fix)) }
@@ -294,13 +287,16 @@ package final class ShareRegistry: Sendable {
     func heard(_ id: ShareID, at: UnixMillis, transport: TrackerTransport?) -> Bool {
         state.withLock { state in
             guard let index = state.entries.index(forKey: id) else { return false }
-            Self.heard(at: at, transport: transport, into: state.entries.values[index])
-            return trackerOutOfDate(state.entries.values[index], now: at)
+            Self.heard(at: at, transport: transport, into: &state.entries.values[index])
+            return Self.readInPlace(&state.entries.values[index]) { trackerOutOfDate($0, now: at) }
         }
     }
 
+    /// Reads an entry where it is stored. A plain read of `state.entries.values[index]` hands out a copy (its share,
+    /// trail and subscribers, retained one by one); the in-place (`inout`) accessor does not, and nothing is changed.
+    private static func readInPlace<T>(_ entry: inout Entry, _ read: (inout Entry) -> T) -> T { read(&entry) }
 
-    private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: Entry) {
+    private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: inout Entry) {
         if at >= entry.lastHeardAt {
             entry.lastHeardAt = at
             if let transport { entry.transport = transport }
@@ -309,7 +305,7 @@ package final class ShareRegistry: Sendable {
 
     /// What a share's row says of when its tracker was last heard from: a recorded `live` began with a fix, an
     /// answer is a message from the phone.
-    private static func takeHeardTimes(from share: Share, into entry: Entry) {
+    private static func takeHeardTimes(from share: Share, into entry: inout Entry) {
         if let tracker = share.tracker, tracker.state == .live { entry.lastHeardAt = max(entry.lastHeardAt, tracker.since) }
         if let answered = share.locateAnsweredAt { entry.lastHeardAt = max(entry.lastHeardAt, answered) }
     }
@@ -363,7 +359,7 @@ package final class ShareRegistry: Sendable {
             var found: [ShareID] = []
             var index = state.entries.values.startIndex
             while index != state.entries.values.endIndex {
-                if state.entries.values[index].share.isActive && trackerOutOfDate(state.entries.values[index], now: now) {
+                if Self.readInPlace(&state.entries.values[index], { $0.share.isActive && trackerOutOfDate($0, now: now) }) {
                     found.append(state.entries.keys[index])
                 }
                 state.entries.values.formIndex(after: &index)
@@ -391,7 +387,7 @@ package final class ShareRegistry: Sendable {
             let after = state.entries.values[index].share
             guard before.tracker != after.tracker || before.locateRequestedAt != after.locateRequestedAt
                     || before.locateAnsweredAt != after.locateAnsweredAt else { return ([], nil) }
-            Self.takeHeardTimes(from: after, into: state.entries.values[index])
+            Self.takeHeardTimes(from: after, into: &state.entries.values[index])
             state.entries.values[index].changed()
             let entry = state.entries.values[index]
             guard entry.share.isActive else { return ([], nil) }
@@ -401,14 +397,14 @@ package final class ShareRegistry: Sendable {
     }
 
     /// Returns whether the fix is the share's newest.
-    private static func record(_ fix: Fix, into entry: Entry, trailLength: Int) -> Bool {
+    private static func record(_ fix: Fix, into entry: inout Entry, trailLength: Int) -> Bool {
         let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
-        append(fix, to: entry, trailLength: trailLength)
+        append(fix, to: &entry, trailLength: trailLength)
         entry.changed()
         return isNewest
     }
 
-    private static func append(_ fix: Fix, to entry: Entry, trailLength: Int) {
+    private static func append(_ fix: Fix, to entry: inout Entry, trailLength: Int) {
         let point = TrailPoint(latitude: fix.latitude, longitude: fix.longitude, timestamp: fix.timestamp)
         if let last = entry.last, fix.timestamp < last.timestamp {
             let index = entry.trail.lastIndex { $0.timestamp <= fix.timestamp }.map { $0 + 1 } ?? 0
@@ -428,7 +424,7 @@ package final class ShareRegistry: Sendable {
     @discardableResult
     func addAnswers(_ id: ShareID, _ answers: [Answer]) -> [Answer] {
         let (fresh, subscribers): ([Answer], [Subscriber]) = state.withLock { state in
-            guard let entry = state.entries[id] else { return ([], []) }
+            guard var entry = state.entries[id] else { return ([], []) }
             let known = entry.answers.last?.id ?? 0
             let fresh = answers.filter { $0.id > known }.sorted { $0.id < $1.id }
             guard !fresh.isEmpty else { return ([], []) }
@@ -459,7 +455,7 @@ package final class ShareRegistry: Sendable {
     /// Marks the share ended and tells its viewers, who are then dropped.
     package func markEnded(_ id: ShareID, reason: EndReason, at endedAt: UnixMillis) {
         let subscribers: [Subscriber] = state.withLock { state in
-            guard let entry = state.entries[id], entry.share.isActive else { return [] }
+            guard var entry = state.entries[id], entry.share.isActive else { return [] }
             entry.share.endedAt = endedAt
             entry.share.endReason = reason
             entry.changed()
@@ -497,7 +493,7 @@ package final class ShareRegistry: Sendable {
             guard let index = state.entries.index(forKey: id) else { return }
             state.entries.values[index].last = nil
             state.entries.values[index].trail = []
-            for fix in fixes { Self.append(fix, to: state.entries.values[index], trailLength: trailLength) }
+            for fix in fixes { Self.append(fix, to: &state.entries.values[index], trailLength: trailLength) }
             state.entries.values[index].changed()
         }
     }
