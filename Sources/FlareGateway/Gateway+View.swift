@@ -1,6 +1,7 @@
 import FlareAPI
 import FlareBridge
 import FlareShares
+import FlareStore
 import FlareCore
 import FlareHTTP
 import FlareSystem
@@ -146,7 +147,9 @@ extension Gateway {
             liveStreams.remove(streamID)
             stream.finish()
             // Ended meanwhile, so known in memory: the view of its end (or, if it is gone already, of what was seen).
-            let ended = (try? shares.share(id)) ?? nil
+            // Memory answers first; only a share purged meanwhile asks the store, whose failure is answered as one.
+            let ended: ShareLookup?
+            do throws(StoreError) { ended = try shares.share(id) } catch { return storeFailed(error, "looking up a share that just ended").response }
             return .json(410, shares.view(of: ended ?? .live(snapshot)).document(serverTime: clock.now()))
         }
         if let viewer { shares.watching(snapshot, viewer: viewer, open: true) }
