@@ -38,7 +38,7 @@ let package = Package(
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
         // Webhook requests: an HTTP POST pinned to the addresses its caller checked.
-        .target(name: "FlareHTTPClient", dependencies: ["CCurl"], swiftSettings: swiftSettings),
+        .target(name: "FlareCurl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
 
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
@@ -53,7 +53,7 @@ let package = Package(
 
         // The application layer, one module per thing it holds; arrows go one way: Gateway → Bridge → Shares → Events.
         // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
-        .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareHTTPClient", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareCurl", "FlareSystem"], swiftSettings: swiftSettings),
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
         .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
         // MQTT ingest and the broker's retained state.
@@ -89,7 +89,7 @@ let package = Package(
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareHTTPClientTests", dependencies: ["FlareHTTPClient", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),

@@ -1,5 +1,5 @@
 public import FlareCore
-import FlareHTTPClient
+import FlareCurl
 
 /// Posts webhooks with libcurl (`HTTPPostClient`): HTTP/1.1 or HTTP/2, HTTPS verified against the system's CAs, to the
 /// addresses the address rule checked and nowhere else. No cookies, no proxy from the environment, and never a

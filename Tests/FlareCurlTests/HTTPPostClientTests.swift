@@ -1,4 +1,4 @@
-import FlareHTTPClient
+import FlareCurl
 import FlareTestSupport
 import Testing
 
