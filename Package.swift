@@ -37,7 +37,7 @@ let package = Package(
         .target(name: "FlareStores", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
-        // Webhook requests: an HTTP POST pinned to the addresses its caller checked.
+        // libcurl: webhook requests (an HTTP POST pinned to the addresses its caller checked) and mail (SMTP).
         .target(name: "FlareCurl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
 
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).

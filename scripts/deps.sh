@@ -11,6 +11,8 @@ packages+=(gpsd gpsd-clients)
 packages+=(postgresql libpq-dev)
 # Webhooks are posted with libcurl, pinned to the address the address rule checked.
 packages+=(libcurl4-openssl-dev)
+# Mail to contacts: the tests run a real SMTP server (aiosmtpd).
+packages+=(python3-aiosmtpd)
 # make chaos: a read-only store on a loop-mounted ext4 image.
 packages+=(e2fsprogs util-linux)
 if [ "${1:-}" = "--browser" ]; then

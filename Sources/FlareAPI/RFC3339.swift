@@ -70,8 +70,9 @@ public enum RFC3339 {
         return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
     }
 
-    /// Howard Hinnant's days-to-civil algorithm.
-    private static func civilDate(daysSinceEpoch: Int64) -> (Int64, Int64, Int64) {
+    /// Howard Hinnant's days-to-civil algorithm: the proleptic Gregorian (year, month, day) of a day count since
+    /// 1970-01-01 (the mail's `Date` header writes it too).
+    public static func civilDate(daysSinceEpoch: Int64) -> (year: Int64, month: Int64, day: Int64) {
         let z = daysSinceEpoch + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let dayOfEra = z - era * 146_097

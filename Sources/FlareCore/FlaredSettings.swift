@@ -47,6 +47,8 @@ public enum FlaredSettings {
         .init("FLARE_TRUSTED_PROXIES", .text, "", "reverse proxies (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, e.g. 127.0.0.1,::1"),
         .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
         .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),
+        .init("FLARE_SMTP_URL", .text, nil, "the SMTP server contacts are mailed through: smtp://[user[:password]@]host[:port] (STARTTLS, required except to a loopback host; port 587) or smtps://… (TLS; port 465)", secret: true),
+        .init("FLARE_SMTP_FROM", .text, nil, "the address contacts' mail comes from (and its Message-IDs' domain), e.g. flare@example.org; needed with FLARE_SMTP_URL"),
         .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),
     ]
 

@@ -23,6 +23,11 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case trackerOnline = "tracker.online"
     /// The phone reports ≤ 15 % and is not charging (once, until it charges or reports over 20 %).
     case batteryLow = "tracker.battery_low"
+    /// A contact was mailed their personal link (the server took the mail).
+    case contactNotified = "contact.notified"
+    /// A contact could not be mailed: the server refused for good, 24 h of retries ran out, or there was nothing to
+    /// send any more (the link withdrawn, the contact deleted or without an address, no SMTP server configured).
+    case contactNotificationFailed = "contact.notification_failed"
 }
 
 /// One event, as it is recorded in the store's outbox in the same transaction as the change it reports, and
@@ -125,6 +130,20 @@ public struct ShareEvent: Sendable, Equatable {
     public static func batteryLow(_ id: ShareID, at: UnixMillis, level: Int) -> ShareEvent {
         ShareEvent(.batteryLow, share: id, at: at) { $0.field("battery", level) }
     }
+
+    /// What became of mailing a contact about `cause` (the event the mail told of, by its id and type): the link and
+    /// contact by their ids, the channel, and for a failure why, in Flare's own words (never the address).
+    public static func contactNotice(_ id: ShareID, at: UnixMillis, link: LinkID, contact: ContactID?, cause: ShareEvent,
+                                     failure: String?) -> ShareEvent {
+        ShareEvent(failure == nil ? .contactNotified : .contactNotificationFailed, share: id, at: at) { writer in
+            writer.field("link_id", link.rawValue)
+            if let contact { writer.field("contact_id", contact.rawValue) }
+            writer.field("channel", "email")
+            writer.field("cause", cause.type.rawValue)
+            writer.field("cause_id", cause.id)
+            if let failure { writer.field("reason", failure) }
+        }
+    }
 }
 
 /// Where an event goes. Every event goes to the MQTT events topic; to the server-wide webhook when one is set; and
@@ -134,6 +153,9 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
     case mqtt
     case serverWebhook
     case keyWebhook(Int64)
+    /// A mail to the contact of this personal link, telling them of the event (`link.created`: the share started
+    /// or the link was added). Named by the link, so that each contact's mail is retried and recorded on its own.
+    case mail(LinkID)
 
     /// How the store names it.
     public var name: String {
@@ -141,6 +163,7 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         case .mqtt: "mqtt"
         case .serverWebhook: "server"
         case .keyWebhook(let id): "key:\(id)"
+        case .mail(let link): "mail:\(link.rawValue)"
         }
     }
 
@@ -149,6 +172,11 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         case "mqtt": self = .mqtt
         case "server": self = .serverWebhook
         default:
+            if name.hasPrefix("mail:") {
+                guard let link = LinkID(name.dropFirst(5)) else { return nil }
+                self = .mail(link)
+                return
+            }
             guard name.hasPrefix("key:"), let id = Int64(name.dropFirst(4)), id > 0 else { return nil }
             self = .keyWebhook(id)
         }

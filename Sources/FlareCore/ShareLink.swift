@@ -63,3 +63,12 @@ public struct LinkAudience: Sendable, Equatable {
         self.withdrawnAt = withdrawnAt
     }
 }
+
+extension ShareLink {
+    /// A personal link's view token, derived from the token key, the share and the link (`ShareService.linkToken`
+    /// says why): the gateway shows it to the owner, and a contact's mail carries it, without the store holding it.
+    public static func viewToken(tokenKey: [UInt8], share: ShareID, link: LinkID) -> String {
+        let derived = Crypto.hmacSHA256(key: tokenKey, message: Array("flare-link-v1:\(share.rawValue):\(link.rawValue)".utf8))
+        return Base64URL.encode(Array(derived.prefix(Secret.byteCount)))
+    }
+}

@@ -33,7 +33,7 @@ public struct HTTPPostClient: Sendable {
     /// - Returns: the HTTP status of the answer.
     public func post(url: String, connectingTo addresses: [String], headers: [(name: String, value: String)], body: [UInt8],
                      timeout: Duration) throws(HTTPPostError) -> Int {
-        guard Self.libraryReady else { throw HTTPPostError(.notReady) }
+        guard Curl.libraryReady else { throw HTTPPostError(.notReady) }
         guard !addresses.isEmpty else { throw HTTPPostError(.noAddress) }
         // A name here would be looked up by libcurl: only numbers are pinned.
         guard addresses.allSatisfy(Self.isNumeric) else { throw HTTPPostError(.notNumeric) }
@@ -90,8 +90,8 @@ public struct HTTPPostClient: Sendable {
         try set(flare_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 2))
         // Timeouts by alarm() and SIGALRM would hit whichever thread the signal lands on.
         try set(flare_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1))
-        try set(flare_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(min(connectTimeout, timeout))))
-        try set(flare_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Self.milliseconds(timeout)))
+        try set(flare_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, Curl.milliseconds(min(connectTimeout, timeout))))
+        try set(flare_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, Curl.milliseconds(timeout)))
         try set(flare_curl_setopt_long(handle, CURLOPT_POST, 1))
         try set(flare_curl_setopt_off_t(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)))
         // Copied by libcurl at once; the size set before lets the body hold any byte.
@@ -118,18 +118,11 @@ public struct HTTPPostClient: Sendable {
         return status
     }
 
-    /// curl_global_init, once, before the first handle (Swift runs a global's initialiser once, thread-safely).
-    private static let libraryReady: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
-
     private static func isNumeric(_ address: String) -> Bool {
         var bytes = [UInt8](repeating: 0, count: 16)
         return inet_pton(AF_INET, address, &bytes) == 1 || inet_pton(AF_INET6, address, &bytes) == 1
     }
 
-    private static func milliseconds(_ duration: Duration) -> Int {
-        let (seconds, attoseconds) = duration.components
-        return max(1, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
-    }
 }
 
 /// Why a POST got no HTTP answer. `reason` is this module's own words or libcurl's own table (`curl_easy_strerror`),

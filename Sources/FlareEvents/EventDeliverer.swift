@@ -8,7 +8,8 @@ import Glibc
 #endif
 
 /// Delivers the store's outbox: every event at least once to each of its destinations (the MQTT events topic, the
-/// operator's webhook, the owning key's webhook), retried with exponential backoff for 24 h (`EventRetry`).
+/// operator's webhook, the owning key's webhook, a contact's mail), retried with exponential backoff for 24 h
+/// (`EventRetry`).
 ///
 /// One instance delivers at a time: the holder of the store lease `leaseName` (renewed every second, taken over by
 /// another instance `leaseMillis` after its holder stops), so that several instances do not send each event several
@@ -16,8 +17,11 @@ import Glibc
 ///
 /// Deliveries run on threads of their own, one destination per thread at a time and in order within it: ingest and the
 /// link endpoints only ever insert a row into the outbox. A receiver that is down or slow holds up only its own events:
-/// - the topic and the operator's webhook have a thread each; the keys' webhooks share `keyWorkers`, so no number of
-///   slow key receivers holds up the topic or the operator's webhook;
+/// - the topic, the operator's webhook and the mail to contacts have a thread each; the keys' webhooks share
+///   `keyWorkers`, so no number of slow key receivers holds up the topic or the operator's webhook;
+/// - a contact's mail ends in an event of its own, `contact.notified` or `contact.notification_failed`, recorded with
+///   the end of the delivery in one transaction; its `Message-ID` is derived from the event and the link, so a mail
+///   whose outcome was unknown (no answer) and is sent again is one mail to the receiving side;
 /// - a webhook lane's turn on a thread ends after `turnMillis`, or at a delivery that got no answer, and the lane that
 ///   has waited longest goes next: slow keys take turns with the others rather than keeping a thread for a whole batch;
 /// - a destination that did not answer rests (`firstRestMillis`, doubling up to `longestRestMillis`) before it is tried
@@ -75,11 +79,11 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// Which lanes a delivery thread takes.
     private enum Crew {
-        case topic, serverWebhook, keyWebhooks
+        case topic, serverWebhook, keyWebhooks, mail
 
         func takes(_ destination: EventDestination) -> Bool {
             switch (self, destination) {
-            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook): true
+            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook), (.mail, .mail): true
             default: false
             }
         }
@@ -91,6 +95,7 @@ public final class EventDeliverer: @unchecked Sendable {
     private let resolver: any HostResolving
     private let requestTimeout: Duration
     private let serverWebhook: ServerWebhook?
+    private let mailing: ContactMailing?
     private let sealer: WebhookSecretSealer
     private let holder: String
     private let clock: any WallClock
@@ -103,28 +108,35 @@ public final class EventDeliverer: @unchecked Sendable {
     /// - Parameters:
     ///   - poster: sends each webhook request, to the addresses `resolver` answered and the address rule passed.
     ///   - resolver: looks up a webhook's host name, once per delivery.
-    ///   - requestTimeout: for each webhook request, and for the broker's acknowledgement of a batch for the topic.
+    ///   - requestTimeout: for each webhook request and mail, and for the broker's acknowledgement of a batch for the topic.
+    ///   - mailing: the SMTP server contacts are mailed through (nil: none is configured, and a mail delivery is
+    ///     reported failed).
     public init(store: any EventRecords & KeyRecords & LeaseRecords, publisher: any BrokerPublisher, poster: any WebhookPosting,
                 resolver: any HostResolving = SystemHostResolver(), requestTimeout: Duration = defaultRequestTimeout,
-                serverWebhook: ServerWebhook?, sealer: WebhookSecretSealer, holder: String, clock: any WallClock, metrics: Metrics,
-                logger: Logger) {
+                serverWebhook: ServerWebhook?, mailing: ContactMailing? = nil, sealer: WebhookSecretSealer, holder: String,
+                clock: any WallClock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.publisher = publisher
         self.poster = poster
         self.resolver = resolver
         self.requestTimeout = requestTimeout
         self.serverWebhook = serverWebhook
+        self.mailing = mailing
         self.sealer = sealer
         self.holder = holder
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
-        metrics.register(FlareMetrics.eventDeliveries, FlareMetrics.eventsWaiting, FlareMetrics.eventsOldestWaiting)
+        metrics.register(FlareMetrics.eventDeliveries, FlareMetrics.eventsWaiting, FlareMetrics.eventsOldestWaiting, FlareMetrics.contactNotices)
     }
 
     /// Where this instance sends every new event besides the owning key's webhook: the events topic, and the
     /// operator's webhook if there is one.
     public var destinations: [EventDestination] { serverWebhook == nil ? [.mqtt] : [.mqtt, .serverWebhook] }
+
+    /// Whether this instance mails contacts (an SMTP server is configured): a personal link's `link.created` then
+    /// also goes to `mail:<link>` when its contact has an address.
+    public var mailsContacts: Bool { mailing != nil }
 
     public func start() {
         let reader = NamedThread.start(name: "flare-events") { [self] in
@@ -147,6 +159,7 @@ public final class EventDeliverer: @unchecked Sendable {
         var threads = [reader]
         threads.append(NamedThread.start(name: "flare-ev-topic") { [self] in work(.topic) })
         threads.append(NamedThread.start(name: "flare-ev-server") { [self] in work(.serverWebhook) })
+        threads.append(NamedThread.start(name: "flare-ev-mail") { [self] in work(.mail) })
         for index in 0..<Self.keyWorkers {
             threads.append(NamedThread.start(name: "flare-ev-key-\(index)") { [self] in work(.keyWebhooks) })
         }
@@ -287,6 +300,23 @@ public final class EventDeliverer: @unchecked Sendable {
             let turnEnds = monotonicMillis() + Self.turnMillis
             var answered = false, unreachable = false
             for (index, delivery) in batch.enumerated() {
+                if case .mail(let link) = destination {
+                    let (outcome, contact) = mail(delivery.event, link: link)
+                    if case .delivered = outcome {
+                        report(delivery, link: link, contact: contact, failure: nil)
+                    } else {
+                        failed(delivery, outcome, link: link, contact: contact)
+                    }
+                    switch outcome {
+                    case .delivered, .failed, .dropped: answered = true
+                    case .unreachable: unreachable = true
+                    }
+                    if unreachable || monotonicMillis() >= turnEnds {
+                        untried = Array(batch.dropFirst(index + 1))
+                        break
+                    }
+                    continue
+                }
                 // The target is read for each delivery: a webhook removed, or a key revoked, stops the rest of a batch.
                 let outcome = send(delivery.event, to: webhookTarget(destination))
                 switch outcome {
@@ -317,6 +347,11 @@ public final class EventDeliverer: @unchecked Sendable {
         return untried
     }
 
+    /// Every destination may be tried again at once: for tests, which bring a receiver back and do not wait.
+    func endRests() {
+        lock.withLock { state.resting.removeAll() }
+    }
+
     /// `destination` did not answer: it is not tried again before its rest is over.
     private func rest(_ destination: EventDestination) {
         lock.withLock {
@@ -327,8 +362,8 @@ public final class EventDeliverer: @unchecked Sendable {
     }
 
     /// Records a failed attempt: the next one with backoff, or none after 24 h (or for an event that can never be
-    /// delivered).
-    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome) {
+    /// delivered). A mail's end (given up, or nothing to send) is reported with `contact.notification_failed`.
+    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome, link: LinkID? = nil, contact: ContactID? = nil) {
         let destination = delivery.destination.name
         let attempts = delivery.attempts + 1
         var why = ""
@@ -340,6 +375,10 @@ public final class EventDeliverer: @unchecked Sendable {
             retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
         case .dropped(let reason):
             why = reason
+        }
+        if retryAt == nil, let link {
+            logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
+            return report(delivery, link: link, contact: contact, failure: why)
         }
         do {
             try store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: attempts, retryAt: retryAt)
@@ -354,6 +393,47 @@ public final class EventDeliverer: @unchecked Sendable {
         } else {
             logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
         }
+    }
+
+    /// Mails the contact of `link` about `event`: the composer writes the mail from the store as it is now.
+    private func mail(_ event: ShareEvent, link: LinkID) -> (Outcome, ContactID?) {
+        guard let mailing else { return (.dropped("no FLARE_SMTP_URL is set on the delivering instance"), nil) }
+        let mail: ContactMail
+        do {
+            mail = try mailing.composer.mail(for: event, link: link, messageID: mailing.messageID(event: event, link: link), server: mailing.server)
+        } catch {
+            return (.unreachable("cannot read the link and its contact (\(error))"), nil)
+        }
+        switch mail {
+        case .nothing(let reason, let contact):
+            return (.dropped(reason), contact)
+        case .send(let recipient, let message, let contact):
+            switch mailing.sender.send(from: mailing.server.from, to: [recipient], message: message, timeout: requestTimeout) {
+            case .accepted: return (.delivered, contact)
+            case .refused(true, let reason): return (.dropped(reason), contact)
+            case .refused(false, let reason): return (.failed(reason), contact)
+            case .unanswered(let reason): return (.unreachable(reason), contact)
+            }
+        }
+    }
+
+    /// A mail's delivery is over: it leaves the outbox with the event that says how it went, in one transaction.
+    private func report(_ delivery: OutboxDelivery, link: LinkID, contact: ContactID?, failure: String?) {
+        let event = ShareEvent.contactNotice(delivery.event.shareID, at: clock.now(), link: link, contact: contact, cause: delivery.event,
+                                             failure: failure)
+        do {
+            try store.eventDelivered(row: delivery.row, destination: delivery.destination,
+                                     reporting: PendingEvent(event, destinations: destinations))
+        } catch {
+            // Not recorded: the mail is sent again (the same Message-ID), or its failure found again.
+            warn("record", "cannot record a contact's mail in the store (\(error))")
+            return
+        }
+        metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", "mail"), ("result", failure == nil ? "delivered" : "given_up")])
+        metrics.increment(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", failure == nil ? "notified" : "failed")])
+        if let failure { logger.warning("share \(delivery.event.shareID): link \(link)'s contact could not be mailed: \(failure)") }
+        else { logger.info("share \(delivery.event.shareID): link \(link)'s contact was mailed (\(delivery.event.type.rawValue))") }
+        wake()
     }
 
     private enum Outcome {
@@ -376,8 +456,8 @@ public final class EventDeliverer: @unchecked Sendable {
 
     private func webhookTarget(_ destination: EventDestination) -> WebhookTarget {
         switch destination {
-        case .mqtt:
-            return .refuse(.dropped("the topic is not a webhook"))  // the topic's batches go out in `deliver`
+        case .mqtt, .mail:
+            return .refuse(.dropped("not a webhook"))  // the topic's batches and mails go out in `deliver`
         case .serverWebhook:
             guard let serverWebhook else { return .refuse(.dropped("no FLARE_WEBHOOK_URL is set on the delivering instance")) }
             return .post(url: serverWebhook.url, secrets: serverWebhook.secrets, mustBePublic: false)
@@ -485,7 +565,10 @@ extension EventDestination {
     /// public, and a series per key would tell anyone whether that key's receiver answers and how much its shares do.
     /// The logs name the key.
     var metricLabel: String {
-        if case .keyWebhook = self { return "key" }
-        return name
+        switch self {
+        case .keyWebhook: return "key"
+        case .mail: return "mail"
+        default: return name
+        }
     }
 }

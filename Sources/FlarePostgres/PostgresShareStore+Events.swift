@@ -50,6 +50,23 @@ extension PostgresShareStore: EventRecords {
         if rows.count == 1 { try eventsDelivered([(rows.int64(0, 0), destination)]) }
     }
 
+    public func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError) {
+        let operation = "deliver event"
+        try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) in
+                // Only the call that ended the delivery reports it (another holder may have finished it meanwhile).
+                let ended = try connection.execute("DELETE FROM event_deliveries WHERE event = $1 AND destination = $2 RETURNING event",
+                                                   [String(row), destination.name], operation: operation)
+                guard ended.count == 1 else { return }
+                let statement = Self.withOutbox("SELECT s.id, s.owner_key FROM events e JOIN shares s ON s.id = e.share WHERE e.id = $1",
+                                                [String(row)], report)
+                try connection.execute(statement.sql, statement.parameters, operation: operation)
+                try connection.execute("DELETE FROM events e WHERE e.id = $1 AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event = e.id)",
+                                       [String(row)], operation: operation)
+            }
+        }
+    }
+
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
         guard let retryAt else { return try eventsDelivered([(row, destination)]) }
         try changedRows("UPDATE event_deliveries SET attempts = $1, next_at = $2 WHERE event = $3 AND destination = $4",

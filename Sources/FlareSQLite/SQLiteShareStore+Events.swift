@@ -59,6 +59,30 @@ extension SQLiteShareStore: EventRecords {
         if let row { try eventsDelivered([(row, destination)]) }
     }
 
+    public func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let share = try db.statement("SELECT share FROM events WHERE id = ?1")
+                defer { share.reset() }
+                share.bind(1, row)
+                guard try share.step() else { return }  // another holder finished it
+                let shareRow = share.int64(0)
+                share.reset()
+                let delete = try db.statement("DELETE FROM event_deliveries WHERE event = ?1 AND destination = ?2")
+                defer { delete.reset() }
+                delete.bind(1, row)
+                delete.bind(2, destination.name)
+                try delete.run()
+                guard db.changes == 1 else { return }
+                try Self.record(report, shareRow: shareRow, in: db)
+                let event = try db.statement("DELETE FROM events WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = ?1)")
+                defer { event.reset() }
+                event.bind(1, row)
+                try event.run()
+            }
+        }
+    }
+
     public func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) {
         guard let retryAt else { return try eventsDelivered([(row, destination)]) }
         _ = try changedRows("UPDATE event_deliveries SET attempts = ?1, next_at = ?2 WHERE event = ?3 AND destination = ?4") { statement in

@@ -52,6 +52,18 @@ extension ServerWebhook {
     }
 }
 
+extension MailServer {
+    /// FLARE_SMTP_URL and FLARE_SMTP_FROM: nil when neither is set; either without the other is an error.
+    public static func configured(_ config: Configuration) throws(Configuration.ConfigurationError) -> MailServer? {
+        let urlText = config.string("FLARE_SMTP_URL") ?? ""
+        let from = config.string("FLARE_SMTP_FROM") ?? ""
+        if urlText.isEmpty && from.isEmpty { return nil }
+        guard !urlText.isEmpty else { throw Configuration.ConfigurationError("FLARE_SMTP_FROM is set but FLARE_SMTP_URL is not") }
+        guard !from.isEmpty else { throw Configuration.ConfigurationError("FLARE_SMTP_URL is set but FLARE_SMTP_FROM is not: the address mail to contacts comes from") }
+        do { return try MailServer(url: urlText, from: from) } catch { throw Configuration.ConfigurationError(error.description) }
+    }
+}
+
 extension GatewayConfiguration {
     /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {

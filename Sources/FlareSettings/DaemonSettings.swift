@@ -28,6 +28,8 @@ public struct DaemonSettings: Sendable {
     public let parser: LocationPayloadParser
     public let gateway: GatewayConfiguration
     public let serverWebhook: ServerWebhook?
+    /// FLARE_SMTP_URL and FLARE_SMTP_FROM: nil when neither is set.
+    public let mailServer: MailServer?
 
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
         guard let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL") ?? "") else {
@@ -37,6 +39,7 @@ public struct DaemonSettings: Sendable {
         shutdownTimeout = .seconds(try config.integer("FLARE_SHUTDOWN_TIMEOUT_S"))
         storeGraceSeconds = Int(try config.integer("FLARE_SHUTDOWN_STORE_GRACE_S"))
         serverWebhook = try ServerWebhook.configured(config)
+        mailServer = try MailServer.configured(config)
         guard let dataDirectory = config.string("FLARE_DATA_DIR") else { throw Configuration.ConfigurationError("FLARE_DATA_DIR must not be empty") }
         self.dataDirectory = dataDirectory
         httpAddress = try config.hostPort("FLARE_HTTP_ADDR")

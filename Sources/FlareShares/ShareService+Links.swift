@@ -20,8 +20,7 @@ extension ShareService {
     /// as a `Secret`. A new token key (`flare token-key rotate`) gives new URLs; the links already sent go on working
     /// (the store has their hashes), but `GET …/links` then shows URLs that do not.
     public func linkToken(share: ShareID, link: LinkID) -> String {
-        let derived = Crypto.hmacSHA256(key: tokenKey, message: Array("flare-link-v1:\(share.rawValue):\(link.rawValue)".utf8))
-        return Base64URL.encode(Array(derived.prefix(Secret.byteCount)))
+        ShareLink.viewToken(tokenKey: tokenKey, share: share, link: link)
     }
 
     /// The contacts asked for, checked: well-formed, `owner`'s (or, without an owner, anyone's), no repeats, within
@@ -50,12 +49,12 @@ extension ShareService {
     }
 
     /// A link each, not yet stored.
-    func makeLinks(for contacts: [Contact], share: ShareID, row: Int64, at: UnixMillis) -> [(link: ShareLink, token: String)] {
+    func makeLinks(for contacts: [Contact], share: ShareID, row: Int64, at: UnixMillis) -> [(link: ShareLink, token: String, contact: Contact)] {
         contacts.map { contact in
             let id = LinkID.generate()
             let token = linkToken(share: share, link: id)
             return (ShareLink(id: id, shareRow: row, contactID: contact.id, name: contact.name, viewTokenHash: SecretHash(of: token), createdAt: at),
-                    token)
+                    token, contact)
         }
     }
 
@@ -89,13 +88,13 @@ extension ShareService {
         let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: clock.now())
         let added: Bool
         do {
-            added = try store.insertLinks(links.map(\.link), events: links.map { pending(.linkCreated(snapshot.share.id, link: $0.link)) })
+            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, contact: $0.contact) })
         } catch { throw .storage(error.description) }
         guard added else { throw .ended }
         registry.addLinks(snapshot.share.id, links.map(\.link))
         eventRecorded()
         logger.info("share \(snapshot.share.id): \(links.count) personal links added")
-        return links
+        return links.map { ($0.link, $0.token) }
     }
 
     /// Withdraws one personal link: its page says so, its live streams end, the share's other links go on.

@@ -110,6 +110,8 @@ public final class ShareService: Sendable {
     let storeWarnings = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 5), maximumKeys: 4)
     /// Where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
     let eventDestinations: [EventDestination]
+    /// Whether a personal link's contact with an address is mailed (`EventDeliverer.mailsContacts`).
+    let mailsContacts: Bool
     /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
     /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
     let eventRecorded: @Sendable () -> Void
@@ -123,7 +125,7 @@ public final class ShareService: Sendable {
     ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
-                eventDestinations: [EventDestination] = [.mqtt], eventRecorded: @escaping @Sendable () -> Void = {},
+                eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, eventRecorded: @escaping @Sendable () -> Void = {},
                 sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
@@ -138,6 +140,7 @@ public final class ShareService: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.eventDestinations = eventDestinations
+        self.mailsContacts = mailsContacts
         self.eventRecorded = eventRecorded
         self.sweepRetained = sweepRetained
         metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped)
@@ -148,6 +151,12 @@ public final class ShareService: Sendable {
 
     /// The event as the store records it with its change.
     func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
+
+    /// `link.created`, also to the contact's mail when this instance mails contacts and the contact has an address.
+    func linkCreated(_ share: ShareID, _ link: ShareLink, contact: Contact) -> PendingEvent {
+        let destinations = mailsContacts && contact.email != nil ? eventDestinations + [.mail(link.id)] : eventDestinations
+        return PendingEvent(.linkCreated(share, link: link), destinations: destinations)
+    }
 
     func schedule(_ job: Job, at deadline: UnixMillis) {
         scheduler.withLock { $0?.schedule(job, at: deadline) }
@@ -256,7 +265,7 @@ public final class ShareService: Sendable {
         let links = makeLinks(for: linkContacts, share: share.id, row: row, at: now)
         if !links.isEmpty {
             do throws(StoreError) {
-                guard try store.insertLinks(links.map(\.link), events: links.map { pending(.linkCreated(share.id, link: $0.link)) }) else {
+                guard try store.insertLinks(links.map(\.link), events: links.map { linkCreated(share.id, $0.link, contact: $0.contact) }) else {
                     throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
                 }
             } catch {
@@ -275,7 +284,7 @@ public final class ShareService: Sendable {
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
         logger.info("share \(share.id) created, expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
-        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links)
+        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links.map { ($0.link, $0.token) })
     }
 
     func refused(_ refusal: QuotaRefusal) -> ShareError {

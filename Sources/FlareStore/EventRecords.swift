@@ -11,6 +11,9 @@ public protocol EventRecords: Sendable {
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError)
     /// The destination has the event with this id (sent by the instance that made it, ahead of the outbox).
     func eventDelivered(id: String, destination: EventDestination) throws(StoreError)
+    /// The delivery is over (done, or given up) and `report`, an event of the same share telling how it went,
+    /// goes into the outbox, in one transaction: a mail's outcome is announced once, and only for a delivery that ended.
+    func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError)
     /// An attempt failed: try again at `retryAt`, or give up (nil) and drop it.
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError)
     /// What waits in the outbox, per destination.

@@ -54,13 +54,18 @@ final class Daemon: Sendable {
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
 
+        let mailing = settings.mailServer.map { server in
+            ContactMailing(server: server, sender: SMTPMailer(server: server),
+                           composer: ContactNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL, clock: clock))
+        }
         let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
-                                       sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
+                                       mailing: mailing, sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
         let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
         let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: client,
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
+                                  mailsContacts: deliverer.mailsContacts,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
         let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: settings.parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
@@ -157,6 +162,11 @@ final class Daemon: Sendable {
             }),
         ], logger: logger)
         if let serverWebhook = settings.serverWebhook { logger.info("events go to the webhook at \(serverWebhook.url.host) as well") }
+        if let mailServer = settings.mailServer {
+            logger.info("contacts are mailed through \(mailServer) from \(mailServer.from)\(mailServer.requiresTLS || mailServer.url.hasPrefix("smtps") ? "" : " (STARTTLS if offered: a loopback relay)")")
+        } else {
+            logger.info("contacts are not mailed (no FLARE_SMTP_URL): personal links are for the owner to send")
+        }
         logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
     }
 

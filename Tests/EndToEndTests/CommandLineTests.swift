@@ -41,6 +41,23 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("owner.key").path))
         environment["FLARE_WEBHOOK_URL"] = nil
         environment["FLARE_WEBHOOK_SECRET"] = nil
+        // SMTP: either setting without the other, a URL that is not one, a sender that is not an address; the password
+        // never shown.
+        for (url, from, says) in [("smtp://flare:pa55word-x@mail.example.org", nil, "FLARE_SMTP_URL is set but FLARE_SMTP_FROM is not"),
+                                  (nil, "flare@example.org", "FLARE_SMTP_FROM is set but FLARE_SMTP_URL is not"),
+                                  ("http://flare:pa55word-x@mail.example.org", "flare@example.org", "FLARE_SMTP_URL must be smtp://"),
+                                  ("smtps://flare:pa55word-x@mail.example.org", "Flare", "FLARE_SMTP_FROM must be the address")] {
+            environment["FLARE_SMTP_URL"] = url
+            environment["FLARE_SMTP_FROM"] = from
+            result = try runCommand(flared, [], environment: environment)
+            #expect(result.status == 1 && result.stderr.contains(says) && !result.stderr.contains("pa55word"), "\(result.stderr)")
+        }
+        environment["FLARE_SMTP_URL"] = "smtp://flare:pa55word-x@mail.example.org"
+        environment["FLARE_SMTP_FROM"] = "flare@example.org"
+        result = try runCommand(flared, ["--print-config"], environment: environment)
+        #expect(result.status == 0 && result.stdout.contains("FLARE_SMTP_FROM=flare@example.org") && !result.stdout.contains("pa55word"), "\(result.stdout)")
+        environment["FLARE_SMTP_URL"] = nil
+        environment["FLARE_SMTP_FROM"] = nil
         // A database that is not there: one line naming the setting, never the password; nothing left running.
         let (refusing, closed) = try FreePort.refusing()
         defer { close(refusing) }

@@ -83,7 +83,7 @@ import Testing
         #expect(config.string("FLARE_PUBLIC_URL") == "http://127.0.0.1:8080")
         #expect(config.string("FLARE_MQTT_URL") == "mqtt://127.0.0.1:1884")
         #expect(config.string("FLARE_MQTT_PUBLIC_URL") == "mqtt://127.0.0.1:1884")
-        #expect(FlaredSettings.all.filter(\.isSecret).map(\.name) == ["FLARE_STORE_URL", "FLARE_METRICS_TOKEN", "FLARE_MQTT_PASSWORD", "FLARE_WEBHOOK_SECRET"])  // a store URL may hold a password
+        #expect(FlaredSettings.all.filter(\.isSecret).map(\.name) == ["FLARE_STORE_URL", "FLARE_METRICS_TOKEN", "FLARE_MQTT_PASSWORD", "FLARE_WEBHOOK_SECRET", "FLARE_SMTP_URL"])  // a store URL may hold a password
         #expect(config.string("FLARE_METRICS_ADDR") == "127.0.0.1:9464")
         for setting in FlaredSettings.all { #expect(!setting.help.isEmpty, "\(setting.name)") }
     }

@@ -81,6 +81,7 @@ final class FaultyStore: ShareStore {
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] { try fault("dueEvents"); return try base.dueEvents(now: now, limit: limit) }
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) { try fault("eventsDelivered"); try base.eventsDelivered(deliveries) }
     func eventDelivered(id: String, destination: EventDestination) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(id: id, destination: destination) }
+    func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(row: row, destination: destination, reporting: report) }
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) { try fault("eventFailed"); try base.eventFailed(row: row, destination: destination, attempts: attempts, retryAt: retryAt) }
     func outboxBacklog() throws(StoreError) -> [OutboxBacklog] { try fault("outboxBacklog"); return try base.outboxBacklog() }
     func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool { try fault("setKeyWebhook"); return try base.setKeyWebhook(id: id, url: url, sealedSecret: sealedSecret, at: at) }

@@ -85,7 +85,7 @@ public struct ServiceFixture: Sendable {
     public let key: [UInt8]
 
     public init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
-         publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt],
+         publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false,
          hostResolver: any HostResolving = FixedResolver.public) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
@@ -97,7 +97,7 @@ public struct ServiceFixture: Sendable {
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger,
-                               eventDestinations: eventDestinations, hostResolver: hostResolver)
+                               eventDestinations: eventDestinations, mailsContacts: mailsContacts, hostResolver: hostResolver)
         registry = service.registry
         ingestor = FixIngestor(store: store, shares: service, metrics: metrics, logger: logger, clock: clock,
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))

@@ -74,6 +74,27 @@ import Testing
         #expect(try store.dueEvents(now: 10_000_000, limit: 10).count == 2, "a refused insertion records nothing")
     }
 
+    /// A contact's mail ends with the event that reports it, in one transaction, once: a second holder finishing the
+    /// same delivery reports nothing.
+    @Test(arguments: Engine.allCases) func aMailsEndIsRecordedWithTheEventThatReportsItOnce(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let personal = link(row)
+        let created = PendingEvent(.linkCreated(share.id, link: personal), destinations: [.mqtt, .mail(personal.id)])
+        #expect(try store.insertLinks([personal], events: [created]))
+        let mail = try #require(try store.dueEvents(now: 10_000_000, limit: 10).first { $0.destination == .mail(personal.id) })
+        #expect(mail.event.id == created.event.id)
+        let report = PendingEvent(.contactNotice(share.id, at: 3_000_000, link: personal.id, contact: personal.contactID, cause: mail.event,
+                                                 failure: nil), destinations: [.mqtt])
+        try store.eventDelivered(row: mail.row, destination: mail.destination, reporting: report)
+        try store.eventDelivered(row: mail.row, destination: mail.destination, reporting: report)
+        let due = try store.dueEvents(now: 10_000_000, limit: 10)
+        #expect(due.map(\.event.type).sorted { $0.rawValue < $1.rawValue } == [.contactNotified, .linkCreated])
+        #expect(due.first { $0.event.type == .contactNotified }?.destination == .mqtt)
+        #expect(!due.contains { $0.destination == .mail(personal.id) })
+    }
+
     @Test(arguments: Engine.allCases) func aLinkIsFoundByItsTokenWithdrawnOrNot(engine: Engine) throws {
         let store = try base.open(engine), other = try base.open(engine)
         let row = try store.insertShare(base.makeShare())

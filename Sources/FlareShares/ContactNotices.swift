@@ -1,0 +1,95 @@
+public import FlareCore
+public import FlareEvents
+public import FlareStore
+import FlareAPI
+import FlareWire
+
+/// Writes each contact's mail at the moment it is sent, from the store as it is then: a link withdrawn, a contact
+/// deleted or an address removed since the event means no mail. The link's URL is derived here (never stored) and
+/// goes only to its contact.
+public struct ContactNotices: ContactMailComposing {
+    private let store: any ShareRecords & LinkRecords & ContactRecords
+    private let tokenKey: [UInt8]
+    private let publicURL: String
+    private let clock: any WallClock
+
+    /// - Parameter publicURL: what links start with (`FLARE_PUBLIC_URL`).
+    public init(store: any ShareRecords & LinkRecords & ContactRecords, tokenKey: [UInt8], publicURL: String, clock: any WallClock) {
+        self.store = store
+        self.tokenKey = tokenKey
+        self.publicURL = publicURL
+        self.clock = clock
+    }
+
+    public func mail(for event: ShareEvent, link id: LinkID, messageID: String, server: MailServer) throws(StoreError) -> ContactMail {
+        guard let stored = try store.share(id: event.shareID) else { return .nothing(reason: "the share is gone", contact: nil) }
+        guard let link = try store.links(shareRow: stored.row).first(where: { $0.id == id }) else {
+            return .nothing(reason: "the link is gone", contact: nil)
+        }
+        guard !link.isWithdrawn else { return .nothing(reason: "the link was withdrawn", contact: link.contactID) }
+        guard stored.share.isActive else { return .nothing(reason: "the share ended before its contact was told", contact: link.contactID) }
+        guard let contactID = link.contactID, let contact = try store.contact(id: contactID) else {
+            return .nothing(reason: "the contact was deleted", contact: link.contactID)
+        }
+        guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
+        let url = "\(publicURL)/s/\(ShareLink.viewToken(tokenKey: tokenKey, share: stored.share.id, link: id))"
+        let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
+        let (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
+        let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
+                                  body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
+        return .send(recipient: address, message: message.bytes, contact: contactID)
+    }
+}
+
+/// The words of a contact's mail, in the contact's language. Times are written in UTC, with the zone named: the
+/// server does not know where the contact is.
+struct ContactNoticeText {
+    let language: ContactLanguage
+    /// The share's name: the person who shares, as they named themselves.
+    let sharer: String
+    let contact: String
+
+    init(language: ContactLanguage, sharer: String, contact: String) {
+        self.language = language
+        // Share names are trimmed when the share is made.
+        self.sharer = sharer.isEmpty ? (language == .zhCN ? "你认识的人" : "Someone you know") : sharer
+        self.contact = contact
+    }
+
+    func linkCreated(url: String, expiresAt: UnixMillis) -> (subject: String, body: String) {
+        let until = Self.utc(expiresAt)
+        switch language {
+        case .en:
+            return ("\(sharer) is sharing a live location with you",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) is sharing a live location with you through Flare, until \(until).
+
+                    Open your personal link to see where \(sharer) is, and to answer:
+                    \(url)
+
+                    This link is yours alone: please do not forward it.
+                    """)
+        case .zhCN:
+            return ("\(sharer) 正在与你共享实时位置",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 正在通过 Flare 与你共享实时位置，直到 \(until)。
+
+                    打开你的专属链接，查看 \(sharer) 的位置并回复：
+                    \(url)
+
+                    此链接仅供你本人使用，请勿转发。
+                    """)
+        }
+    }
+
+    /// `2026-12-02 22:00 UTC`.
+    static func utc(_ millis: UnixMillis) -> String {
+        let text = RFC3339.format(millis: millis)  // 2026-12-02T22:00:00Z or with fractions
+        let date = text.prefix(10), time = text.dropFirst(11).prefix(5)
+        return "\(date) \(time) UTC"
+    }
+}

@@ -1,0 +1,158 @@
+import FlareCore
+import FlareCrypto
+import FlareStore
+import FlareTestSupport
+import Foundation
+import FlareServiceTestSupport
+import FlareShares
+import Testing
+@testable import FlareEvents
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Mail to contacts, through a real SMTP server (aiosmtpd) the test starts: each contact gets their own link in their
+/// own language, once, also when the server was down at first; what cannot be sent is reported, never retried
+/// forever.
+@Suite struct ContactMailTests {
+    let publicURL = "https://flare.example.org"
+
+    func contact(_ fixture: ServiceFixture, _ name: String, email: String?, language: ContactLanguage = .en) throws -> Contact {
+        let contact = Contact(id: .generate(), ownerKeyID: nil, name: name, email: email, phone: nil, language: language,
+                              createdAt: Int64(Date().timeIntervalSince1970 * 1000))
+        #expect(try fixture.store.insertContact(contact, limit: 10))
+        return contact
+    }
+
+    func mailing(_ fixture: ServiceFixture, url: String) throws -> ContactMailing {
+        let server = try MailServer(url: url, from: "flare@example.org")
+        return ContactMailing(server: server, sender: SMTPMailer(server: server),
+                              composer: ContactNotices(store: fixture.store, tokenKey: fixture.key, publicURL: publicURL, clock: SystemWallClock()))
+    }
+
+    func deliverer(_ fixture: ServiceFixture, mailing: ContactMailing?) -> EventDeliverer {
+        EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: ScriptedPoster(), resolver: FixedResolver.public,
+                       requestTimeout: .seconds(5), serverWebhook: nil, mailing: mailing, sealer: WebhookSecretSealer(tokenKey: fixture.key),
+                       holder: "a", clock: SystemWallClock(), metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
+    }
+
+    func events(_ fixture: ServiceFixture, _ id: ShareID) -> [[String: JSONValue]] {
+        fixture.publisher.messages.filter { $0.topic == Topics.events(id) }.compactMap { try? JSONValue.parse($0.payload).objectValue }
+    }
+
+    func round(_ deliverer: EventDeliverer) {
+        deliverer.endRests()
+        deliverer.step()
+        deliverer.drain()
+    }
+
+    @Test func eachContactIsMailedTheirOwnLinkInTheirLanguageOnceTheServerIsBack() throws {
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let anna = try contact(fixture, "李娜", email: "lina@example.org", language: .zhCN)
+        let ben = try contact(fixture, "Ben \"B\" Ng", email: "ben@example.org")
+        let gone = try contact(fixture, "Nobody", email: "refused@example.org")
+        let noMail = try contact(fixture, "Phone only", email: nil)
+        // Down at first: the port refuses connections until the server takes it.
+        let (held, port) = try FreePort.refusing()
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: "smtp://flare:s%3Acret@127.0.0.1:\(port)"))
+        let created = try fixture.service.create(name: "Anna", durationSeconds: 3600, contacts: [anna.id, ben.id, gone.id, noMail.id])
+        let id = created.share.id
+        let links = Dictionary(uniqueKeysWithValues: created.links.map { ($0.link.contactID!, $0) })
+
+        round(deliverer)
+        let waiting = try fixture.store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+        // A mail for each contact with an address, none for the one without; each failed once, none given up.
+        #expect(Set(waiting.map(\.destination)) == Set([anna, ben, gone].map { EventDestination.mail(links[$0.id]!.link.id) }))
+        #expect(waiting.allSatisfy { $0.attempts == 1 })
+        #expect(!events(fixture, id).contains { $0["type"]?.stringValue?.hasPrefix("contact.") == true })
+
+        close(held)
+        let server = try TestSMTPServer(port: port, username: "flare", password: "s:cret")
+        defer { server.stop() }
+        for delivery in waiting { try fixture.store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: 1, retryAt: 0) }
+        round(deliverer)
+        round(deliverer)  // the reports of how each mail went reach the topic
+        round(deliverer)  // and nothing is sent twice
+        let mails = server.received
+        #expect(mails.count == 2)
+        #expect(Set(mails.flatMap(\.envelopeTo)) == ["lina@example.org", "ben@example.org"])
+        #expect(mails.allSatisfy { $0.envelopeFrom == "flare@example.org" })
+
+        let chinese = try #require(mails.first { $0.envelopeTo == ["lina@example.org"] })
+        #expect(chinese.headers["subject"]?.hasPrefix("=?UTF-8?B?") == true)
+        #expect(chinese.decodedHeader("subject") == "Anna 正在与你共享实时位置")
+        #expect(chinese.decodedHeader("to") == "李娜 <lina@example.org>")
+        #expect(chinese.headers["content-type"] == "text/plain; charset=utf-8")
+        #expect(chinese.headers["content-language"] == "zh-CN")
+        #expect(chinese.body.contains("李娜，你好"))
+        #expect(chinese.body.contains("直到 "))
+        let english = try #require(mails.first { $0.envelopeTo == ["ben@example.org"] })
+        #expect(english.headers["subject"] == "Anna is sharing a live location with you")
+        #expect(english.headers["to"] == #""Ben \"B\" Ng" <ben@example.org>"#)
+        #expect(english.body.contains("Hello Ben \"B\" Ng,"))
+
+        // Each mail holds its own contact's link, and no other.
+        for (mail, contact) in [(chinese, anna), (english, ben)] {
+            let link = links[contact.id]!
+            #expect(mail.body.contains("\(publicURL)/s/\(link.token)"))
+            #expect(SecretHash(of: link.token) == link.link.viewTokenHash)
+            for other in links.values where other.link.id != link.link.id { #expect(!mail.body.contains(other.token)) }
+        }
+
+        // Reported once each, by link and contact, naming the event the mail told of; never an address or a token.
+        let reports = events(fixture, id).filter { $0["type"]?.stringValue?.hasPrefix("contact.") == true }
+        #expect(reports.count == 3)
+        let notified = reports.filter { $0["type"]?.stringValue == "contact.notified" }
+        #expect(Set(notified.compactMap { $0["contact_id"]?.stringValue }) == [anna.id.rawValue, ben.id.rawValue])
+        let failed = try #require(reports.first { $0["type"]?.stringValue == "contact.notification_failed" })
+        #expect(failed["contact_id"]?.stringValue == gone.id.rawValue)
+        #expect(failed["link_id"]?.stringValue == links[gone.id]!.link.id.rawValue)
+        #expect(failed["reason"]?.stringValue?.contains("550") == true)
+        #expect(failed["cause"]?.stringValue == "link.created")
+        for message in fixture.publisher.messages where message.topic == Topics.events(id) {
+            let body = String(decoding: message.payload, as: UTF8.self)
+            #expect(!body.contains("@example.org") && !links.values.contains { body.contains($0.token) })
+        }
+        // The Message-ID is the event's and the link's: the same at every attempt.
+        let cause = try #require(notified.first { $0["contact_id"]?.stringValue == anna.id.rawValue }?["cause_id"]?.stringValue)
+        #expect(chinese.headers["message-id"] == "<\(cause.dropFirst(4)).\(links[anna.id]!.link.id.rawValue)@example.org>")
+        #expect(fixture.metrics.value(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", "notified")]) == 2)
+        #expect(fixture.metrics.value(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", "failed")]) == 1)
+        #expect(try fixture.store.dueEvents(now: .max, limit: 50).isEmpty)
+    }
+
+    @Test func aLinkWithdrawnBeforeItsMailIsNotMailedAndTheFailureIsReported() throws {
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let ben = try contact(fixture, "Ben", email: "ben@example.org")
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        let created = try fixture.service.create(name: "Anna", durationSeconds: 3600, contacts: [ben.id])
+        let snapshot = try #require(fixture.registry.snapshot(created.share.id))
+        try fixture.service.withdrawLink(snapshot, link: created.links[0].link.id)
+        round(deliverer)
+        round(deliverer)
+        #expect(server.received.isEmpty)
+        let failed = events(fixture, created.share.id).filter { $0["type"]?.stringValue == "contact.notification_failed" }
+        #expect(failed.count == 1 && failed.first?["reason"]?.stringValue == "the link was withdrawn")
+    }
+
+    @Test func withoutAnSMTPServerNoMailIsAskedForAndOneAskedForElsewhereIsReportedFailed() throws {
+        // An instance without FLARE_SMTP_URL asks for no mail.
+        let plain = try ServiceFixture(mailsContacts: false)
+        let ben = try contact(plain, "Ben", email: "ben@example.org")
+        _ = try plain.service.create(name: "Anna", durationSeconds: 3600, contacts: [ben.id])
+        #expect(try plain.store.dueEvents(now: .max, limit: 50).allSatisfy { if case .mail = $0.destination { false } else { true } })
+        // One that mails made the event; the delivering instance has no server: reported, not retried.
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let other = try contact(fixture, "Ben", email: "ben@example.org")
+        let id = try fixture.service.create(name: "Anna", durationSeconds: 3600, contacts: [other.id]).share.id
+        let deliverer = deliverer(fixture, mailing: nil)
+        round(deliverer)
+        round(deliverer)
+        let failed = events(fixture, id).filter { $0["type"]?.stringValue == "contact.notification_failed" }
+        #expect(failed.first?["reason"]?.stringValue == "no FLARE_SMTP_URL is set on the delivering instance")
+        #expect(try fixture.store.dueEvents(now: .max, limit: 50).isEmpty)
+    }
+}
