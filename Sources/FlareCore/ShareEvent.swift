@@ -23,6 +23,13 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case trackerOnline = "tracker.online"
     /// The phone reports ≤ 15 % and is not charging (once, until it charges or reports over 20 %).
     case batteryLow = "tracker.battery_low"
+    /// A check-in's deadline and grace passed without the sharer checking in: its personal links are live now, and
+    /// each contact is told.
+    case checkinMissed = "checkin.missed"
+    /// The sharer checked in (the check-in's share ends).
+    case checkinDone = "checkin.done"
+    /// A fix inside the check-in's zone ended it (as `done`, with contacts told only if asked).
+    case checkinArrived = "checkin.arrived"
     /// A contact was mailed their personal link (the server took the mail).
     case contactNotified = "contact.notified"
     /// A contact could not be mailed: the server refused for good, 24 h of retries ran out, or there was nothing to
@@ -129,6 +136,14 @@ public struct ShareEvent: Sendable, Equatable {
 
     public static func batteryLow(_ id: ShareID, at: UnixMillis, level: Int) -> ShareEvent {
         ShareEvent(.batteryLow, share: id, at: at) { $0.field("battery", level) }
+    }
+
+    /// A check-in ended or fired: its id and deadline, never its zone, its message or a position.
+    public static func checkin(_ type: ShareEventType, _ checkin: Checkin, at: UnixMillis) -> ShareEvent {
+        ShareEvent(type, share: checkin.shareID, at: at) { writer in
+            writer.field("checkin_id", checkin.id.rawValue)
+            writer.field("due_at", RFC3339.format(millis: checkin.dueAt))
+        }
     }
 
     /// What became of mailing a contact about `cause` (the event the mail told of, by its id and type): the link and

@@ -22,6 +22,7 @@ import FlareStore
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
+/// | 13   | table `checkins`                                             | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -174,6 +175,16 @@ extension PostgresShareStore {
                                   withdrawn_at BIGINT, first_opened_at BIGINT);
         CREATE INDEX share_links_of_share ON share_links(share, row);
         ALTER TABLE viewers ADD COLUMN link TEXT;
+        """,
+        // 13: check-ins, one per share made for one: the deadline (fired from here by the lease's holder), the
+        // contacts to tell, the zone that ends it on arrival, and where it stands.
+        """
+        CREATE TABLE checkins (row BIGSERIAL PRIMARY KEY, checkin_id TEXT NOT NULL UNIQUE, share BIGINT NOT NULL UNIQUE, share_id TEXT NOT NULL,
+                               owner_key BIGINT, due_at BIGINT NOT NULL, grace_ms BIGINT NOT NULL, message TEXT NOT NULL, contacts TEXT NOT NULL,
+                               arrive_lat DOUBLE PRECISION, arrive_lon DOUBLE PRECISION, arrive_radius_m DOUBLE PRECISION,
+                               notify_on_arrival BOOLEAN NOT NULL, duration_s BIGINT NOT NULL, state TEXT NOT NULL, state_at BIGINT,
+                               created_at BIGINT NOT NULL);
+        CREATE INDEX checkins_armed ON checkins(state, due_at);
         """,
     ]
     static var schemaVersion: Int { migrations.count }

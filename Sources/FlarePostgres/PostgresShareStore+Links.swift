@@ -7,30 +7,36 @@ extension PostgresShareStore: LinkRecords {
         let operation = "insert links"
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> Bool in
-                // The share marked changed (the trigger `shares_changed` tells every instance at commit), and its row
-                // locked: it cannot end before the links are in.
-                for shareRow in Set(links.map(\.shareRow)).sorted() {
-                    guard try Self.markChanged(shareRow: shareRow, onlyIfActive: true, on: connection, operation: operation) else { return false }
-                }
-                // Every link in one statement, in the order given (the order `row` keeps).
-                try connection.execute("""
-                    INSERT INTO share_links (link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at)
-                    SELECT l.link_id, l.share, l.contact_id, l.name, l.view_token_hash, l.created_at, l.withdrawn_at, l.first_opened_at
-                    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[])
-                         WITH ORDINALITY AS l(link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at, place)
-                    ORDER BY l.place
-                    """, [PostgresText.textArray(links.map(\.id.rawValue)), PostgresText.textArray(links.map { String($0.shareRow) }),
-                          PostgresText.textArray(links.map { $0.contactID?.rawValue }), PostgresText.textArray(links.map(\.name)),
-                          PostgresText.textArray(links.map { PostgresText.hex($0.viewTokenHash.bytes) }),
-                          PostgresText.textArray(links.map { String($0.createdAt) }),
-                          PostgresText.textArray(links.map { $0.withdrawnAt.map(String.init) }),
-                          PostgresText.textArray(links.map { $0.firstOpenedAt.map(String.init) })], operation: operation)
-                if let shareRow = links.first?.shareRow {
-                    for pending in events { try Self.record(pending, shareRow: shareRow, on: connection) }
-                }
-                return true
+                try Self.insertLinkRows(links, events: events, on: connection, operation: operation)
             }
         }
+    }
+
+    /// Adds the links and their events inside the caller's transaction, if every share named is active; false, with
+    /// nothing added, when one is not. Each share is marked changed (the trigger `shares_changed` tells every instance
+    /// at commit), and its row locked: it cannot end before the links are in.
+    static func insertLinkRows(_ links: [ShareLink], events: [PendingEvent], on connection: PostgresConnection,
+                               operation: String) throws(StoreError) -> Bool {
+        for shareRow in Set(links.map(\.shareRow)).sorted() {
+            guard try markChanged(shareRow: shareRow, onlyIfActive: true, on: connection, operation: operation) else { return false }
+        }
+        // Every link in one statement, in the order given (the order `row` keeps).
+        try connection.execute("""
+            INSERT INTO share_links (link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at)
+            SELECT l.link_id, l.share, l.contact_id, l.name, l.view_token_hash, l.created_at, l.withdrawn_at, l.first_opened_at
+            FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[])
+                 WITH ORDINALITY AS l(link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at, place)
+            ORDER BY l.place
+            """, [PostgresText.textArray(links.map(\.id.rawValue)), PostgresText.textArray(links.map { String($0.shareRow) }),
+                  PostgresText.textArray(links.map { $0.contactID?.rawValue }), PostgresText.textArray(links.map(\.name)),
+                  PostgresText.textArray(links.map { PostgresText.hex($0.viewTokenHash.bytes) }),
+                  PostgresText.textArray(links.map { String($0.createdAt) }),
+                  PostgresText.textArray(links.map { $0.withdrawnAt.map(String.init) }),
+                  PostgresText.textArray(links.map { $0.firstOpenedAt.map(String.init) })], operation: operation)
+        if let shareRow = links.first?.shareRow {
+            for pending in events { try record(pending, shareRow: shareRow, on: connection) }
+        }
+        return true
     }
 
     public func links(shareRow: Int64) throws(StoreError) -> [ShareLink] {
@@ -66,7 +72,7 @@ extension PostgresShareStore: LinkRecords {
     /// An UPDATE of the share's row that changes nothing in it, so that the trigger `shares_changed` announces the
     /// share at commit (other instances read it, and its links, again), and locks the row; false when there is no
     /// such share (or, `onlyIfActive`, it has ended).
-    private static func markChanged(shareRow: Int64, onlyIfActive: Bool, on connection: PostgresConnection, operation: String) throws(StoreError) -> Bool {
+    static func markChanged(shareRow: Int64, onlyIfActive: Bool, on connection: PostgresConnection, operation: String) throws(StoreError) -> Bool {
         let sql = onlyIfActive ? "UPDATE shares SET share_id = share_id WHERE id = $1 AND ended_at IS NULL" : "UPDATE shares SET share_id = share_id WHERE id = $1"
         return try connection.execute(sql, [String(shareRow)], operation: operation).affected == 1
     }

@@ -21,6 +21,7 @@ import FlareStore
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
+/// | 13   | table `checkins`                                             | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -159,6 +160,16 @@ extension SQLiteShareStore {
                                                 withdrawn_at INTEGER, first_opened_at INTEGER);
         CREATE INDEX IF NOT EXISTS share_links_of_share ON share_links(share, row);
         ALTER TABLE viewers ADD COLUMN link TEXT;
+        """,
+        // 13: check-ins, one per share made for one: the deadline (fired from here by the lease's holder), the
+        // contacts to tell, the zone that ends it on arrival, and where it stands.
+        """
+        CREATE TABLE IF NOT EXISTS checkins (row INTEGER PRIMARY KEY, checkin_id TEXT NOT NULL UNIQUE, share INTEGER NOT NULL UNIQUE,
+                                             share_id TEXT NOT NULL, owner_key INTEGER, due_at INTEGER NOT NULL, grace_ms INTEGER NOT NULL,
+                                             message TEXT NOT NULL, contacts TEXT NOT NULL, arrive_lat REAL, arrive_lon REAL,
+                                             arrive_radius_m REAL, notify_on_arrival INTEGER NOT NULL, duration_s INTEGER NOT NULL,
+                                             state TEXT NOT NULL, state_at INTEGER, created_at INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS checkins_armed ON checkins(state, due_at);
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

@@ -6,39 +6,43 @@ extension SQLiteShareStore: LinkRecords {
     public func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool {
         guard !links.isEmpty else { return true }
         return try database.withLock { db throws(StoreError) in
-            try db.transaction { () throws(StoreError) -> Bool in
-                // BEGIN IMMEDIATE holds the write lock: the share cannot end between this check and the inserts.
-                let active = try db.statement("SELECT 1 FROM shares WHERE id = ?1 AND ended_at IS NULL")
-                defer { active.reset() }
-                for shareRow in Set(links.map(\.shareRow)).sorted() {
-                    active.reset()
-                    active.bind(1, shareRow)
-                    guard try active.step() else { return false }
-                }
-                active.reset()
-                let insert = try db.statement("""
-                    INSERT INTO share_links (link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                    """)
-                defer { insert.reset() }
-                for link in links {
-                    insert.reset()
-                    insert.bind(1, link.id.rawValue)
-                    insert.bind(2, link.shareRow)
-                    insert.bind(3, link.contactID?.rawValue)
-                    insert.bind(4, link.name)
-                    insert.bind(5, link.viewTokenHash.bytes)
-                    insert.bind(6, link.createdAt)
-                    insert.bind(7, link.withdrawnAt)
-                    insert.bind(8, link.firstOpenedAt)
-                    try insert.run()
-                }
-                if let shareRow = links.first?.shareRow {
-                    for pending in events { try Self.record(pending, shareRow: shareRow, in: db) }
-                }
-                return true
-            }
+            try db.transaction { () throws(StoreError) -> Bool in try Self.insertLinkRows(links, events: events, in: db) }
         }
+    }
+
+    /// Adds the links and their events inside the caller's transaction, if every share named is active (BEGIN
+    /// IMMEDIATE holds the write lock: a share cannot end between this check and the inserts); false, with nothing
+    /// added, when one is not.
+    static func insertLinkRows(_ links: [ShareLink], events: [PendingEvent], in db: SQLiteDatabase) throws(StoreError) -> Bool {
+        let active = try db.statement("SELECT 1 FROM shares WHERE id = ?1 AND ended_at IS NULL")
+        defer { active.reset() }
+        for shareRow in Set(links.map(\.shareRow)).sorted() {
+            active.reset()
+            active.bind(1, shareRow)
+            guard try active.step() else { return false }
+        }
+        active.reset()
+        let insert = try db.statement("""
+            INSERT INTO share_links (link_id, share, contact_id, name, view_token_hash, created_at, withdrawn_at, first_opened_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            """)
+        defer { insert.reset() }
+        for link in links {
+            insert.reset()
+            insert.bind(1, link.id.rawValue)
+            insert.bind(2, link.shareRow)
+            insert.bind(3, link.contactID?.rawValue)
+            insert.bind(4, link.name)
+            insert.bind(5, link.viewTokenHash.bytes)
+            insert.bind(6, link.createdAt)
+            insert.bind(7, link.withdrawnAt)
+            insert.bind(8, link.firstOpenedAt)
+            try insert.run()
+        }
+        if let shareRow = links.first?.shareRow {
+            for pending in events { try record(pending, shareRow: shareRow, in: db) }
+        }
+        return true
     }
 
     public func links(shareRow: Int64) throws(StoreError) -> [ShareLink] {

@@ -59,6 +59,14 @@ final class FaultyStore: ShareStore {
     func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
     func deleteContact(id: ContactID) throws(StoreError) -> Bool { try fault("deleteContact"); return try base.deleteContact(id: id) }
+    func insertCheckin(_ checkin: Checkin) throws(StoreError) { try fault("insertCheckin"); try base.insertCheckin(checkin) }
+    func checkin(id: CheckinID) throws(StoreError) -> Checkin? { try fault("checkin"); return try base.checkin(id: id) }
+    func checkin(shareRow: Int64) throws(StoreError) -> Checkin? { try fault("checkinOfShare"); return try base.checkin(shareRow: shareRow) }
+    func dueCheckins(now: UnixMillis, limit: Int) throws(StoreError) -> [Checkin] { try fault("dueCheckins"); return try base.dueCheckins(now: now, limit: limit) }
+    func armedArrivals(limit: Int) throws(StoreError) -> [Checkin] { try fault("armedArrivals"); return try base.armedArrivals(limit: limit) }
+    func settleCheckin(_ id: CheckinID, as state: CheckinState, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool { try fault("settleCheckin"); return try base.settleCheckin(id, as: state, at: at, event: event) }
+    func missCheckin(_ id: CheckinID, at: UnixMillis, links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool { try fault("missCheckin"); return try base.missCheckin(id, at: at, links: links, events: events) }
+    func moveCheckin(_ id: CheckinID, dueAt: UnixMillis) throws(StoreError) -> Bool { try fault("moveCheckin"); return try base.moveCheckin(id, dueAt: dueAt) }
     func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool { try fault("insertLinks"); return try base.insertLinks(links, events: events) }
     func links(shareRow: Int64) throws(StoreError) -> [ShareLink] { try fault("links"); return try base.links(shareRow: shareRow) }
     func link(viewTokenHash: SecretHash) throws(StoreError) -> ShareLink? { try fault("link(viewTokenHash:)"); return try base.link(viewTokenHash: viewTokenHash) }

@@ -1,0 +1,72 @@
+import FlareCore
+import FlareStore
+import FlareTestSupport
+import Foundation
+import Testing
+
+/// Check-ins in both engines: kept as given, found by their deadline once it and its grace have passed, and moved out
+/// of `armed` once, with their events and (when missed) their links in the same transaction.
+@Suite struct CheckinStoreTests {
+    let base: ShareStoreTests
+
+    init() throws { base = try ShareStoreTests() }
+
+    func checkin(_ row: Int64, _ share: Share, due: UnixMillis = 2_000_000, arrive: ArrivalZone? = nil) -> Checkin {
+        Checkin(id: .generate(), shareRow: row, shareID: share.id, ownerKeyID: nil, dueAt: due, graceMillis: 600_000, message: "Hike, back by 22:00 ✓",
+                contacts: [.generate(), .generate()], arrive: arrive, notifyOnArrival: arrive != nil, durationSeconds: 3600, createdAt: 1_000_000)
+    }
+
+    @Test(arguments: Engine.allCases) func aCheckinRoundTripsAndIsDueOnlyAfterItsGrace(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let zone = ArrivalZone(latitude: 48.137154, longitude: 11.576124, radiusMeters: 200)
+        let stored = checkin(row, share, arrive: zone)
+        try store.insertCheckin(stored)
+        #expect(try store.checkin(id: stored.id) == stored)
+        #expect(try store.checkin(shareRow: row) == stored)
+        #expect(try store.checkin(id: .generate()) == nil)
+        #expect(try store.dueCheckins(now: stored.dueAt, limit: 10).isEmpty, "the grace is not over")
+        #expect(try store.dueCheckins(now: stored.firesAt, limit: 10) == [stored])
+        #expect(try store.armedArrivals(limit: 10) == [stored])
+        // Moved later: not due at the old time any more.
+        #expect(try store.moveCheckin(stored.id, dueAt: stored.dueAt + 3_600_000))
+        #expect(try store.dueCheckins(now: stored.firesAt, limit: 10).isEmpty)
+        #expect(try store.checkin(id: stored.id)?.dueAt == stored.dueAt + 3_600_000)
+    }
+
+    @Test(arguments: Engine.allCases) func aCheckinLeavesArmedOnceWithItsEvent(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let armed = checkin(row, share)
+        try store.insertCheckin(armed)
+        let done = PendingEvent(.checkin(.checkinDone, armed, at: 1_500_000), destinations: [.mqtt])
+        #expect(try store.settleCheckin(armed.id, as: .done, at: 1_500_000, event: done))
+        #expect(try !store.settleCheckin(armed.id, as: .arrived, at: 1_600_000, event: done), "once")
+        #expect(try !store.missCheckin(armed.id, at: 3_000_000, links: [], events: [done]), "a settled check-in never fires")
+        #expect(try !store.moveCheckin(armed.id, dueAt: 9_000_000))
+        let after = try #require(try store.checkin(id: armed.id))
+        #expect(after.state == .done && after.stateAt == 1_500_000)
+        #expect(try store.dueEvents(now: 10_000_000, limit: 10).map(\.event.type) == [.checkinDone])
+        #expect(try store.dueCheckins(now: .max / 2, limit: 10).isEmpty && store.armedArrivals(limit: 10).isEmpty)
+    }
+
+    @Test(arguments: Engine.allCases) func aMissedCheckinsLinksAndEventsGoInWithItOnce(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let armed = checkin(row, share)
+        try store.insertCheckin(armed)
+        let links = armed.contacts.map {
+            ShareLink(id: .generate(), shareRow: row, contactID: $0, name: "Mum", viewTokenHash: Secret.generate().hash, createdAt: 2_600_000)
+        }
+        let missed = PendingEvent(.checkin(.checkinMissed, armed, at: 2_600_000), destinations: [.mqtt] + links.map { .mail($0.id) })
+        #expect(try store.missCheckin(armed.id, at: 2_600_000, links: links, events: [missed]))
+        #expect(try !store.missCheckin(armed.id, at: 2_700_000, links: links, events: [missed]), "fired once, whoever else tries")
+        #expect(try store.links(shareRow: row) == links)
+        let due = try store.dueEvents(now: 10_000_000, limit: 10)
+        #expect(Set(due.map(\.destination)) == Set([.mqtt] + links.map { .mail($0.id) }) && Set(due.map(\.event.id)) == [missed.event.id])
+        #expect(try store.checkin(id: armed.id)?.state == .missed)
+    }
+}
