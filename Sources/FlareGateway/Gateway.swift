@@ -45,6 +45,8 @@ public final class Gateway: Sendable {
     let answerLimiter: RateLimiter
     /// Contacts a key adds: a family's in a minute, a script's far fewer than the per-key cap takes to fill.
     let contactLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 6, burst: 30))
+    /// Check-ins armed per key: a few a day is use, thirty at once a script.
+    let checkinLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 6, burst: 30))
     let answerQuota: RateLimiter
     /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
     /// and more; a wrong token costs more.
@@ -151,6 +153,11 @@ public final class Gateway: Sendable {
         case ("shares", 4, "GET") where parts[2] == "owntracks": return ownTracksResource(request, id: parts[1], name: parts[3])
         case ("shares", 4, "POST") where parts[2] == "owntracks" && parts[3] == "http": return ownTracksHTTP(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "watch-tokens": return createWatchToken(request, id: parts[1])
+        case ("checkins", 1, "POST"): return armCheckin(request)
+        case ("checkins", 2, "GET"): return showCheckin(request, id: parts[1])
+        case ("checkins", 3, "POST") where parts[2] == "done": return checkinDone(request, id: parts[1])
+        case ("checkins", 3, "POST") where parts[2] == "extend": return extendCheckin(request, id: parts[1])
+        case ("checkins", 1...3, _): return APIError.methodNotAllowed.response
         case ("contacts", 1, "POST"): return createContact(request)
         case ("contacts", 1, "GET"): return listContacts(request)
         case ("contacts", 2, "GET"): return showContact(request, id: parts[1])

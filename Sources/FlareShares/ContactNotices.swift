@@ -8,13 +8,13 @@ import FlareWire
 /// deleted or an address removed since the event means no mail. The link's URL is derived here (never stored) and
 /// goes only to its contact.
 public struct ContactNotices: ContactMailComposing {
-    private let store: any ShareRecords & LinkRecords & ContactRecords
+    private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords
     private let tokenKey: [UInt8]
     private let publicURL: String
     private let clock: any WallClock
 
     /// - Parameter publicURL: what links start with (`FLARE_PUBLIC_URL`).
-    public init(store: any ShareRecords & LinkRecords & ContactRecords, tokenKey: [UInt8], publicURL: String, clock: any WallClock) {
+    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords, tokenKey: [UInt8], publicURL: String, clock: any WallClock) {
         self.store = store
         self.tokenKey = tokenKey
         self.publicURL = publicURL
@@ -34,7 +34,12 @@ public struct ContactNotices: ContactMailComposing {
         guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
         let url = "\(publicURL)/s/\(ShareLink.viewToken(tokenKey: tokenKey, share: stored.share.id, link: id))"
         let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
-        let (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
+        let (subject, body): (String, String)
+        if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
+            (subject, body) = text.checkinMissed(url: url, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
+        } else {
+            (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
+        }
         let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
                                   body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
         return .send(recipient: address, message: message.bytes, contact: contactID)
@@ -84,6 +89,59 @@ struct ContactNoticeText {
                     此链接仅供你本人使用，请勿转发。
                     """)
         }
+    }
+
+    /// The check-in was missed: when, the sharer's message, the last position (its time and accuracy), the link.
+    func checkinMissed(url: String, checkin: Checkin, last: Fix?) -> (subject: String, body: String) {
+        let due = Self.utc(checkin.dueAt)
+        let position = last.map { fix in
+            let where_ = "\(Self.degrees(fix.latitude)), \(Self.degrees(fix.longitude))"
+            let accuracy = fix.accuracy.map { " ±\(Int($0.rounded())) m" } ?? ""
+            let map = "https://www.openstreetmap.org/?mlat=\(Self.degrees(fix.latitude))&mlon=\(Self.degrees(fix.longitude))#map=16/\(Self.degrees(fix.latitude))/\(Self.degrees(fix.longitude))"
+            return (time: Self.utc(fix.timestamp * 1000), where_: where_, accuracy: accuracy, map: map)
+        }
+        switch language {
+        case .en:
+            let said = checkin.message.isEmpty ? "" : "\n\(sharer) left this message: “\(checkin.message)”\n"
+            let lastLine = position.map { "Last position, at \($0.time)\($0.accuracy): \($0.where_)\n\($0.map)" }
+                ?? "Flare has no position from \(sharer) yet."
+            return ("\(sharer) did not check in by \(due)",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) asked Flare to tell you if they had not checked in by \(due). They have not.
+                    \(said)
+                    \(lastLine)
+
+                    Follow \(sharer) live, and answer, with your personal link:
+                    \(url)
+
+                    This link is yours alone: please do not forward it.
+                    """)
+        case .zhCN:
+            let said = checkin.message.isEmpty ? "" : "\n\(sharer) 留言：“\(checkin.message)”\n"
+            let lastLine = position.map { "最后位置（\($0.time)\($0.accuracy)）：\($0.where_)\n\($0.map)" }
+                ?? "Flare 尚未收到 \(sharer) 的位置。"
+            return ("\(sharer) 未在 \(due) 前报平安",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 请 Flare 在其未于 \(due) 前报平安时通知你。现在已过时限，仍未报平安。
+                    \(said)
+                    \(lastLine)
+
+                    打开你的专属链接，实时查看 \(sharer) 的位置并回复：
+                    \(url)
+
+                    此链接仅供你本人使用，请勿转发。
+                    """)
+        }
+    }
+
+    /// Five decimals: about a metre.
+    static func degrees(_ value: Double) -> String {
+        let scaled = (value * 100_000).rounded() / 100_000
+        return String(scaled)
     }
 
     /// `2026-12-02 22:00 UTC`.

@@ -67,6 +67,7 @@ final class Daemon: Sendable {
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   mailsContacts: deliverer.mailsContacts,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
+        let checkins = CheckinWatcher(shares: shares, store: store, holder: clientID, clock: clock, logger: logger.with(label: "checkins"))
         let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: settings.parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and
         // shares the others stored from the store's change feed (PostgreSQL LISTEN/NOTIFY: it is sent in the same
@@ -133,6 +134,10 @@ final class Daemon: Sendable {
             }, stop: { _ in
                 ingestor.prepareForShutdown()
                 bridge.stop()
+                return true
+            }),
+            .init("check-in deadlines", start: { checkins.start() }, stop: { _ in
+                checkins.stop()
                 return true
             }),
             .init("event delivery", start: { deliverer.start() }, stop: { _ in

@@ -132,10 +132,10 @@ final class GatewayFixture {
     }
 
     /// Records a fix as the bridge does for an MQTT message, and waits until the share's last position is it.
-    func recordFix(_ share: CreatedShare, latitude: Double, longitude: Double, tst: Int64,
+    func recordFix(_ share: CreatedShare, latitude: Double, longitude: Double, tst: Int64, accuracy: Double = 12,
                    sourceLocation: SourceLocation = #_sourceLocation) throws {
         let id = try #require(ShareID(share.shareID), sourceLocation: sourceLocation)
-        let payload = #"{"_type":"location","lat":\#(latitude),"lon":\#(longitude),"tst":\#(tst),"acc":12,"batt":80}"#
+        let payload = #"{"_type":"location","lat":\#(latitude),"lon":\#(longitude),"tst":\#(tst),"acc":\#(accuracy),"batt":80}"#
         #expect(ingestor.handle(topic: Topics.location(id), payload: Array(payload.utf8), retained: false) == nil,
                 sourceLocation: sourceLocation)
         try waitForLast(share, tst: tst, sourceLocation: sourceLocation)

@@ -1,0 +1,97 @@
+public import FlareCore
+public import FlareStore
+import FlareSystem
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Fires check-ins whose deadline and grace have passed, and ends those whose sharer reached the zone, from the store:
+/// the server acts when the phone is flat, smashed or out of coverage.
+///
+/// One instance at a time does it: the holder of the store lease `leaseName` (renewed every second, taken over
+/// `leaseMillis` after its holder stops). The store moves each check-in out of `armed` once (`missCheckin`,
+/// `settleCheckin` are conditional), so a holder that dies between reading a deadline and firing it, or two that
+/// overlap at a hand-over, fire it once. A deadline that passed while every instance was down is due at the next
+/// start, and fires then.
+public final class CheckinWatcher: Sendable {
+    public static let leaseName = "checkin-deadlines"
+    static let leaseMillis: Int64 = 10_000
+    /// Check-ins fired or checked for arrival per round.
+    static let batch = 200
+    /// The newest fixes looked at for each armed check-in with a zone, each round.
+    static let fixesLooked = 20
+
+    private struct State {
+        var holding = false
+        var stopping = false
+        var finished = false
+    }
+
+    private let shares: ShareService
+    private let store: any CheckinRecords & FixRecords & LeaseRecords
+    private let holder: String
+    private let clock: any WallClock
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let warnings = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 8)
+
+    public init(shares: ShareService, store: any CheckinRecords & FixRecords & LeaseRecords, holder: String, clock: any WallClock, logger: Logger) {
+        self.shares = shares
+        self.store = store
+        self.holder = holder
+        self.clock = clock
+        self.logger = logger
+    }
+
+    public func start() {
+        NamedThread.start(name: "flare-checkins") { [self] in
+            while !state.withLock({ $0.stopping }) {
+                step()
+                usleep(1_000_000)
+            }
+            if state.withLock({ $0.holding }) { try? store.releaseLease(Self.leaseName, holder: holder) }
+            state.withLock { $0.finished = true }
+        }
+    }
+
+    /// Stops after the round in progress, and lets the lease go (waits at most two seconds for that).
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        let deadline = monotonicMillis() + 2_000
+        while !state.withLock({ $0.finished }) && monotonicMillis() < deadline { usleep(10_000) }
+    }
+
+    /// One round: hold the lease, fire what is due, end what arrived. Called every second (and by tests).
+    public func step() {
+        let held: Bool
+        do { held = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis) != nil } catch {
+            warn("lease", "cannot renew the check-in lease (\(error)); trying again")
+            return
+        }
+        let changed = state.withLock { state in
+            defer { state.holding = held }
+            return state.holding != held
+        }
+        if changed { logger.info(held ? "watching check-in deadlines" : "another instance watches check-in deadlines now") }
+        guard held else { return }
+        do {
+            for checkin in try store.dueCheckins(now: clock.now(), limit: Self.batch) { try shares.fireCheckin(checkin) }
+            for checkin in try store.armedArrivals(limit: Self.batch) {
+                guard let zone = checkin.arrive else { continue }
+                let fixes = try store.recentFixes(row: checkin.shareRow, limit: Self.fixesLooked)
+                // Only fixes made since it was armed: an old position at the destination is no arrival.
+                guard fixes.contains(where: { $0.timestamp * 1000 >= checkin.createdAt - 1000 && zone.contains($0) }) else { continue }
+                do throws(ShareError) { try shares.settleCheckin(checkin, as: .arrived) } catch {
+                    warn("arrive", "check-in \(checkin.id): cannot record the arrival (\(error)); trying again")
+                }
+            }
+        } catch {
+            warn("read", "cannot read or fire check-ins (\(error)); trying again")
+        }
+    }
+
+    private func warn(_ key: String, _ message: @autoclosure () -> String) {
+        if warnings.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+    }
+}

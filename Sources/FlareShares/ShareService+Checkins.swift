@@ -1,0 +1,147 @@
+import FlareCore
+import FlareStore
+
+extension ShareService {
+    // MARK: Check-ins
+
+    /// What arming a check-in asks for (the API's `POST /api/v1/checkins`, checked here).
+    public struct CheckinRequest: Sendable {
+        public var dueAt: UnixMillis?
+        public var inSeconds: Double?
+        public var graceSeconds: Int64?
+        public var contacts: [ContactID]
+        public var message: String?
+        public var arrive: ArrivalZone?
+        public var notifyOnArrival: Bool
+        public var durationSeconds: Int64?
+        public var name: String?
+
+        public init(dueAt: UnixMillis? = nil, inSeconds: Double? = nil, graceSeconds: Int64? = nil, contacts: [ContactID], message: String? = nil,
+                    arrive: ArrivalZone? = nil, notifyOnArrival: Bool = false, durationSeconds: Int64? = nil, name: String? = nil) {
+            self.dueAt = dueAt
+            self.inSeconds = inSeconds
+            self.graceSeconds = graceSeconds
+            self.contacts = contacts
+            self.message = message
+            self.arrive = arrive
+            self.notifyOnArrival = notifyOnArrival
+            self.durationSeconds = durationSeconds
+            self.name = name
+        }
+    }
+
+    /// An armed check-in and its share's device credentials (no view link: none is live before a miss).
+    public struct ArmedCheckin: Sendable {
+        public let checkin: Checkin
+        public let share: Share
+        public let deviceToken: String
+    }
+
+    /// Arms a check-in: a share that records positions from now, whose device token covers the deadline, the grace
+    /// and the share's time once missed; nothing is armed when any part of the request is refused.
+    public func armCheckin(_ request: CheckinRequest, owner: OwnerKeyRecord?) throws(ShareError) -> ArmedCheckin {
+        let now = clock.now()
+        let due: UnixMillis, grace: Int64, message: String
+        do throws(CheckinRules.Refusal) {
+            due = try CheckinRules.dueAt(dueAt: request.dueAt, inSeconds: request.inSeconds, now: now)
+            grace = try CheckinRules.grace(request.graceSeconds)
+            message = try CheckinRules.validMessage(request.message)
+        } catch { throw .refusedInput(code: error.code, message: error.message) }
+        guard !request.contacts.isEmpty else {
+            throw .refusedInput(code: "no_contacts", message: "a check-in needs at least one contact to tell (flare contacts add)")
+        }
+        let contacts = try contactsForLinks(request.contacts, owner: owner, existing: 0)
+        let duration = request.durationSeconds ?? min(CheckinRules.defaultDurationSeconds, policy.maximumDurationSeconds)
+        guard duration >= 60 else { throw .refusedInput(code: "invalid_duration", message: "duration_s must be at least 60 seconds") }
+        let draft = Checkin(id: .generate(), shareRow: 0, shareID: ShareID.generate(), ownerKeyID: owner?.id, dueAt: due, graceMillis: grace * 1000,
+                            message: message, contacts: contacts.map(\.id), arrive: request.arrive, notifyOnArrival: request.notifyOnArrival,
+                            durationSeconds: duration, createdAt: now)
+        let total = (draft.shareEndsAt - now + 999) / 1000
+        let longest = min(policy.maximumDurationSeconds, owner?.limits.maxDurationSeconds ?? .max)
+        guard total <= longest else {
+            throw .refusedInput(code: "deadline_too_far", message: "the deadline, its grace and duration_s must end within \(longest) s of now (the longest a share of this key may run)")
+        }
+        let created = try create(name: request.name, durationSeconds: Double(total), owner: owner)
+        guard let row = registry.snapshot(created.share.id)?.row else { throw .storage("the check-in's share is not in memory") }
+        let checkin = Checkin(id: draft.id, shareRow: row, shareID: created.share.id, ownerKeyID: owner?.id, dueAt: due, graceMillis: draft.graceMillis,
+                              message: message, contacts: draft.contacts, arrive: request.arrive, notifyOnArrival: request.notifyOnArrival,
+                              durationSeconds: duration, createdAt: now)
+        do { try store.insertCheckin(checkin) } catch {
+            // No share left recording positions for a check-in that does not exist.
+            _ = try? stop(created.share.id)
+            throw .storage(error.description)
+        }
+        logger.info("check-in \(checkin.id) armed for share \(created.share.id), fires in \((checkin.firesAt - now) / 1000) s")
+        return ArmedCheckin(checkin: checkin, share: created.share, deviceToken: created.deviceToken)
+    }
+
+    /// The check-in with this id (from the store: any instance may have armed it).
+    public func checkin(_ id: CheckinID) throws(StoreError) -> Checkin? { try store.checkin(id: id) }
+
+    /// The check-in this share was made for, if any.
+    public func checkin(ofShare row: Int64) throws(StoreError) -> Checkin? { try store.checkin(shareRow: row) }
+
+    /// Ends an armed check-in as `done` (the sharer) or `arrived` (a fix in the zone), and its share with it.
+    /// Answers the check-in as it stands after: done twice is done; a check-in already missed stays missed (the
+    /// caller says so: its contacts have been told).
+    @discardableResult
+    public func settleCheckin(_ checkin: Checkin, as state: CheckinState) throws(ShareError) -> Checkin {
+        let now = clock.now()
+        let type: ShareEventType = state == .arrived ? .checkinArrived : .checkinDone
+        let settled: Bool
+        do { settled = try store.settleCheckin(checkin.id, as: state, at: now, event: pending(.checkin(type, checkin, at: now))) } catch {
+            throw .storage(error.description)
+        }
+        guard settled else {
+            do { return try store.checkin(id: checkin.id) ?? checkin } catch { throw .storage(error.description) }
+        }
+        eventRecorded()
+        logger.info("check-in \(checkin.id): \(state.rawValue)")
+        // Nothing to tell, nothing more to record.
+        if registry.snapshot(checkin.shareID)?.share.isActive == true { _ = try stop(checkin.shareID) }
+        var after = checkin
+        after.state = state
+        after.stateAt = now
+        return after
+    }
+
+    /// Moves an armed check-in's deadline, and its share's end with it: the new device token covers the new end.
+    public func extendCheckin(_ checkin: Checkin, dueAt: UnixMillis?, inSeconds: Double?) throws(ShareError) -> (checkin: Checkin, deviceToken: String) {
+        guard checkin.state == .armed else { throw .refusedInput(code: "checkin_\(checkin.state.rawValue)", message: "the check-in is \(checkin.state.rawValue), not armed") }
+        let now = clock.now()
+        var moved = checkin
+        do throws(CheckinRules.Refusal) { moved.dueAt = try CheckinRules.dueAt(dueAt: dueAt, inSeconds: inSeconds, now: now) } catch {
+            throw .refusedInput(code: error.code, message: error.message)
+        }
+        let total = (moved.shareEndsAt - now + 999) / 1000
+        guard total <= policy.maximumDurationSeconds else {
+            throw .refusedInput(code: "deadline_too_far", message: "the deadline, its grace and duration_s must end within \(policy.maximumDurationSeconds) s of now")
+        }
+        // The share first: its end must cover the deadline before the deadline moves past the old end.
+        let (_, token) = try extend(checkin.shareID, durationSeconds: Double(total))
+        let stillArmed: Bool
+        do { stillArmed = try store.moveCheckin(checkin.id, dueAt: moved.dueAt) } catch { throw .storage(error.description) }
+        guard stillArmed else { throw .refusedInput(code: "checkin_not_armed", message: "the check-in is not armed any more") }
+        logger.info("check-in \(checkin.id): deadline moved, fires in \((moved.firesAt - now) / 1000) s")
+        return (moved, token)
+    }
+
+    /// The deadline and grace passed: the personal links go live, every contact is told (mail to those with an
+    /// address, `checkin.missed` to the topic and webhooks), once, whichever instance fires it. Called by the holder
+    /// of the check-in lease (`CheckinWatcher`).
+    func fireCheckin(_ checkin: Checkin) throws(StoreError) {
+        let now = clock.now()
+        var contacts: [Contact] = []
+        for id in checkin.contacts {
+            if let contact = try store.contact(id: id) { contacts.append(contact) }
+        }
+        let links = makeLinks(for: contacts, share: checkin.shareID, row: checkin.shareRow, at: now)
+        let mail = mailsContacts ? links.filter { $0.contact.email != nil }.map { EventDestination.mail($0.link.id) } : []
+        let events = links.map { pending(.linkCreated(checkin.shareID, link: $0.link)) }
+            + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: eventDestinations + mail)]
+        guard try store.missCheckin(checkin.id, at: now, links: links.map(\.link), events: events) else { return }
+        if !links.isEmpty { registry.addLinks(checkin.shareID, links.map(\.link)) }
+        eventRecorded()
+        logger.warning("check-in \(checkin.id) missed: share \(checkin.shareID)'s \(links.count) personal links are live, \(mail.count) contacts mailed")
+    }
+}
