@@ -225,3 +225,53 @@ extension ClusterTests {
         #expect(receiver.deliveries.allSatisfy { $0.signatureValid })
     }
 }
+
+extension ClusterTests {
+    /// A check-in's deadline lives in the store: when the instance that watches the deadlines dies (kill -9) before it
+    /// passes, the other takes the lease over and fires it, once; the contact gets one mail.
+    @Test func aMissedCheckinFiresOnceWhenTheInstanceWatchingItDies() throws {
+        let smtp = try TestSMTPServer()
+        defer { smtp.stop() }
+        let cluster = try cluster(["FLARE_SMTP_URL": smtp.url, "FLARE_SMTP_FROM": "flare@example.org"])
+        let watching = "watching check-in deadlines"
+        #expect(eventually(timeout: .seconds(15)) { [cluster.a, cluster.b].filter { $0.log.contains(watching) }.count == 1 })
+        let watcher = cluster.a.log.contains(watching) ? cluster.a : cluster.b
+        let other = watcher === cluster.a ? cluster.b : cluster.a
+        let contact = try other.request("POST", "/api/v1/contacts", body: #"{"name":"Mum","email":"mum@example.org"}"#, bearer: other.ownerKey)
+        let contactID = try #require(contact.json?["id"] as? String, "\(contact.text)")
+        let armed = try watcher.request("POST", "/api/v1/checkins", body: #"{"in_s":3,"grace_s":0,"contacts":["\#(contactID)"],"message":"Night shift"}"#,
+                                        bearer: watcher.ownerKey)
+        let checkin = try #require(armed.json?["checkin_id"] as? String, "\(armed.text)")
+        watcher.kill()
+        // The lease runs out (10 s) and the other instance fires the deadline that passed meanwhile.
+        #expect(eventually(timeout: .seconds(40)) {
+            (try? other.request("GET", "/api/v1/checkins/\(checkin)", bearer: other.ownerKey))?.json?["state"] as? String == "missed"
+        }, "\(other.log)")
+        #expect(eventually(timeout: .seconds(20)) { smtp.received.count == 1 }, "\(other.log)")
+        Thread.sleep(forTimeInterval: 2)
+        #expect(smtp.received.count == 1 && smtp.received.first?.envelopeTo == ["mum@example.org"])
+        #expect(smtp.received.first?.body.contains("Night shift") == true)
+        #expect(other.log.contains(watching) && other.log.contains("check-in \(checkin) missed"))
+    }
+
+    /// Every instance down when the deadline passes: it fires at the next start.
+    @Test func aDeadlineThatPassedWhileEveryInstanceWasDownFiresAtTheNextStart() throws {
+        let cluster = try cluster()
+        let contact = try cluster.a.request("POST", "/api/v1/contacts", body: #"{"name":"Mum"}"#, bearer: cluster.a.ownerKey)
+        let contactID = try #require(contact.json?["id"] as? String)
+        let armed = try cluster.a.request("POST", "/api/v1/checkins", body: #"{"in_s":2,"grace_s":0,"contacts":["\#(contactID)"]}"#,
+                                          bearer: cluster.a.ownerKey)
+        let checkin = try #require(armed.json?["checkin_id"] as? String)
+        let shareID = try #require(armed.json?["share_id"] as? String)
+        _ = cluster.a.stop()
+        _ = cluster.b.stop()
+        Thread.sleep(forTimeInterval: 3)
+        #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT state FROM checkins") == "armed")
+        try cluster.b.start()
+        #expect(eventually(timeout: .seconds(20)) {
+            (try? cluster.b.request("GET", "/api/v1/checkins/\(checkin)", bearer: cluster.b.ownerKey))?.json?["state"] as? String == "missed"
+        }, "\(cluster.b.log)")
+        let links = try cluster.b.request("GET", "/api/v1/shares/\(shareID)/links", bearer: cluster.b.ownerKey)
+        #expect((links.json?["links"] as? [[String: Any]])?.count == 1, "\(links.text)")
+    }
+}

@@ -155,4 +155,51 @@ import Glibc
         #expect(failed.first?["reason"]?.stringValue == "no FLARE_SMTP_URL is set on the delivering instance")
         #expect(try fixture.store.dueEvents(now: .max, limit: 50).isEmpty)
     }
+
+    @Test func aMissedCheckinMailsEachContactTheLastPositionTheMessageAndTheirLink() throws {
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let lina = try contact(fixture, "李娜", email: "lina@example.org", language: .zhCN)
+        let ben = try contact(fixture, "Ben", email: "ben@example.org")
+        let armed = try fixture.service.armCheckin(.init(inSeconds: 1, graceSeconds: 0, contacts: [lina.id, ben.id], message: "Zugspitze, back by ten",
+                                                         name: "Anna"), owner: nil)
+        let now = Int64(Date().timeIntervalSince1970)
+        let payload = Array(#"{"_type":"location","lat":47.42116,"lon":10.98533,"tst":\#(now),"acc":12}"#.utf8)
+        #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
+        #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
+        let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+                                     logger: Logger(label: "test", level: .error))
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        round(deliverer)
+        #expect(server.received.isEmpty, "nobody is told before the deadline")
+        Thread.sleep(forTimeInterval: 1.1)
+        watcher.step()
+        round(deliverer)
+        round(deliverer)
+        let mails = server.received
+        #expect(mails.count == 2)
+        let chinese = try #require(mails.first { $0.envelopeTo == ["lina@example.org"] })
+        #expect(chinese.decodedHeader("subject")?.hasPrefix("Anna 未在 ") == true)
+        #expect(chinese.body.contains("Zugspitze, back by ten") && chinese.body.contains("47.42116, 10.98533") && chinese.body.contains("±12 m"))
+        let english = try #require(mails.first { $0.envelopeTo == ["ben@example.org"] })
+        #expect(english.headers["subject"]?.hasPrefix("Anna did not check in by ") == true)
+        #expect(english.body.contains("Last position, at ") && english.body.contains("±12 m: 47.42116, 10.98533"))
+        // Each with the contact's own link, now live.
+        let links = try fixture.store.links(shareRow: armed.checkin.shareRow)
+        for (mail, contact) in [(chinese, lina), (english, ben)] {
+            let link = try #require(links.first { $0.contactID == contact.id })
+            #expect(mail.body.contains("\(publicURL)/s/\(ShareLink.viewToken(tokenKey: fixture.key, share: armed.share.id, link: link.id))"))
+        }
+        let types = events(fixture, armed.share.id).compactMap { $0["type"]?.stringValue }
+        #expect(types.filter { $0 == "checkin.missed" }.count == 1 && types.filter { $0 == "contact.notified" }.count == 2, "\(types)")
+        // The events carry no coordinate, no message.
+        for message in fixture.publisher.messages where message.topic == Topics.events(armed.share.id) {
+            let body = String(decoding: message.payload, as: UTF8.self)
+            #expect(!body.contains("47.42") && !body.contains("Zugspitze"))
+        }
+        watcher.step()
+        round(deliverer)
+        #expect(server.received.count == 2, "fired once")
+    }
 }
