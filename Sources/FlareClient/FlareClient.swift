@@ -142,6 +142,35 @@ public final class FlareClient: Sendable {
                               encodable: ShareRequest(durationSeconds: duration), expecting: 200, retry: retry)
     }
 
+    /// Arms a check-in (owner key): if the phone has not checked in by the deadline plus the grace, the server tells the
+    /// contacts, also when the phone is off. The answer carries the device credentials of the check-in's share: report
+    /// positions with them (`LocationReporter`), and check in with `checkinDone`.
+    public func armCheckin(_ request: CheckinRequest) async throws(FlareClientError) -> CheckinInfo {
+        guard let ownerKey else { throw .missingCredential("arming a check-in needs an owner key") }
+        return try await call("POST", "api/v1/checkins", bearer: ownerKey, encodable: request, expecting: 201, retry: RetryPolicy(maxAttempts: 1))
+    }
+
+    /// A check-in as it stands: `armed`, `done`, `arrived` or `missed`.
+    public func checkin(_ checkinID: String, deviceToken: String? = nil) async throws(FlareClientError) -> CheckinInfo {
+        try await call("GET", "api/v1/checkins/\(try Self.pathComponent(checkinID))", bearer: try credential(deviceToken), body: nil, expecting: 200)
+    }
+
+    /// Checks in: nobody is told, and the check-in's share ends. Idempotent; a check-in already missed answers
+    /// `checkin_missed` (409): its contacts have been told.
+    public func checkinDone(_ checkinID: String, deviceToken: String? = nil) async throws(FlareClientError) -> CheckinInfo {
+        try await call("POST", "api/v1/checkins/\(try Self.pathComponent(checkinID))/done", bearer: try credential(deviceToken),
+                       encodable: CheckinExtension(), expecting: 200, retry: retry)
+    }
+
+    /// Moves the deadline (`inSeconds` from now, or `dueAt`). The answer's `deviceToken` covers the new deadline:
+    /// hand it to the `LocationReporter` (`updateDeviceToken`); an OwnTracks app gets it by importing its
+    /// configuration again.
+    public func extendCheckin(_ checkinID: String, inSeconds: TimeInterval? = nil, dueAt: Date? = nil,
+                              deviceToken: String? = nil) async throws(FlareClientError) -> CheckinInfo {
+        try await call("POST", "api/v1/checkins/\(try Self.pathComponent(checkinID))/extend", bearer: try credential(deviceToken),
+                       encodable: CheckinExtension(dueAt: dueAt, inSeconds: inSeconds), expecting: 200, retry: retry)
+    }
+
     /// The share's OwnTracks `owntracks:///config?inline=…` link: open it on a phone with the OwnTracks app and
     /// the app publishes into the share. It contains the device token: do not log it.
     public func ownTracksLink(_ shareID: String, deviceToken: String? = nil, mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> URL {

@@ -24,10 +24,12 @@ struct CommonOptions {
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor",
                                           "--max-live", "--max-duration", "--create-rate", "--confirm-timeout",
-                                          "--email", "--phone", "--language", "--contact"]
+                                          "--email", "--phone", "--language", "--contact",
+                                          "--in", "--at", "--grace", "--arrive", "--message"]
     /// Flags that may be given more than once (`--contact A --contact B`); `repeated` keeps every value in order.
     static let repeatableFlags: Set<String> = ["--contact"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove"]
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove",
+                                           "--notify-on-arrival"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -122,6 +124,15 @@ enum Commands {
                                                                             someone the key's shares may tell
           flare contacts list [--limit N] [--cursor C] [--json]            the key's contacts, newest first
           flare contacts remove ID                                          forget a contact
+          flare checkin start --in 2h | --at 2026-12-02T22:00:00Z --contact ID [--contact ID ...]
+                      [--grace 10m] [--message TEXT] [--arrive LAT,LON,RADIUS_M [--notify-on-arrival]]
+                      [--duration SECONDS] [--name NAME] [--json]
+                                                                            if you have not checked in by then (plus the
+                                                                            grace), the server tells your contacts, with
+                                                                            your last position, even if the phone is off
+          flare checkin done ID                                             check in: nobody is told, the share ends
+          flare checkin extend ID --in 1h | --at TIME                       a new deadline (and a new device token)
+          flare checkin show ID [--json]                                    where a check-in stands
           flare webhook-secret                                              a new secret for FLARE_WEBHOOK_SECRET
           flare token-key rotate                                            a new token.key (the emergency stop for every
                                                                             device and watch token), the keys' webhook
@@ -169,6 +180,10 @@ enum Commands {
         case ("contacts", "add"): return try contactsAdd(options, name: try argument(words, 2, "contact name"))
         case ("contacts", "list"): return try contactsList(options)
         case ("contacts", "remove"): return try contactsRemove(options, id: try argument(words, 2, "contact id"))
+        case ("checkin", "start"): return try checkinStart(options)
+        case ("checkin", "done"): return try checkinDone(options, id: try argument(words, 2, "check-in id"))
+        case ("checkin", "extend"): return try checkinExtend(options, id: try argument(words, 2, "check-in id"))
+        case ("checkin", "show"): return try checkinShow(options, id: try argument(words, 2, "check-in id"))
         case ("token-key", "rotate"): return try tokenKeyRotate(options)
         case ("webhook-secret", nil):
             print(WebhookSecret.generate().text)
@@ -450,6 +465,95 @@ enum Commands {
             print("signing secret (shown once; keep it with the receiver): \(created.secret)")
             if let valid = created.previousSecretValidSeconds { print("the previous secret keeps signing too for \(valid / 3600) h") }
         }
+        return 0
+    }
+
+    /// `90`, `90s`, `30m`, `2h`, `1d`: seconds.
+    static func seconds(_ text: String, flag: String) throws -> Double {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var number = Substring(text), unit = 1.0
+        if let last = text.last, let scale = units[last] {
+            number = number.dropLast()
+            unit = scale
+        }
+        guard let value = Double(number), value.isFinite, value >= 0 else { throw CLIError("\(flag) needs a time such as 90s, 30m or 2h (got \(text))") }
+        return value * unit
+    }
+
+    /// `--in` or `--at`, the one given.
+    static func deadline(_ options: CommonOptions) throws -> (inSeconds: Double?, dueAt: Date?) {
+        switch (options.flags["--in"], options.flags["--at"]) {
+        case (let text?, nil): return (try seconds(text, flag: "--in"), nil)
+        case (nil, let text?):
+            guard let date = RFC3339.parse(text) else { throw CLIError("--at needs an RFC 3339 time such as 2026-12-02T22:00:00Z (got \(text))") }
+            return (nil, date)
+        case (nil, nil): throw CLIError("give the deadline: --in 2h, or --at 2026-12-02T22:00:00Z")
+        default: throw CLIError("give --in or --at, not both")
+        }
+    }
+
+    static func checkinStart(_ options: CommonOptions) throws -> Int32 {
+        let client = try ownerClient(options)
+        let (inSeconds, dueAt) = try deadline(options)
+        let contacts = options.repeated["--contact"] ?? []
+        guard !contacts.isEmpty else { throw CLIError("name at least one --contact ID to tell (flare contacts list)") }
+        var arrive: CheckinZone?
+        if let text = options.flags["--arrive"] {
+            let parts = text.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
+            guard parts.count == 3, let lat = parts[0], let lon = parts[1], let radius = parts[2] else {
+                throw CLIError("--arrive needs LAT,LON,RADIUS_M, e.g. 48.14,11.58,200 (got \(text))")
+            }
+            arrive = CheckinZone(lat: lat, lon: lon, radiusM: radius)
+        }
+        let grace = try options.flags["--grace"].map { Int(try seconds($0, flag: "--grace")) }
+        let duration = try options.double("--duration").map { Int($0) }
+        let request = CheckinRequest(dueAt: dueAt, inSeconds: inSeconds, graceSeconds: grace, contacts: contacts, message: options.flags["--message"],
+                                     arrive: arrive, notifyOnArrival: options.switches.contains("--notify-on-arrival") ? true : nil,
+                                     durationSeconds: duration, name: options.flags["--name"])
+        let armed = try call("could not arm the check-in") { () async throws(FlareClientError) in try await client.armCheckin(request) }
+        if options.json {
+            try printJSON(armed)
+            return 0
+        }
+        print("check-in \(armed.checkinID) armed: due \(RFC3339.format(armed.dueAt)); contacts are told at \(RFC3339.format(armed.firesAt)) unless you check in")
+        print("check in:          flare checkin done \(armed.checkinID)")
+        print("device publishes:  \(armed.mqttTopic ?? "") on \(armed.mqttURL ?? "")")
+        print("                   username \(armed.mqttUsername ?? ""), password = the device token below")
+        print("device token:      \(armed.deviceToken ?? "")")
+        print("OwnTracks app:     flare share owntracks \(armed.shareID) --qr checkin.png   (then scan checkin.png)")
+        return 0
+    }
+
+    static func checkinDone(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let after = try call("could not check in") { () async throws(FlareClientError) in try await client.checkinDone(id) }
+        print(after.state == "arrived" ? "check-in \(id): arrived already; nobody was told" : "check-in \(id): done; nobody is told")
+        return 0
+    }
+
+    static func checkinExtend(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let (inSeconds, dueAt) = try deadline(options)
+        let moved = try call("could not move the deadline") { () async throws(FlareClientError) in
+            try await client.extendCheckin(id, inSeconds: inSeconds, dueAt: dueAt)
+        }
+        print("check-in \(id): due \(RFC3339.format(moved.dueAt)); contacts are told at \(RFC3339.format(moved.firesAt)) unless you check in")
+        print("new device token:  \(moved.deviceToken ?? "")")
+        return 0
+    }
+
+    static func checkinShow(_ options: CommonOptions, id: String) throws -> Int32 {
+        let client = try ownerClient(options)
+        let checkin = try call("cannot show check-in \(id)") { () async throws(FlareClientError) in try await client.checkin(id) }
+        if options.json {
+            try printJSON(checkin)
+            return 0
+        }
+        print("check-in \(checkin.checkinID): \(checkin.state)\(checkin.stateAt.map { " since \(RFC3339.format($0))" } ?? "")")
+        print("due \(RFC3339.format(checkin.dueAt)), contacts told at \(RFC3339.format(checkin.firesAt)) if not checked in; share \(checkin.shareID)")
+        print("contacts: \(checkin.contacts.joined(separator: ", "))")
+        if let zone = checkin.arrive { print("arrival: within \(Int(zone.radiusM)) m of \(zone.lat),\(zone.lon)\(checkin.notifyOnArrival ? ", contacts told" : "")") }
+        if !checkin.message.isEmpty { print("message: \(checkin.message)") }
         return 0
     }
 

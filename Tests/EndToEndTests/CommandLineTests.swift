@@ -204,4 +204,36 @@ import Testing
         #expect(again.status == 1 && again.stderr.contains("no such contact"), "\(again.stderr)")
         #expect(try flared.flare(["contacts", "list"]).stdout.split(separator: "\n").count == 1)
     }
+
+    @Test func checkinCommands() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let mum = try flared.flare(["contacts", "add", "Mum", "--json"])
+        let mumID = try #require((try JSONSerialization.jsonObject(with: Data(mum.stdout.utf8)) as? [String: Any])?["id"] as? String)
+        let dad = try flared.flare(["contacts", "add", "Dad", "--json"])
+        let dadID = try #require((try JSONSerialization.jsonObject(with: Data(dad.stdout.utf8)) as? [String: Any])?["id"] as? String)
+        let started = try flared.flare(["checkin", "start", "--in", "2h", "--grace", "5m", "--arrive", "48.14,11.58,200", "--notify-on-arrival",
+                                        "--contact", mumID, "--contact", dadID, "--message", "Hike", "--json"])
+        #expect(started.status == 0, "\(started.stderr)")
+        let armed = try #require(try JSONSerialization.jsonObject(with: Data(started.stdout.utf8)) as? [String: Any])
+        let id = try #require(armed["checkin_id"] as? String)
+        #expect(armed["contacts"] as? [String] == [mumID, dadID] && armed["grace_s"] as? Int == 300 && armed["state"] as? String == "armed")
+        #expect((armed["arrive"] as? [String: Any])?["radius_m"] as? Double == 200 && armed["notify_on_arrival"] as? Bool == true)
+        let shown = try flared.flare(["checkin", "show", id])
+        #expect(shown.status == 0 && shown.stdout.contains("armed") && shown.stdout.contains("within 200 m of 48.14,11.58, contacts told"), "\(shown.stdout)")
+        let moved = try flared.flare(["checkin", "extend", id, "--in", "3h"])
+        #expect(moved.status == 0 && moved.stdout.contains("new device token:"), "\(moved.stderr)")
+        let done = try flared.flare(["checkin", "done", id])
+        #expect(done.status == 0 && done.stdout.contains("done; nobody is told"), "\(done.stderr)")
+        #expect(try flared.flare(["checkin", "show", id]).stdout.contains(": done since "))
+        // Bad input is named before anything is sent, or by the server's code.
+        let noContact = try flared.flare(["checkin", "start", "--in", "2h"])
+        #expect(noContact.status == 1 && noContact.stderr.contains("--contact"), "\(noContact.stderr)")
+        let badTime = try flared.flare(["checkin", "start", "--in", "soon", "--contact", mumID])
+        #expect(badTime.status == 1 && badTime.stderr.contains("--in needs a time"), "\(badTime.stderr)")
+        let past = try flared.flare(["checkin", "start", "--at", "2001-01-01T00:00:00Z", "--contact", mumID])
+        #expect(past.status == 1 && past.stderr.contains("passed"), "\(past.stderr)")
+        let far = try flared.flare(["checkin", "start", "--in", "2h", "--arrive", "48,11,60000", "--contact", mumID])
+        #expect(far.status == 1 && far.stderr.contains("radius_m"), "\(far.stderr)")
+    }
 }
