@@ -148,10 +148,10 @@ public struct ShareEvent: Sendable, Equatable {
 
     /// What became of mailing a contact about `cause` (the event the mail told of, by its id and type): the link and
     /// contact by their ids, the channel, and for a failure why, in Flare's own words (never the address).
-    public static func contactNotice(_ id: ShareID, at: UnixMillis, link: LinkID, contact: ContactID?, cause: ShareEvent,
+    public static func contactNotice(_ id: ShareID, at: UnixMillis, link: LinkID?, contact: ContactID?, cause: ShareEvent,
                                      failure: String?) -> ShareEvent {
         ShareEvent(failure == nil ? .contactNotified : .contactNotificationFailed, share: id, at: at) { writer in
-            writer.field("link_id", link.rawValue)
+            if let link { writer.field("link_id", link.rawValue) }
             if let contact { writer.field("contact_id", contact.rawValue) }
             writer.field("channel", "email")
             writer.field("cause", cause.type.rawValue)
@@ -171,6 +171,8 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
     /// A mail to the contact of this personal link, telling them of the event (`link.created`: the share started
     /// or the link was added). Named by the link, so that each contact's mail is retried and recorded on its own.
     case mail(LinkID)
+    /// A mail to a contact that has no link to open (a check-in's arrival, when its contacts are to be told).
+    case contactMail(ContactID)
 
     /// How the store names it.
     public var name: String {
@@ -179,6 +181,7 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         case .serverWebhook: "server"
         case .keyWebhook(let id): "key:\(id)"
         case .mail(let link): "mail:\(link.rawValue)"
+        case .contactMail(let contact): "contact:\(contact.rawValue)"
         }
     }
 
@@ -187,6 +190,11 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         case "mqtt": self = .mqtt
         case "server": self = .serverWebhook
         default:
+            if name.hasPrefix("contact:") {
+                guard let contact = ContactID(name.dropFirst(8)) else { return nil }
+                self = .contactMail(contact)
+                return
+            }
             if name.hasPrefix("mail:") {
                 guard let link = LinkID(name.dropFirst(5)) else { return nil }
                 self = .mail(link)

@@ -11,12 +11,42 @@ public enum ContactMail: Sendable, Equatable {
     case nothing(reason: String, contact: ContactID?)
 }
 
-/// Writes the mail telling a personal link's contact of an event.
+/// Whom a mail delivery is for: a personal link's contact (the mail holds the link), or a contact with no link.
+public enum MailTarget: Sendable, Equatable, CustomStringConvertible {
+    case link(LinkID)
+    case contact(ContactID)
+
+    /// The target of a mail destination; nil for one that is not a mail.
+    public init?(_ destination: EventDestination) {
+        switch destination {
+        case .mail(let link): self = .link(link)
+        case .contactMail(let contact): self = .contact(contact)
+        default: return nil
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .link(let link): "link \(link)"
+        case .contact(let contact): "contact \(contact)"
+        }
+    }
+
+    var link: LinkID? { if case .link(let link) = self { link } else { nil } }
+    var idText: String {
+        switch self {
+        case .link(let link): link.rawValue
+        case .contact(let contact): contact.rawValue
+        }
+    }
+}
+
+/// Writes the mail telling a contact of an event.
 public protocol ContactMailComposing: Sendable {
     /// - Parameters:
     ///   - messageID: the mail's `Message-ID` (without brackets), the same at every attempt.
     ///   - server: where it goes out (its `from` address).
-    func mail(for event: ShareEvent, link: LinkID, messageID: String, server: MailServer) throws(StoreError) -> ContactMail
+    func mail(for event: ShareEvent, to target: MailTarget, messageID: String, server: MailServer) throws(StoreError) -> ContactMail
 }
 
 /// What an SMTP server did with a mail.
@@ -64,9 +94,9 @@ public struct ContactMailing: Sendable {
         self.composer = composer
     }
 
-    /// The `Message-ID` of the mail for this event and link: derived from both, so every attempt sends the same one.
-    public func messageID(event: ShareEvent, link: LinkID) -> String {
+    /// The `Message-ID` of the mail for this event and target: derived from both, so every attempt sends the same one.
+    public func messageID(event: ShareEvent, target: MailTarget) -> String {
         let eventPart = event.id.hasPrefix("msg_") ? String(event.id.dropFirst(4)) : event.id
-        return "\(eventPart).\(link.rawValue)@\(server.messageIDDomain)"
+        return "\(eventPart).\(target.idText)@\(server.messageIDDomain)"
     }
 }

@@ -83,7 +83,7 @@ public final class EventDeliverer: @unchecked Sendable {
 
         func takes(_ destination: EventDestination) -> Bool {
             switch (self, destination) {
-            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook), (.mail, .mail): true
+            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook), (.mail, .mail), (.mail, .contactMail): true
             default: false
             }
         }
@@ -300,12 +300,12 @@ public final class EventDeliverer: @unchecked Sendable {
             let turnEnds = monotonicMillis() + Self.turnMillis
             var answered = false, unreachable = false
             for (index, delivery) in batch.enumerated() {
-                if case .mail(let link) = destination {
-                    let (outcome, contact) = mail(delivery.event, link: link)
+                if let target = MailTarget(destination) {
+                    let (outcome, contact) = mail(delivery.event, to: target)
                     if case .delivered = outcome {
-                        report(delivery, link: link, contact: contact, failure: nil)
+                        report(delivery, target: target, contact: contact, failure: nil)
                     } else {
-                        failed(delivery, outcome, link: link, contact: contact)
+                        failed(delivery, outcome, mailTo: target, contact: contact)
                     }
                     switch outcome {
                     case .delivered, .failed, .dropped: answered = true
@@ -363,7 +363,7 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// Records a failed attempt: the next one with backoff, or none after 24 h (or for an event that can never be
     /// delivered). A mail's end (given up, or nothing to send) is reported with `contact.notification_failed`.
-    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome, link: LinkID? = nil, contact: ContactID? = nil) {
+    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome, mailTo target: MailTarget? = nil, contact: ContactID? = nil) {
         let destination = delivery.destination.name
         let attempts = delivery.attempts + 1
         var why = ""
@@ -376,9 +376,9 @@ public final class EventDeliverer: @unchecked Sendable {
         case .dropped(let reason):
             why = reason
         }
-        if retryAt == nil, let link {
+        if retryAt == nil, let target {
             logger.warning("event \(delivery.event.type.rawValue) to \(destination): \(why); given up after \(attempts) attempts")
-            return report(delivery, link: link, contact: contact, failure: why)
+            return report(delivery, target: target, contact: contact, failure: why)
         }
         do {
             try store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: attempts, retryAt: retryAt)
@@ -395,14 +395,15 @@ public final class EventDeliverer: @unchecked Sendable {
         }
     }
 
-    /// Mails the contact of `link` about `event`: the composer writes the mail from the store as it is now.
-    private func mail(_ event: ShareEvent, link: LinkID) -> (Outcome, ContactID?) {
-        guard let mailing else { return (.dropped("no FLARE_SMTP_URL is set on the delivering instance"), nil) }
+    /// Mails the contact `target` names about `event`: the composer writes the mail from the store as it is now.
+    private func mail(_ event: ShareEvent, to target: MailTarget) -> (Outcome, ContactID?) {
+        let named: ContactID? = if case .contact(let id) = target { id } else { nil }
+        guard let mailing else { return (.dropped("no FLARE_SMTP_URL is set on the delivering instance"), named) }
         let mail: ContactMail
         do {
-            mail = try mailing.composer.mail(for: event, link: link, messageID: mailing.messageID(event: event, link: link), server: mailing.server)
+            mail = try mailing.composer.mail(for: event, to: target, messageID: mailing.messageID(event: event, target: target), server: mailing.server)
         } catch {
-            return (.unreachable("cannot read the link and its contact (\(error))"), nil)
+            return (.unreachable("cannot read the link and its contact (\(error))"), named)
         }
         switch mail {
         case .nothing(let reason, let contact):
@@ -418,8 +419,8 @@ public final class EventDeliverer: @unchecked Sendable {
     }
 
     /// A mail's delivery is over: it leaves the outbox with the event that says how it went, in one transaction.
-    private func report(_ delivery: OutboxDelivery, link: LinkID, contact: ContactID?, failure: String?) {
-        let event = ShareEvent.contactNotice(delivery.event.shareID, at: clock.now(), link: link, contact: contact, cause: delivery.event,
+    private func report(_ delivery: OutboxDelivery, target: MailTarget, contact: ContactID?, failure: String?) {
+        let event = ShareEvent.contactNotice(delivery.event.shareID, at: clock.now(), link: target.link, contact: contact, cause: delivery.event,
                                              failure: failure)
         do {
             try store.eventDelivered(row: delivery.row, destination: delivery.destination,
@@ -431,8 +432,8 @@ public final class EventDeliverer: @unchecked Sendable {
         }
         metrics.increment(FlareMetrics.eventDeliveries, labels: [("destination", "mail"), ("result", failure == nil ? "delivered" : "given_up")])
         metrics.increment(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", failure == nil ? "notified" : "failed")])
-        if let failure { logger.warning("share \(delivery.event.shareID): link \(link)'s contact could not be mailed: \(failure)") }
-        else { logger.info("share \(delivery.event.shareID): link \(link)'s contact was mailed (\(delivery.event.type.rawValue))") }
+        if let failure { logger.warning("share \(delivery.event.shareID): \(target)'s contact could not be mailed: \(failure)") }
+        else { logger.info("share \(delivery.event.shareID): \(target)'s contact was mailed (\(delivery.event.type.rawValue))") }
         wake()
     }
 
@@ -456,7 +457,7 @@ public final class EventDeliverer: @unchecked Sendable {
 
     private func webhookTarget(_ destination: EventDestination) -> WebhookTarget {
         switch destination {
-        case .mqtt, .mail:
+        case .mqtt, .mail, .contactMail:
             return .refuse(.dropped("not a webhook"))  // the topic's batches and mails go out in `deliver`
         case .serverWebhook:
             guard let serverWebhook else { return .refuse(.dropped("no FLARE_WEBHOOK_URL is set on the delivering instance")) }
@@ -567,7 +568,7 @@ extension EventDestination {
     var metricLabel: String {
         switch self {
         case .keyWebhook: return "key"
-        case .mail: return "mail"
+        case .mail, .contactMail: return "mail"
         default: return name
         }
     }

@@ -21,8 +21,21 @@ public struct ContactNotices: ContactMailComposing {
         self.clock = clock
     }
 
-    public func mail(for event: ShareEvent, link id: LinkID, messageID: String, server: MailServer) throws(StoreError) -> ContactMail {
+    public func mail(for event: ShareEvent, to target: MailTarget, messageID: String, server: MailServer) throws(StoreError) -> ContactMail {
         guard let stored = try store.share(id: event.shareID) else { return .nothing(reason: "the share is gone", contact: nil) }
+        let id: LinkID
+        switch target {
+        case .link(let link): id = link
+        case .contact(let contactID):
+            // No link: a check-in's arrival, told to a contact who was to be told if it was missed.
+            guard let contact = try store.contact(id: contactID) else { return .nothing(reason: "the contact was deleted", contact: contactID) }
+            guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
+            let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
+            let (subject, body) = text.arrived(at: event.at)
+            let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
+                                      body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
+            return .send(recipient: address, message: message.bytes, contact: contactID)
+        }
         guard let link = try store.links(shareRow: stored.row).first(where: { $0.id == id }) else {
             return .nothing(reason: "the link is gone", contact: nil)
         }
@@ -87,6 +100,27 @@ struct ContactNoticeText {
                     \(url)
 
                     此链接仅供你本人使用，请勿转发。
+                    """)
+        }
+    }
+
+    /// The check-in ended by a fix inside its zone.
+    func arrived(at: UnixMillis) -> (subject: String, body: String) {
+        let when = Self.utc(at)
+        switch language {
+        case .en:
+            return ("\(sharer) has arrived",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) has arrived where they were going (\(when)). Flare tells you because they asked it to.
+                    """)
+        case .zhCN:
+            return ("\(sharer) 已到达",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 已到达目的地（\(when)）。这是 \(sharer) 请 Flare 通知你的。
                     """)
         }
     }

@@ -88,8 +88,20 @@ extension ShareService {
     public func settleCheckin(_ checkin: Checkin, as state: CheckinState) throws(ShareError) -> Checkin {
         let now = clock.now()
         let type: ShareEventType = state == .arrived ? .checkinArrived : .checkinDone
+        // An arrival is told to the contacts with an address when the sharer asked for it; checking in, to nobody.
+        var destinations = eventDestinations
+        if state == .arrived && checkin.notifyOnArrival && mailsContacts {
+            for id in checkin.contacts {
+                let contact: Contact?
+                do { contact = try store.contact(id: id) } catch { throw .storage(error.description) }
+                if contact?.email != nil { destinations.append(.contactMail(id)) }
+            }
+        }
         let settled: Bool
-        do { settled = try store.settleCheckin(checkin.id, as: state, at: now, event: pending(.checkin(type, checkin, at: now))) } catch {
+        do {
+            settled = try store.settleCheckin(checkin.id, as: state, at: now,
+                                              event: PendingEvent(.checkin(type, checkin, at: now), destinations: destinations))
+        } catch {
             throw .storage(error.description)
         }
         guard settled else {

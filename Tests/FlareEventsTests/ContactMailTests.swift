@@ -202,4 +202,31 @@ import Glibc
         round(deliverer)
         #expect(server.received.count == 2, "fired once")
     }
+
+    @Test func anArrivalIsMailedOnlyWhenTheSharerAskedForIt() throws {
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let ben = try contact(fixture, "Ben", email: "ben@example.org")
+        let zone = ArrivalZone(latitude: 47.42116, longitude: 10.98533, radiusMeters: 200)
+        let told = try fixture.service.armCheckin(.init(inSeconds: 3600, contacts: [ben.id], arrive: zone, notifyOnArrival: true, name: "Anna"), owner: nil)
+        let quiet = try fixture.service.armCheckin(.init(inSeconds: 3600, contacts: [ben.id], arrive: zone, name: "Anna"), owner: nil)
+        let now = Int64(Date().timeIntervalSince1970)
+        for armed in [told, quiet] {
+            let payload = Array(#"{"_type":"location","lat":47.4212,"lon":10.9854,"tst":\#(now),"acc":10}"#.utf8)
+            #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
+            #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
+        }
+        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+                       logger: Logger(label: "test", level: .error)).step()
+        #expect(try fixture.store.checkin(id: told.checkin.id)?.state == .arrived && fixture.store.checkin(id: quiet.checkin.id)?.state == .arrived)
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        round(deliverer)
+        round(deliverer)
+        let mails = server.received
+        #expect(mails.count == 1 && mails.first?.headers["subject"] == "Anna has arrived", "\(mails.map(\.headers))")
+        let notified = events(fixture, told.share.id).filter { $0["type"]?.stringValue == "contact.notified" }
+        #expect(notified.count == 1 && notified.first?["contact_id"]?.stringValue == ben.id.rawValue && notified.first?["link_id"] == nil)
+        #expect(events(fixture, quiet.share.id).allSatisfy { $0["type"]?.stringValue?.hasPrefix("contact.") != true })
+    }
 }
