@@ -113,11 +113,21 @@ public struct ViewDocument: Codable, Sendable, Equatable {
     public let tracker: TrackerReport?
     /// The family's latest answers, oldest first (absent from servers before answers).
     public let answers: [ShareAnswer]?
+    /// The check-in this share was made for, once missed: the page opens with it.
+    public let checkin: MissedCheckin?
     /// The server's clock, so the page can say "2 minutes ago" right on a phone whose clock is off.
     @RFC3339Time public var serverTime: Date
 
+    /// A missed check-in, as a link holder sees it: only that it was missed, and by when.
+    public struct MissedCheckin: Codable, Sendable, Equatable {
+        public let state: String
+        @RFC3339Time public var dueAt: Date
+
+        enum CodingKeys: String, CodingKey { case state, dueAt = "due_at" }
+    }
+
     enum CodingKeys: String, CodingKey {
-        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, answers, serverTime = "server_time"
+        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, answers, checkin, serverTime = "server_time"
     }
 }
 

@@ -25,11 +25,14 @@ public struct Share: Sendable, Equatable {
     public var lastAnswerID: Int64?
     /// Since when the phone's battery is recorded as low (the `tracker.battery_low` event was sent then); nil: not low.
     public var batteryLowAt: UnixMillis?
+    /// The deadline of the check-in this share was made for, once it was missed: the page says so first.
+    public var missedCheckinDueAt: UnixMillis?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
-                ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil) {
+                ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil,
+                missedCheckinDueAt: UnixMillis? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -44,6 +47,7 @@ public struct Share: Sendable, Equatable {
         self.ownerKeyID = ownerKeyID
         self.lastAnswerID = lastAnswerID
         self.batteryLowAt = batteryLowAt
+        self.missedCheckinDueAt = missedCheckinDueAt
     }
 
     public var isActive: Bool { endedAt == nil }

@@ -22,7 +22,7 @@ import FlareStore
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
-/// | 13   | table `checkins`                                             | the same                                     |
+/// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
 ///
@@ -42,7 +42,8 @@ import FlareStore
 ///   `locate_requested_at` BIGINT, `locate_answered_at` BIGINT, `locate_delivered_at` BIGINT;
 /// - step 7: `owner_key` BIGINT (the key that created the share; shares older than the step got the first key);
 /// - step 8: `last_answer_id` BIGINT;
-/// - step 10: `battery_low_at` BIGINT.
+/// - step 10: `battery_low_at` BIGINT;
+/// - step 13: `checkin_missed_due` BIGINT (the deadline of the share's check-in, once missed).
 extension PostgresShareStore {
     /// The schema, one numbered step at a time (recorded in `flare_schema`); steps are only ever appended. A database
     /// made by an older release is brought up to date at open, under a lock, so instances starting together do it once.
@@ -185,6 +186,7 @@ extension PostgresShareStore {
                                notify_on_arrival BOOLEAN NOT NULL, duration_s BIGINT NOT NULL, state TEXT NOT NULL, state_at BIGINT,
                                created_at BIGINT NOT NULL);
         CREATE INDEX checkins_armed ON checkins(state, due_at);
+        ALTER TABLE shares ADD COLUMN checkin_missed_due BIGINT;
         """,
     ]
     static var schemaVersion: Int { migrations.count }

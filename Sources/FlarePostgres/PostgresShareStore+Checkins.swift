@@ -48,6 +48,9 @@ extension PostgresShareStore: CheckinRecords {
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> Bool in
                 guard let shareRow = try Self.takeArmed(id, to: .missed, at: at, on: connection, operation: operation) else { return false }
+                // Every instance reads the share again (the change feed): their pages say it was missed.
+                try connection.execute("UPDATE shares SET checkin_missed_due = (SELECT due_at FROM checkins WHERE checkin_id = $1) WHERE id = $2",
+                                       [id.rawValue, String(shareRow)], operation: operation)
                 // A share that ended meanwhile takes no links: the check-in is missed all the same, and told.
                 var linked = false
                 if !links.isEmpty { linked = try Self.insertLinkRows(links, events: events, on: connection, operation: operation) }

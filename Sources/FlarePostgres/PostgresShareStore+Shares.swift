@@ -84,7 +84,7 @@ extension PostgresShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at
+        last_answer_id, battery_low_at, checkin_missed_due
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -100,7 +100,7 @@ extension PostgresShareStore: ShareRecords {
                 },
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
                 ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16),
-                batteryLowAt: rows.optionalInt64(index, 17))
+                batteryLowAt: rows.optionalInt64(index, 17), missedCheckinDueAt: rows.optionalInt64(index, 18))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }

@@ -21,9 +21,9 @@ import FlareStore
 /// | 10   | outbox tables; `shares`*: battery_low_at; keys' webhooks     | the same                                     |
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
-/// | 13   | table `checkins`                                             | the same                                     |
+/// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
 ///
-/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
+/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10 and 13; see the list below).
 ///
 /// Step 2 is not the same step in the two engines. In SQLite it is the index `shares_newest`, which PostgreSQL made in
 /// step 1 already; in PostgreSQL it is the change feed (the function `flare_notify_share` and the trigger
@@ -42,7 +42,8 @@ import FlareStore
 ///   `locate_requested_at` INTEGER, `locate_answered_at` INTEGER, `locate_delivered_at` INTEGER;
 /// - step 7: `owner_key` INTEGER (the key that created the share; shares older than the step got the first key);
 /// - step 8: `last_answer_id` INTEGER;
-/// - step 10: `battery_low_at` INTEGER.
+/// - step 10: `battery_low_at` INTEGER;
+/// - step 13: `checkin_missed_due` INTEGER (the deadline of the share's check-in, once missed).
 extension SQLiteShareStore {
     /// The schema, one numbered step at a time: step N (1-based) takes a database at `user_version` N-1 to N.
     /// A database made by an older release is brought up to date at open; steps are only ever appended.
@@ -170,6 +171,7 @@ extension SQLiteShareStore {
                                              arrive_radius_m REAL, notify_on_arrival INTEGER NOT NULL, duration_s INTEGER NOT NULL,
                                              state TEXT NOT NULL, state_at INTEGER, created_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS checkins_armed ON checkins(state, due_at);
+        ALTER TABLE shares ADD COLUMN checkin_missed_due INTEGER;
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

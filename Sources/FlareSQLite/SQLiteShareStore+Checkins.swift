@@ -60,6 +60,11 @@ extension SQLiteShareStore: CheckinRecords {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> Bool in
                 guard let shareRow = try Self.takeArmed(id, to: .missed, at: at, in: db) else { return false }
+                let mark = try db.statement("UPDATE shares SET checkin_missed_due = (SELECT due_at FROM checkins WHERE checkin_id = ?1) WHERE id = ?2")
+                defer { mark.reset() }
+                mark.bind(1, id.rawValue)
+                mark.bind(2, shareRow)
+                try mark.run()
                 if links.isEmpty {
                     for pending in events { try Self.record(pending, shareRow: shareRow, in: db) }
                 } else {

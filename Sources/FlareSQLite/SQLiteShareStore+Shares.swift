@@ -111,7 +111,7 @@ extension SQLiteShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at
+        last_answer_id, battery_low_at, checkin_missed_due
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -133,7 +133,8 @@ extension SQLiteShareStore: ShareRecords {
             locateAnsweredAt: statement.optionalInt64(14),
             ownerKeyID: statement.optionalInt64(15),
             lastAnswerID: statement.optionalInt64(16),
-            batteryLowAt: statement.optionalInt64(17))
+            batteryLowAt: statement.optionalInt64(17),
+            missedCheckinDueAt: statement.optionalInt64(18))
         return StoredShare(row: statement.int64(0), share: share)
     }
 

@@ -153,6 +153,7 @@ extension ShareService {
             + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: eventDestinations + mail)]
         guard try store.missCheckin(checkin.id, at: now, links: links.map(\.link), events: events) else { return }
         if !links.isEmpty { registry.addLinks(checkin.shareID, links.map(\.link)) }
+        registry.updateTracker(checkin.shareID) { $0.missedCheckinDueAt = checkin.dueAt }
         eventRecorded()
         logger.warning("check-in \(checkin.id) missed: share \(checkin.shareID)'s \(links.count) personal links are live, \(mail.count) contacts mailed")
     }

@@ -38,6 +38,13 @@ public enum ViewDocumentRenderer {
             writer.key("tracker")
             TrackerSummary(share: share, last: last).writeJSON(into: &writer)
         }
+        if let due = share.missedCheckinDueAt {
+            writer.key("checkin")
+            writer.beginObject()
+            writer.field("state", "missed")
+            writer.field("due_at", RFC3339.format(millis: due))
+            writer.endObject()
+        }
         return writer.bytes
     }
 

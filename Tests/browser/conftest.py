@@ -101,6 +101,27 @@ class FlareBackend:
         links = [(link['link_id'], urllib.parse.urlsplit(link['url']).path) for link in created.pop('links')]
         return Share(created), links
 
+    def checkin(self, contact_ids, in_s, name='Anna'):
+        """Arms a check-in with no grace; returns (its id, a Share for its device credentials)."""
+        if self.mode == 'http':
+            armed = http_json('POST', '/api/v1/checkins', {'in_s': in_s, 'grace_s': 0, 'contacts': contact_ids, 'name': name}, self.owner_key)
+        else:
+            flags = [arg for contact in contact_ids for arg in ('--contact', contact)]
+            out = subprocess.run(self.cli + ['checkin', 'start', '--in', f'{in_s}s', '--grace', '0s', '--name', name, '--json'] + flags,
+                                 check=True, capture_output=True, text=True, timeout=30)
+            armed = json.loads(out.stdout)
+        share = Share(dict(armed, share_url=f'/s/none-before-the-deadline'))
+        return armed['checkin_id'], share
+
+    def links(self, share):
+        """The share's personal links: [(link id, link path)]."""
+        if self.mode == 'http':
+            listed = http_json('GET', f'/api/v1/shares/{share.id}/links', None, self.owner_key)
+        else:
+            out = subprocess.run(self.cli + ['share', 'links', share.id, '--json'], check=True, capture_output=True, text=True, timeout=30)
+            listed = json.loads(out.stdout)
+        return [(link['link_id'], urllib.parse.urlsplit(link['url']).path) for link in listed['links']]
+
     def withdraw(self, share, link_id):
         if self.mode == 'http':
             req = urllib.request.Request(BASE_URL + f'/api/v1/shares/{share.id}/links/{link_id}', method='DELETE',

@@ -174,6 +174,32 @@ def test_a_withdrawn_personal_link_says_so_and_shows_nothing_while_the_others_go
     assert '此链接已被撤回' in text(zh, '#ended')
 
 
+def test_a_missed_checkin_opens_with_who_did_not_check_in_and_the_last_position(flare, viewer):
+    mum = flare.contact('Mum')
+    _, share = flare.checkin([mum], in_s=2)
+    a = flare.publish(share, flare.fix())
+    # No link is live before the deadline; once it and its grace (none here) pass, the server makes Mum's.
+    deadline = time.time() + TIMEOUT_S
+    links = []
+    while not links and time.time() < deadline:
+        links = flare.links(share)
+        if not links:
+            time.sleep(0.3)
+    assert links, 'the missed check-in made no link'
+    d = viewer()
+    d.get(BASE_URL + links[0][1])
+    wait_coords(d, a)
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'checkin').is_displayed(), '#checkin to appear')
+    banner = text(d, '#checkin')
+    assert 'Anna did not check in by' in banner, banner
+    assert 'Last position' in banner and '±12 m' in banner, banner
+    shot(d, 'viewer-checkin-missed.png')
+    zh = viewer(lang='zh-CN')
+    zh.get(BASE_URL + links[0][1])
+    wait_for(zh, lambda drv: drv.find_element(By.ID, 'checkin').is_displayed(), '#checkin in Chinese')
+    assert '未在' in text(zh, '#checkin') and '报平安' in text(zh, '#checkin')
+
+
 def open_stale_share(flare, viewer, send):
     """A share whose only fix (sent with `send`: MQTT or HTTP ingest) is older than the page's stale limit, open
     in the browser once the page says it is stale."""

@@ -174,6 +174,8 @@
       if (!isNaN(st) && (!S.skewKnown || Math.abs(skew - S.skew) > 1000)) { S.skew = skew; S.skewKnown = true; }
     }
     if (typeof j.name === 'string' && j.name) S.name = j.name;
+    // A missed check-in: the page opens with it (the server sends it only once it was missed).
+    if (j.checkin && j.checkin.state === 'missed' && j.checkin.due_at) S.checkinDue = Date.parse(j.checkin.due_at) || null;
     var newest = false;
     (Array.isArray(j.trail) ? j.trail : []).forEach(function (f) { newest = addFix(f) || newest; });
     if (j.last) newest = addFix(j.last) || newest;
@@ -602,6 +604,15 @@
     setText('title', title);
     doc.title = title;
     renderStatus();
+
+    var missed = S.checkinDue != null && S.reason !== 'withdrawn';
+    $('checkin').hidden = !missed;
+    if (missed) {
+      var who = S.name || t('someone');
+      setText('checkin-title', t('checkin_missed', { name: who, time: timeText(S.checkinDue) }));
+      setText('checkin-last', S.last ? t('checkin_last', { time: timeText(S.last.tst * 1000), acc: S.last.acc != null ? accuracyText(S.last.acc) : '' })
+        : t('checkin_no_position'));
+    }
 
     var ended = S.state === 'ended';
     $('ended').hidden = !ended;
