@@ -132,6 +132,33 @@ import Testing
     }
 
     /// A 4xx is an answer: the fix is dropped and counted, once, and the fixes behind it still go out.
+    /// What docs/ios.md shows: arm a check-in, report into its share, move the deadline from the phone with the
+    /// device token (a new token that covers it), check in.
+    @Test func aCheckinIsArmedExtendedAndDoneFromThePhone() async throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let flare = client(flared)
+        let mum = try await flare.createContact(ContactRequest(name: "Mum"))
+        let armed = try await flare.armCheckin(CheckinRequest(inSeconds: 3600, graceSeconds: 600, contacts: [mum.id], message: "Back by ten",
+                                                              arrive: CheckinZone(lat: 47.42, lon: 10.98, radiusM: 200), name: "Anna"))
+        #expect(armed.state == "armed" && armed.contacts == [mum.id] && armed.arrive?.radiusM == 200)
+        let token = try #require(armed.deviceToken)
+        let phone = FlareClient(baseURL: URL(string: "http://127.0.0.1:\(flared.httpPort)")!, retry: Self.fast, timeout: 5)
+        let receipt = try await phone.reportLocation(Location(latitude: 48.1, longitude: 11.5, timestamp: Date()), shareID: armed.shareID, deviceToken: token)
+        #expect(receipt.status == "accepted")
+        let moved = try await phone.extendCheckin(armed.checkinID, inSeconds: 7200, deviceToken: token)
+        #expect(moved.dueAt > armed.dueAt && moved.deviceToken != nil && moved.deviceToken != token)
+        let done = try await phone.checkinDone(armed.checkinID, deviceToken: try #require(moved.deviceToken))
+        #expect(done.state == "done")
+        #expect(try await flare.checkin(armed.checkinID).state == "done")
+        do {
+            _ = try await flare.checkin("AAAAAAAAAAAAAAAAAAAAAA")
+            Issue.record("an unknown check-in was found")
+        } catch {
+            #expect("\(error)".contains("not_found") || "\(error)".contains("404"), "\(error)")
+        }
+    }
+
     @Test func refusedFixIsNotRetried() async throws {
         let broker = try TestBroker()
         let flared = try FlaredProcess(broker: broker)
