@@ -26,10 +26,47 @@ public struct ViewerAssets: Sendable {
     /// Language tags that have a string table (`i18n/<tag>.json`), first is the default.
     let languages: [String]
 
-    /// The script and style sheet as served: without each line's indentation, blank lines and (scripts) lines that
-    /// are only a `//` comment. The comments are for the code's readers, not for a phone on a poor connection. Safe
+    /// The script, style sheet, string tables and pages as served: without each line's indentation, blank lines and
+    /// (scripts) lines that are only a `//` comment. The comments are for the code's readers, not for a phone on a poor connection. Safe
     /// for these files: no template literals or strings continued across lines (the browser tests run what is served).
     static func compact(_ bytes: [UInt8], dropLineComments: Bool) -> [UInt8] {
+        compactLines(bytes, dropLineComments: dropLineComments)
+    }
+
+    /// A style sheet as served: `compact`, and without its `/* … */` comments (outside quoted strings).
+    static func compactStyles(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        var quote: UInt8?
+        while index < bytes.count {
+            let byte = bytes[index]
+            if let open = quote {
+                out.append(byte)
+                if byte == UInt8(ascii: "\\"), index + 1 < bytes.count {
+                    out.append(bytes[index + 1])
+                    index += 2
+                    continue
+                }
+                if byte == open { quote = nil }
+                index += 1
+                continue
+            }
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "'") {
+                quote = byte
+            } else if byte == UInt8(ascii: "/"), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "*") {
+                var end = index + 2
+                while end + 1 < bytes.count && !(bytes[end] == UInt8(ascii: "*") && bytes[end + 1] == UInt8(ascii: "/")) { end += 1 }
+                index = min(bytes.count, end + 2)
+                continue
+            }
+            out.append(byte)
+            index += 1
+        }
+        return compactLines(out, dropLineComments: false)
+    }
+
+    private static func compactLines(_ bytes: [UInt8], dropLineComments: Bool) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
@@ -54,7 +91,12 @@ public struct ViewerAssets: Sendable {
             guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
                   let data = FileManager.default.contents(atPath: url.path) else { continue }
             let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
-            let bytes = relative.hasSuffix(".js") || relative.hasSuffix(".css") ? Self.compact(Array(data), dropLineComments: relative.hasSuffix(".js")) : Array(data)
+            // The string tables and pages lose their indentation too: JSON and this HTML hold no text that spans lines.
+            let bytes: [UInt8]
+            if relative.hasSuffix(".css") { bytes = Self.compactStyles(Array(data)) }
+            else if relative.hasSuffix(".js") { bytes = Self.compact(Array(data), dropLineComments: true) }
+            else if relative.hasSuffix(".json") || relative.hasSuffix(".html") { bytes = Self.compact(Array(data), dropLineComments: false) }
+            else { bytes = Array(data) }
             files["/viewer/" + relative] = Asset(bytes: bytes, contentType: Self.contentType(of: relative))
         }
         guard let page = files["/viewer/index.html"], let notFound = files["/viewer/notfound.html"] else {

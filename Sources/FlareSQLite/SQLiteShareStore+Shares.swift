@@ -93,7 +93,7 @@ extension SQLiteShareStore: ShareRecords {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links"] {
+                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)

@@ -69,4 +69,20 @@ import Testing
         #expect(Set(due.map(\.destination)) == Set([.mqtt] + links.map { .mail($0.id) }) && Set(due.map(\.event.id)) == [missed.event.id])
         #expect(try store.checkin(id: armed.id)?.state == .missed)
     }
+
+    /// The message and the zone are personal: they go with the share's history.
+    @Test(arguments: Engine.allCases) func aPurgedSharesCheckinIsGone(engine: Engine) throws {
+        let store = try base.open(engine)
+        let share = base.makeShare()
+        let row = try store.insertShare(share)
+        let kept = base.makeShare()
+        let keptRow = try store.insertShare(kept)
+        let purged = checkin(row, share), other = checkin(keptRow, kept)
+        try store.insertCheckin(purged)
+        try store.insertCheckin(other)
+        try store.markEnded(row: row, at: 2_000_000, reason: .stopped)
+        #expect(try store.purgeHistory(row: row))
+        #expect(try store.checkin(id: purged.id) == nil && store.checkin(shareRow: row) == nil)
+        #expect(try store.checkin(id: other.id) == other)
+    }
 }
