@@ -24,6 +24,7 @@ let package = Package(
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
 
         // Locks, named threads, timed waits and the monotonic clock: the one home of Flare's system primitives.
         .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
@@ -39,6 +40,8 @@ let package = Package(
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
         // libcurl: webhook requests (an HTTP POST pinned to the addresses its caller checked) and mail (SMTP).
         .target(name: "FlareCurl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
+        // libsodium: NaCl's secretbox, the OwnTracks apps' payload encryption (end-to-end encrypted shares).
+        .target(name: "FlareSodium", dependencies: ["CSodium"], swiftSettings: swiftSettings),
 
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
@@ -89,6 +92,7 @@ let package = Package(
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
