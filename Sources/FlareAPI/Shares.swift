@@ -102,13 +102,22 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     /// The body's members in order, each a string; absent ones are left out. `encode(to:)` writes these, and so
     /// does the server's own writer, which skips `JSONEncoder` on the hot path of share creation.
     public var fields: [(key: CodingKeys, value: String)] {
-        var fields: [(key: CodingKeys, value: String)] = [(.shareID, shareID), (.shareURL, shareURL.absoluteString),
-                                                          (.expiresAt, RFC3339.format(expiresAt))]
+        Self.fields(shareID: shareID, shareURL: shareURL.absoluteString, expiresAt: RFC3339.format(expiresAt), durationSeconds: durationSeconds,
+                    deviceToken: deviceToken, mqttURL: mqttURL, mqttUsername: mqttUsername, mqttTopic: mqttTopic, statusTopic: statusTopic,
+                    ingestURL: ingestURL?.absoluteString, ownTracksConfigURL: ownTracksConfigURL?.absoluteString)
+    }
+
+    /// The same members from their text: the server writes a creation's answer from these without parsing its three
+    /// URLs into `URL`s only to print them again.
+    public static func fields(shareID: String, shareURL: String, expiresAt: String, durationSeconds: Int?, deviceToken: String, mqttURL: String,
+                              mqttUsername: String, mqttTopic: String, statusTopic: String?, ingestURL: String?,
+                              ownTracksConfigURL: String?) -> [(key: CodingKeys, value: String)] {
+        var fields: [(key: CodingKeys, value: String)] = [(.shareID, shareID), (.shareURL, shareURL), (.expiresAt, expiresAt)]
         if let durationSeconds { fields.append((.durationSeconds, String(durationSeconds))) }
         fields += [(.deviceToken, deviceToken), (.mqttURL, mqttURL), (.mqttUsername, mqttUsername), (.mqttTopic, mqttTopic)]
         if let statusTopic { fields.append((.statusTopic, statusTopic)) }
-        if let ingestURL { fields.append((.ingestURL, ingestURL.absoluteString)) }
-        if let ownTracksConfigURL { fields.append((.ownTracksConfigURL, ownTracksConfigURL.absoluteString)) }
+        if let ingestURL { fields.append((.ingestURL, ingestURL)) }
+        if let ownTracksConfigURL { fields.append((.ownTracksConfigURL, ownTracksConfigURL)) }
         return fields
     }
 }

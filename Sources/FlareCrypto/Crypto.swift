@@ -15,18 +15,28 @@ public enum Crypto {
 
     public static func sha256(_ text: String) -> [UInt8] { sha256(Array(text.utf8)) }
 
+    /// The HMAC-SHA256 context every call copies (`flare_hmac_sha256_template`), made once: a global's initialiser
+    /// runs once, thread-safely. Never freed: it lives as long as the process.
+    private final class HMACTemplate: @unchecked Sendable {
+        // @unchecked: the context is only read (copied) after it is made.
+        let context: OpaquePointer?
+        init() { context = flare_hmac_sha256_template() }
+    }
+    private static let hmacTemplate = HMACTemplate()
+
     public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        key.withUnsafeBufferPointer { keyBuffer in
+        var digest = [UInt8](repeating: 0, count: 32)
+        let ok = key.withUnsafeBufferPointer { keyBuffer in
             message.withUnsafeBufferPointer { input in
                 digest.withUnsafeMutableBufferPointer { output in
-                    _ = HMAC(EVP_sha256(), keyBuffer.baseAddress, Int32(keyBuffer.count),
-                             input.baseAddress, input.count, output.baseAddress, &length)
+                    flare_hmac_sha256(hmacTemplate.context, keyBuffer.baseAddress, keyBuffer.count, input.baseAddress, input.count,
+                                      output.baseAddress)
                 }
             }
         }
-        return Array(digest.prefix(Int(length)))
+        // Tokens signed with a broken MAC would be refused everywhere; a system without HMAC-SHA256 cannot run Flare.
+        precondition(ok == 1, "OpenSSL could not compute HMAC-SHA256")
+        return digest
     }
 
     /// Bytes from OpenSSL's CSPRNG. A failure here means the system cannot make secrets: stop rather than

@@ -88,26 +88,25 @@ extension Gateway {
                                             contacts: (asked.contacts ?? []).compactMap { ContactID($0) })
             let id = created.share.id
             let base = configuration.publicURL
-            let body = CreatedShare(
-                shareID: id.rawValue,
-                shareURL: configuration.url("\(base)/s/\(created.viewToken)"),
-                expiresAt: Date(unixMillis: created.share.expiresAt),
-                durationSeconds: Int((created.share.expiresAt - created.share.createdAt) / 1000),
-                deviceToken: created.deviceToken,
-                mqttURL: configuration.mqttPublicURL,
-                mqttUsername: id.rawValue,
-                mqttTopic: Topics.location(id),
-                statusTopic: Topics.status(id),
-                ingestURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/locations"),
-                ownTracksConfigURL: configuration.url("\(base)/api/v1/shares/\(id.rawValue)/owntracks"))
-            // The same members `APIJSON.encode` writes (`CreatedShare.fields`), without JSONEncoder: it took a fifth
-            // of this handler's time. With contacts, `links` too (then not only strings: only clients that send
-            // contacts get it).
+            let shareURL = "\(base)/s/\(created.viewToken)", ingestURL = "\(base)/api/v1/shares/\(id.rawValue)/locations"
+            let ownTracksURL = "\(base)/api/v1/shares/\(id.rawValue)/owntracks"
+            let durationSeconds = Int((created.share.expiresAt - created.share.createdAt) / 1000)
+            // The same members `APIJSON.encode` writes (`CreatedShare.fields`), without JSONEncoder (it took a fifth of
+            // this handler's time) and without parsing the three URLs into `URL`s to print them again. With contacts,
+            // `links` too (then not only strings: only clients that send contacts get it).
             var http: HTTPResponse
             if asked.contacts == nil {
-                http = HTTPResponse.json(201, JSONWriter.flatObject(body.fields.map { ($0.key.rawValue, $0.value) }))
+                let fields = CreatedShare.fields(shareID: id.rawValue, shareURL: shareURL, expiresAt: RFC3339.format(millis: created.share.expiresAt),
+                                                 durationSeconds: durationSeconds, deviceToken: created.deviceToken,
+                                                 mqttURL: configuration.mqttPublicURL, mqttUsername: id.rawValue, mqttTopic: Topics.location(id),
+                                                 statusTopic: Topics.status(id), ingestURL: ingestURL, ownTracksConfigURL: ownTracksURL)
+                http = HTTPResponse.json(201, JSONWriter.flatObject(fields.map { ($0.key.rawValue, $0.value) }))
             } else {
-                var withLinks = body
+                var withLinks = CreatedShare(
+                    shareID: id.rawValue, shareURL: configuration.url(shareURL), expiresAt: Date(unixMillis: created.share.expiresAt),
+                    durationSeconds: durationSeconds, deviceToken: created.deviceToken, mqttURL: configuration.mqttPublicURL,
+                    mqttUsername: id.rawValue, mqttTopic: Topics.location(id), statusTopic: Topics.status(id),
+                    ingestURL: configuration.url(ingestURL), ownTracksConfigURL: configuration.url(ownTracksURL))
                 withLinks.links = created.links.map { personalLink($0.link, token: $0.token, share: id) }
                 http = HTTPResponse.api(201, withLinks)
             }
