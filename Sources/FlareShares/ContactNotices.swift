@@ -31,7 +31,12 @@ public struct ContactNotices: ContactMailComposing {
             guard let contact = try store.contact(id: contactID) else { return .nothing(reason: "the contact was deleted", contact: contactID) }
             guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
             let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
-            let (subject, body) = text.arrived(at: event.at)
+            let (subject, body): (String, String)
+            if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
+                (subject, body) = text.checkinMissed(url: nil, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
+            } else {
+                (subject, body) = text.arrived(at: event.at)
+            }
             let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
                                       body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
             return .send(recipient: address, message: message.bytes, contact: contactID)
@@ -126,7 +131,7 @@ struct ContactNoticeText {
     }
 
     /// The check-in was missed: when, the sharer's message, the last position (its time and accuracy), the link.
-    func checkinMissed(url: String, checkin: Checkin, last: Fix?) -> (subject: String, body: String) {
+    func checkinMissed(url: String?, checkin: Checkin, last: Fix?) -> (subject: String, body: String) {
         let due = Self.utc(checkin.dueAt)
         let position = last.map { fix in
             let where_ = "\(Self.degrees(fix.latitude)), \(Self.degrees(fix.longitude))"
@@ -139,6 +144,8 @@ struct ContactNoticeText {
             let said = checkin.message.isEmpty ? "" : "\n\(sharer) left this message: “\(checkin.message)”\n"
             let lastLine = position.map { "Last position, at \($0.time)\($0.accuracy): \($0.where_)\n\($0.map)" }
                 ?? "Flare has no position from \(sharer) yet."
+            let follow = url.map { "Follow \(sharer) live, and answer, with your personal link:\n\($0)\n\nThis link is yours alone: please do not forward it." }
+                ?? "\(sharer)'s live sharing had been stopped before the deadline: there is no live link to open."
             return ("\(sharer) did not check in by \(due)",
                     """
                     Hello \(contact),
@@ -147,15 +154,14 @@ struct ContactNoticeText {
                     \(said)
                     \(lastLine)
 
-                    Follow \(sharer) live, and answer, with your personal link:
-                    \(url)
-
-                    This link is yours alone: please do not forward it.
+                    \(follow)
                     """)
         case .zhCN:
             let said = checkin.message.isEmpty ? "" : "\n\(sharer) 留言：“\(checkin.message)”\n"
             let lastLine = position.map { "最后位置（\($0.time)\($0.accuracy)）：\($0.where_)\n\($0.map)" }
                 ?? "Flare 尚未收到 \(sharer) 的位置。"
+            let follow = url.map { "打开你的专属链接，实时查看 \(sharer) 的位置并回复：\n\($0)\n\n此链接仅供你本人使用，请勿转发。" }
+                ?? "\(sharer) 的实时共享在时限前已被停止，因此没有可打开的实时链接。"
             return ("\(sharer) 未在 \(due) 前报平安",
                     """
                     \(contact)，你好：
@@ -164,10 +170,7 @@ struct ContactNoticeText {
                     \(said)
                     \(lastLine)
 
-                    打开你的专属链接，实时查看 \(sharer) 的位置并回复：
-                    \(url)
-
-                    此链接仅供你本人使用，请勿转发。
+                    \(follow)
                     """)
         }
     }

@@ -147,8 +147,15 @@ extension ShareService {
         for id in checkin.contacts {
             if let contact = try store.contact(id: id) { contacts.append(contact) }
         }
-        let links = makeLinks(for: contacts, share: checkin.shareID, row: checkin.shareRow, at: now)
-        let mail = mailsContacts ? links.filter { $0.contact.email != nil }.map { EventDestination.mail($0.link.id) } : []
+        // A share stopped before its deadline (stopping is not checking in) takes no links: its contacts are still
+        // told, by a mail with the last position and no link.
+        let active: Bool
+        if let snapshot = registry.snapshot(checkin.shareID) { active = snapshot.share.isActive }
+        else { active = try store.share(row: checkin.shareRow)?.share.isActive ?? false }
+        let links = active ? makeLinks(for: contacts, share: checkin.shareID, row: checkin.shareRow, at: now) : []
+        let reachable = contacts.filter { $0.email != nil }
+        let mail: [EventDestination] = !mailsContacts ? []
+            : active ? links.filter { $0.contact.email != nil }.map { .mail($0.link.id) } : reachable.map { .contactMail($0.id) }
         let events = links.map { pending(.linkCreated(checkin.shareID, link: $0.link)) }
             + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: eventDestinations + mail)]
         guard try store.missCheckin(checkin.id, at: now, links: links.map(\.link), events: events) else { return }

@@ -229,4 +229,31 @@ import Glibc
         #expect(notified.count == 1 && notified.first?["contact_id"]?.stringValue == ben.id.rawValue && notified.first?["link_id"] == nil)
         #expect(events(fixture, quiet.share.id).allSatisfy { $0["type"]?.stringValue?.hasPrefix("contact.") != true })
     }
+
+    /// Stopping a check-in's share is not checking in (whoever holds the phone can stop it): at the deadline the
+    /// contacts are still told, with the last position and no link, since an ended share takes none.
+    @Test func aCheckinWhoseShareWasStoppedIsStillToldWithoutALink() throws {
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let ben = try contact(fixture, "Ben", email: "ben@example.org")
+        let armed = try fixture.service.armCheckin(.init(inSeconds: 1, graceSeconds: 0, contacts: [ben.id], name: "Anna"), owner: nil)
+        let payload = Array(#"{"_type":"location","lat":47.42116,"lon":10.98533,"tst":\#(Int64(Date().timeIntervalSince1970)),"acc":12}"#.utf8)
+        #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
+        #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
+        _ = try fixture.service.stop(armed.share.id)
+        Thread.sleep(forTimeInterval: 1.1)
+        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+                       logger: Logger(label: "test", level: .error)).step()
+        #expect(try fixture.store.checkin(id: armed.checkin.id)?.state == .missed)
+        #expect(try fixture.store.links(shareRow: armed.checkin.shareRow).isEmpty)
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        round(deliverer)
+        round(deliverer)
+        let mail = try #require(server.received.first)
+        #expect(server.received.count == 1 && mail.envelopeTo == ["ben@example.org"])
+        #expect(mail.body.contains("47.42116, 10.98533") && mail.body.contains("stopped before the deadline") && !mail.body.contains("/s/"))
+        let types = events(fixture, armed.share.id).compactMap { $0["type"]?.stringValue }
+        #expect(types.contains("checkin.missed") && types.contains("contact.notified"), "\(types)")
+    }
 }
