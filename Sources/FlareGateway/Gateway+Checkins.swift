@@ -73,7 +73,8 @@ extension Gateway {
         let found: Checkin?
         do { found = try shares.checkin(id) } catch { throw storeFailed(error, "looking up a check-in") }
         guard let checkin = found else {
-            _ = try authenticate(request, share: nil, allowDevice: false)  // a store failure is still a 503
+            // A credential that is not current hears 401 whether the id exists or not; a store failure is still a 503.
+            guard try authenticate(request, share: nil, allowDevice: false) != nil else { throw unknownCredential(request) }
             throw Self.checkinNotFound
         }
         guard let caller = try authenticate(request, share: checkin.shareID, allowDevice: allowDevice) else { throw unknownCredential(request) }

@@ -136,6 +136,9 @@ import Testing
         #expect(fixture.send("GET", "/api/v1/checkins/\(annas.checkinID)").status == 401)
         #expect(fixture.send("GET", "/api/v1/checkins/\(annas.checkinID)", bearer: "nonsense").status == 401)
         #expect(fixture.send("GET", "/api/v1/checkins/\(CheckinID.generate())", bearer: anna.key).status == 404)
+        // A wrong credential hears the same for an id that exists and one that does not.
+        #expect(fixture.send("GET", "/api/v1/checkins/\(CheckinID.generate())", bearer: "nonsense").status == 401)
+        #expect(fixture.send("POST", "/api/v1/checkins/\(annas.checkinID)/done", bearer: annas.deviceToken! + "x").status == 401)
     }
 
     @Test(arguments: [
