@@ -50,6 +50,8 @@ public final class CheckinWatcher: Sendable {
                 step()
                 usleep(1_000_000)
             }
+            // Let the lease go so another instance takes the deadlines at once; if the store cannot be told, the lease
+            // runs out by itself within `leaseMillis`, and no deadline is lost (they are in the store).
             if state.withLock({ $0.holding }) { try? store.releaseLease(Self.leaseName, holder: holder) }
             state.withLock { $0.finished = true }
         }

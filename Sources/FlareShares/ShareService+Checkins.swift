@@ -67,7 +67,8 @@ extension ShareService {
                               message: message, contacts: draft.contacts, arrive: request.arrive, notifyOnArrival: request.notifyOnArrival,
                               durationSeconds: duration, createdAt: now)
         do { try store.insertCheckin(checkin) } catch {
-            // No share left recording positions for a check-in that does not exist.
+            // No share left recording positions for a check-in that does not exist. The caller hears the store's
+            // failure (503) either way; a share that cannot be stopped now ends at its expiry.
             _ = try? stop(created.share.id)
             throw .storage(error.description)
         }
