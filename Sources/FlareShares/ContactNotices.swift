@@ -23,44 +23,39 @@ public struct ContactNotices: ContactMailComposing {
 
     public func mail(for event: ShareEvent, to target: MailTarget, messageID: String, server: MailServer) throws(StoreError) -> ContactMail {
         guard let stored = try store.share(id: event.shareID) else { return .nothing(reason: "the share is gone", contact: nil) }
-        let id: LinkID
+        // Whom it is for, and the link it carries (none for a contact told without one: an arrival, or a miss on a
+        // share that had ended and so took no links).
+        let contact: Contact, url: String?
         switch target {
-        case .link(let link): id = link
         case .contact(let contactID):
-            // No link: a check-in's arrival, told to a contact who was to be told if it was missed.
-            guard let contact = try store.contact(id: contactID) else { return .nothing(reason: "the contact was deleted", contact: contactID) }
-            guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
-            let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
-            let (subject, body): (String, String)
-            if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
-                (subject, body) = text.checkinMissed(url: nil, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
-            } else {
-                (subject, body) = text.arrived(at: event.at)
+            guard let found = try store.contact(id: contactID) else { return .nothing(reason: "the contact was deleted", contact: contactID) }
+            contact = found
+            url = nil
+        case .link(let id):
+            guard let link = try store.links(shareRow: stored.row).first(where: { $0.id == id }) else {
+                return .nothing(reason: "the link is gone", contact: nil)
             }
-            let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
-                                      body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
-            return .send(recipient: address, message: message.bytes, contact: contactID)
+            guard !link.isWithdrawn else { return .nothing(reason: "the link was withdrawn", contact: link.contactID) }
+            guard stored.share.isActive else { return .nothing(reason: "the share ended before its contact was told", contact: link.contactID) }
+            guard let contactID = link.contactID, let found = try store.contact(id: contactID) else {
+                return .nothing(reason: "the contact was deleted", contact: link.contactID)
+            }
+            contact = found
+            url = "\(publicURL)/s/\(ShareLink.viewToken(tokenKey: tokenKey, share: stored.share.id, link: id))"
         }
-        guard let link = try store.links(shareRow: stored.row).first(where: { $0.id == id }) else {
-            return .nothing(reason: "the link is gone", contact: nil)
-        }
-        guard !link.isWithdrawn else { return .nothing(reason: "the link was withdrawn", contact: link.contactID) }
-        guard stored.share.isActive else { return .nothing(reason: "the share ended before its contact was told", contact: link.contactID) }
-        guard let contactID = link.contactID, let contact = try store.contact(id: contactID) else {
-            return .nothing(reason: "the contact was deleted", contact: link.contactID)
-        }
-        guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contactID) }
-        let url = "\(publicURL)/s/\(ShareLink.viewToken(tokenKey: tokenKey, share: stored.share.id, link: id))"
+        guard let address = contact.email else { return .nothing(reason: "the contact has no email address", contact: contact.id) }
         let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
         let (subject, body): (String, String)
         if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
             (subject, body) = text.checkinMissed(url: url, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
-        } else {
+        } else if let url {
             (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
+        } else {
+            (subject, body) = text.arrived(at: event.at)
         }
         let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
                                   body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
-        return .send(recipient: address, message: message.bytes, contact: contactID)
+        return .send(recipient: address, message: message.bytes, contact: contact.id)
     }
 }
 
