@@ -47,7 +47,7 @@ final class Connection: Sendable {
         fixture = try ServiceFixture()
         let connection = self.connection
         keeper = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
-                                   connection: { connection.current }, clock: SystemWallClock(), metrics: fixture.metrics,
+                                   connection: { connection.current }, clock: fixture.clock, metrics: fixture.metrics,
                                    logger: Logger(label: "test", level: .error))
     }
 

@@ -28,13 +28,13 @@ import Glibc
     func mailing(_ fixture: ServiceFixture, url: String) throws -> ContactMailing {
         let server = try MailServer(url: url, from: "flare@example.org")
         return ContactMailing(server: server, sender: SMTPMailer(server: server),
-                              composer: ContactNotices(store: fixture.store, tokenKey: fixture.key, publicURL: publicURL, clock: SystemWallClock()))
+                              composer: ContactNotices(store: fixture.store, tokenKey: fixture.key, publicURL: publicURL, clock: fixture.clock))
     }
 
     func deliverer(_ fixture: ServiceFixture, mailing: ContactMailing?) -> EventDeliverer {
         EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: ScriptedPoster(), resolver: FixedResolver.public,
                        requestTimeout: .seconds(5), serverWebhook: nil, mailing: mailing, sealer: WebhookSecretSealer(tokenKey: fixture.key),
-                       holder: "a", clock: SystemWallClock(), metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
+                       holder: "a", clock: fixture.clock, metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
     }
 
     func events(_ fixture: ServiceFixture, _ id: ShareID) -> [[String: JSONValue]] {
@@ -168,7 +168,7 @@ import Glibc
         let payload = Array(#"{"_type":"location","lat":47.42116,"lon":10.98533,"tst":\#(now),"acc":12}"#.utf8)
         #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
         #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
-        let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+        let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock,
                                      logger: Logger(label: "test", level: .error))
         let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
         round(deliverer)
@@ -217,7 +217,7 @@ import Glibc
             #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
             #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
         }
-        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock,
                        logger: Logger(label: "test", level: .error)).step()
         #expect(try fixture.store.checkin(id: told.checkin.id)?.state == .arrived && fixture.store.checkin(id: quiet.checkin.id)?.state == .arrived)
         let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
@@ -243,7 +243,7 @@ import Glibc
         #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
         _ = try fixture.service.stop(armed.share.id)
         Thread.sleep(forTimeInterval: 1.1)
-        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: SystemWallClock(),
+        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock,
                        logger: Logger(label: "test", level: .error)).step()
         #expect(try fixture.store.checkin(id: armed.checkin.id)?.state == .missed)
         #expect(try fixture.store.links(shareRow: armed.checkin.shareRow).isEmpty)

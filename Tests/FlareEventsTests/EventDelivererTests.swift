@@ -46,7 +46,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
     func deliverer(_ fixture: ServiceFixture, poster: ScriptedPoster, holder: String = "a") throws -> EventDeliverer {
         EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
-                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: holder, clock: SystemWallClock(), metrics: fixture.metrics,
+                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: holder, clock: fixture.clock, metrics: fixture.metrics,
                        logger: Logger(label: "test", level: .error))
     }
 
@@ -124,7 +124,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
         let poster = SlowPoster(seconds: 1)
         let deliverer = EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: poster, resolver: FixedResolver.public,
                                        serverWebhook: ServerWebhook(url: try WebhookURL("https://hooks.example.org/flare"), secrets: [secret]),
-                                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: SystemWallClock(),
+                                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: fixture.clock,
                                        metrics: fixture.metrics, logger: Logger(label: "test", level: .error))
         deliverer.start()
         defer { deliverer.stop() }
@@ -185,7 +185,7 @@ final class SlowPoster: WebhookPosting, @unchecked Sendable {
                           connectTimeout: Duration = .seconds(5), requestTimeout: Duration = EventDeliverer.defaultRequestTimeout) -> EventDeliverer {
         EventDeliverer(store: fixture.store, publisher: fixture.publisher, poster: WebhookClient(connectTimeout: connectTimeout),
                        resolver: resolver, requestTimeout: requestTimeout, serverWebhook: serverWebhook,
-                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: SystemWallClock(), metrics: fixture.metrics,
+                       sealer: WebhookSecretSealer(tokenKey: fixture.key), holder: "a", clock: fixture.clock, metrics: fixture.metrics,
                        logger: Logger(label: "test", level: .error))
     }
 

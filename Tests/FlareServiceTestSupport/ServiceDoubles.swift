@@ -83,6 +83,10 @@ public struct ServiceFixture: Sendable {
     public let ingestor: FixIngestor
     public let metrics: Metrics
     public let key: [UInt8]
+    /// The service's clock: whatever reads the outbox or the check-ins beside it uses this one, since it may run a
+    /// few milliseconds ahead of the system's (it never repeats a millisecond) and a record made by the service is
+    /// not due yet by the system's clock.
+    public let clock: StrictlyIncreasingClock
 
     public init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
          publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false,
@@ -94,6 +98,7 @@ public struct ServiceFixture: Sendable {
         metrics = Metrics()
         let logger = Logger(label: "test", level: .error)
         let clock = StrictlyIncreasingClock()
+        self.clock = clock
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger,
