@@ -17,13 +17,17 @@ public struct ShareRequest: Codable, Sendable, Equatable {
     public var name: String?
     /// Contact ids (create only): a personal link each, in the answer's `links`.
     public var contacts: [String]?
+    /// End-to-end encrypted (create only): the phone encrypts every position with a passphrase the server never
+    /// receives; the owner's client makes it and puts it in the link's fragment (`#k=`). Takes no `contacts`.
+    public var e2e: Bool?
 
-    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s", name, contacts }
+    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s", name, contacts, e2e }
 
-    public init(durationSeconds: Double? = nil, name: String? = nil, contacts: [String]? = nil) {
+    public init(durationSeconds: Double? = nil, name: String? = nil, contacts: [String]? = nil, e2e: Bool? = nil) {
         self.durationSeconds = durationSeconds
         self.name = name
         self.contacts = contacts
+        self.e2e = e2e
     }
 }
 
@@ -47,12 +51,15 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     /// A personal link per contact, only when the request named `contacts` (then the answer is no longer all strings:
     /// a client that sends no contacts gets exactly the flat object it always did).
     public var links: [PersonalLink]?
+    /// `"true"` for an end-to-end encrypted share (a string, like every member), absent otherwise. `share_url` never
+    /// carries the key: the server does not have it. The client that made the passphrase adds `#k=<passphrase>`.
+    public var e2e: String?
 
     public enum CodingKeys: String, CodingKey {
         case shareID = "share_id", shareURL = "share_url", expiresAt = "expires_at", durationSeconds = "duration_s"
         case deviceToken = "device_token", mqttURL = "mqtt_url", mqttUsername = "mqtt_username", mqttTopic = "mqtt_topic"
         case statusTopic = "status_topic", ingestURL = "ingest_url", ownTracksConfigURL = "owntracks_config_url"
-        case links
+        case links, e2e
     }
 
     public init(shareID: String, shareURL: URL, expiresAt: Date, durationSeconds: Int?, deviceToken: String, mqttURL: String,
@@ -84,6 +91,7 @@ public struct CreatedShare: Codable, Sendable, Equatable {
         ingestURL = try c.decodeIfPresent(String.self, forKey: .ingestURL).map { try Self.url($0, .ingestURL, c) }
         ownTracksConfigURL = try c.decodeIfPresent(String.self, forKey: .ownTracksConfigURL).map { try Self.url($0, .ownTracksConfigURL, c) }
         links = try c.decodeIfPresent([PersonalLink].self, forKey: .links)
+        e2e = try c.decodeIfPresent(String.self, forKey: .e2e)
     }
 
     private static func url(_ text: String, _ key: CodingKeys, _ container: KeyedDecodingContainer<CodingKeys>) throws -> URL {
@@ -104,20 +112,21 @@ public struct CreatedShare: Codable, Sendable, Equatable {
     public var fields: [(key: CodingKeys, value: String)] {
         Self.fields(shareID: shareID, shareURL: shareURL.absoluteString, expiresAt: RFC3339.format(expiresAt), durationSeconds: durationSeconds,
                     deviceToken: deviceToken, mqttURL: mqttURL, mqttUsername: mqttUsername, mqttTopic: mqttTopic, statusTopic: statusTopic,
-                    ingestURL: ingestURL?.absoluteString, ownTracksConfigURL: ownTracksConfigURL?.absoluteString)
+                    ingestURL: ingestURL?.absoluteString, ownTracksConfigURL: ownTracksConfigURL?.absoluteString, e2e: e2e)
     }
 
     /// The same members from their text: the server writes a creation's answer from these without parsing its three
     /// URLs into `URL`s only to print them again.
     public static func fields(shareID: String, shareURL: String, expiresAt: String, durationSeconds: Int?, deviceToken: String, mqttURL: String,
                               mqttUsername: String, mqttTopic: String, statusTopic: String?, ingestURL: String?,
-                              ownTracksConfigURL: String?) -> [(key: CodingKeys, value: String)] {
+                              ownTracksConfigURL: String?, e2e: String? = nil) -> [(key: CodingKeys, value: String)] {
         var fields: [(key: CodingKeys, value: String)] = [(.shareID, shareID), (.shareURL, shareURL), (.expiresAt, expiresAt)]
         if let durationSeconds { fields.append((.durationSeconds, String(durationSeconds))) }
         fields += [(.deviceToken, deviceToken), (.mqttURL, mqttURL), (.mqttUsername, mqttUsername), (.mqttTopic, mqttTopic)]
         if let statusTopic { fields.append((.statusTopic, statusTopic)) }
         if let ingestURL { fields.append((.ingestURL, ingestURL)) }
         if let ownTracksConfigURL { fields.append((.ownTracksConfigURL, ownTracksConfigURL)) }
+        if let e2e { fields.append((.e2e, e2e)) }
         return fields
     }
 }
@@ -142,14 +151,17 @@ public struct ShareStatus: Codable, Sendable, Equatable {
     public let viewers: Int
     /// Who has seen the link (`GET /api/v1/shares/{id}` only; absent from listings).
     public let audience: ShareAudience?
+    /// True for an end-to-end encrypted share (absent otherwise): `last` is then always null.
+    public let e2e: Bool?
 
     enum CodingKeys: String, CodingKey {
         case shareID = "share_id", name, state, createdAt = "created_at", expiresAt = "expires_at", endedAt = "ended_at"
-        case reason, historyDeleted = "history_deleted", last, viewers, audience
+        case reason, historyDeleted = "history_deleted", last, viewers, e2e, audience
     }
 
     public init(shareID: String, name: String, state: ShareState, createdAt: Date, expiresAt: Date, endedAt: Date?,
-                reason: String?, historyDeleted: Bool, last: ReportedLocation?, viewers: Int, audience: ShareAudience? = nil) {
+                reason: String?, historyDeleted: Bool, last: ReportedLocation?, viewers: Int, e2e: Bool? = nil, audience: ShareAudience? = nil) {
+        self.e2e = e2e
         self.shareID = shareID
         self.name = name
         self.state = state

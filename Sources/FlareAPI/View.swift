@@ -115,6 +115,11 @@ public struct ViewDocument: Codable, Sendable, Equatable {
     public let answers: [ShareAnswer]?
     /// The check-in this share was made for, once missed: the page opens with it.
     public let checkin: MissedCheckin?
+    /// True for an end-to-end encrypted share (absent otherwise): `last` is null, `trail` empty, and the positions are
+    /// `sealed`, which only a holder of the link's key (its `#k=` fragment) can open.
+    public let e2e: Bool?
+    /// An end-to-end encrypted share's newest ciphertexts, oldest first.
+    public let sealed: [SealedLocation]?
     /// The server's clock, so the page can say "2 minutes ago" right on a phone whose clock is off.
     @RFC3339Time public var serverTime: Date
 
@@ -127,7 +132,22 @@ public struct ViewDocument: Codable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, answers, checkin, serverTime = "server_time"
+        case state, reason, endedAt = "ended_at", name, expiresAt = "expires_at", last, trail, tracker, answers, checkin, e2e, sealed, serverTime = "server_time"
+    }
+}
+
+/// One position of an end-to-end encrypted share, as the phone sent it: `data` is the OwnTracks `encrypted` message's
+/// (base64 of nonce(24) | Poly1305 tag(16) | XSalsa20 ciphertext, NaCl's secretbox keyed by the passphrase's UTF-8
+/// bytes zero-padded to 32); it opens to an OwnTracks `location`. In the view document's `sealed` and the live
+/// `sealed` event.
+public struct SealedLocation: Codable, Sendable, Equatable {
+    /// When the server received it (Unix seconds): the only time the server knows.
+    public let tst: Int64
+    public let data: String
+
+    public init(tst: Int64, data: String) {
+        self.tst = tst
+        self.data = data
     }
 }
 
@@ -171,10 +191,11 @@ public struct ShareAnswerList: Codable, Sendable, Equatable {
 
 /// The events of `GET /api/v1/view/{view_token}/events` (Server-Sent Events): `status` (`LiveStatus`, first and
 /// after each extension), `tracker` (a `TrackerReport`, after `status` and on each change), `fix` (a
-/// `ReportedLocation`, each new last position), `answer` (a `ShareAnswer`, each new one) and `ended` (`LiveEnded`,
+/// `ReportedLocation`, each new last position; `sealed`, a `SealedLocation`, instead for an end-to-end encrypted
+/// share), `answer` (a `ShareAnswer`, each new one) and `ended` (`LiveEnded`,
 /// last).
 public enum LiveEventName: String, Sendable, CaseIterable {
-    case status, tracker, fix, ended, answer
+    case status, tracker, fix, sealed, ended, answer
 }
 
 /// `POST /api/v1/view/{view_token}/locate` → 202: the phone was asked for a fresh position.

@@ -108,6 +108,24 @@ public final class FixIngestor: Sendable {
                 shares.lastWillArrived(shareID, at: receivedAt)
             }
             return nil
+        case .success(.fix) where context.endToEnd:
+            if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
+            return reject(.notEncrypted, share: shareID)
+        case .success(.sealed(_, let sequence)) where !context.endToEnd:
+            if let sequence { shares.refused(sequence, row: context.row, share: shareID) }
+            return reject(.unexpectedEncryption, share: shareID)
+        case .success(.sealed(let data, let sequence)):
+            // A retained message delivered again on (re)subscribe is the one already known; any other repeat (a QoS 1
+            // redelivery) the store absorbs by the ciphertext's digest.
+            if retained, context.last?.sealed == data {
+                metrics.increment(FlareMetrics.fixesDuplicate)
+                return nil
+            }
+            var fix = Fix.sealed(data, receivedAt: receivedAt)
+            fix.sequence = sequence
+            queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
+                           heardAt: receivedAt, repliesToLocate: false, transport: .mqtt))
+            return nil
         case .success(.fix(let fix)):
             // A retained location delivered again on (re)subscribe is the fix already known; without a `tst`
             // it would otherwise be stored again under a new receive time.

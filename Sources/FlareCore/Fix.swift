@@ -18,6 +18,10 @@ public struct Fix: Sendable, Equatable {
     /// Where it stands in the stream of a tracker that asks Flare to confirm what is stored (`seq_stream`, `seq`).
     /// Not stored with the fix: the store keeps the share's mark instead.
     public var sequence: TrackerSequence?
+    /// For an end-to-end encrypted share: the `data` of the OwnTracks `encrypted` message, as received (base64 of
+    /// nonce | Poly1305 tag | XSalsa20 ciphertext). The server stores and relays it unread: `latitude` and
+    /// `longitude` are then 0, `timestamp` is when it arrived, and nothing else is known.
+    public var sealed: String?
 
     public init(latitude: Double, longitude: Double, timestamp: Int64, accuracy: Double? = nil, altitude: Double? = nil,
                 velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, batteryStatus: Int? = nil,
@@ -35,6 +39,15 @@ public struct Fix: Sendable, Equatable {
         self.trackerID = trackerID
         self.trigger = trigger
     }
+
+    /// An encrypted message that arrived at `receivedAt`.
+    public static func sealed(_ data: String, receivedAt: UnixMillis) -> Fix {
+        var fix = Fix(latitude: 0, longitude: 0, timestamp: receivedAt / 1000)
+        fix.sealed = data
+        return fix
+    }
+
+    public var isSealed: Bool { sealed != nil }
 
     /// The `t` of a tracker's answer to a "report location" command.
     public static let responseTrigger = "r"

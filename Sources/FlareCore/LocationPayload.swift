@@ -1,3 +1,5 @@
+import FlareCrypto
+
 /// Why a message on a location topic did not become a stored fix. The raw value is the metrics label and the
 /// log word; none of them carries the payload or a coordinate.
 public enum RejectReason: String, Sendable, CaseIterable, Error {
@@ -13,6 +15,12 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
     case shareEnded = "share_ended"
     /// The share holds as many fixes as a share may (`FLARE_MAX_FIXES_PER_SHARE`).
     case fixLimitReached = "fix_limit_reached"
+    /// `_type: encrypted` whose `data` is not base64 of a secretbox (or is longer than a location can be).
+    case malformedCiphertext = "malformed_ciphertext"
+    /// A position in clear for an end-to-end encrypted share: never stored, since the server must not see it.
+    case notEncrypted = "not_encrypted"
+    /// An encrypted position for a share that is not end-to-end encrypted: nobody could read it.
+    case unexpectedEncryption = "unexpected_encryption"
 
     public var message: String {
         switch self {
@@ -27,6 +35,9 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
         case .unknownShare: "no such share"
         case .shareEnded: "the share has ended"
         case .fixLimitReached: "the share holds as many positions as a share may; start a new share"
+        case .malformedCiphertext: "data must be base64 of a NaCl secretbox (24-byte nonce, 16-byte tag, ciphertext), at most \(SealedLocation.maximumDataLength) characters"
+        case .notEncrypted: "the share is end-to-end encrypted: positions must be sent encrypted (the app's encryptionKey)"
+        case .unexpectedEncryption: "the share is not end-to-end encrypted: nobody can read this position (remove the app's encryptionKey)"
         }
     }
 }
@@ -37,6 +48,53 @@ public enum LocationMessage: Sendable, Equatable {
     /// The tracker's MQTT last will, `{"_type":"lwt"}` (Android: no `tst`; iOS: `tst` = when it connected), sent by
     /// the broker when the tracker's connection was lost.
     case lastWill
+    /// An OwnTracks `encrypted` message, `{"_type":"encrypted","data":"…"}`: only for an end-to-end encrypted share.
+    /// A confirming tracker (`flare track --e2e`) puts its `seq_stream` and `seq` beside `data`, in clear: they say
+    /// only how many messages it sent, which the server sees anyway.
+    case sealed(data: String, sequence: TrackerSequence?)
+}
+
+extension LocationMessage {
+    /// What a share stores of this message: a fix in clear for a plain share, the ciphertext for an end-to-end
+    /// encrypted one, and neither the other way round. Nil for a last will.
+    public func fix(endToEnd: Bool, receivedAt: UnixMillis) -> Result<Fix, RejectReason>? {
+        switch self {
+        case .lastWill: nil
+        case .fix where endToEnd: .failure(.notEncrypted)
+        case .fix(let fix): .success(fix)
+        case .sealed where !endToEnd: .failure(.unexpectedEncryption)
+        case .sealed(let data, let sequence):
+            .success({ var fix = Fix.sealed(data, receivedAt: receivedAt); fix.sequence = sequence; return fix }())
+        }
+    }
+}
+
+/// What the server checks of an encrypted message: that `data` is base64 of something a secretbox can be. It cannot
+/// check more, and does not try.
+public enum SealedLocation {
+    /// nonce (24) + tag (16): an empty plaintext.
+    public static let minimumBoxBytes = 40
+    /// An encrypted OwnTracks location is a few hundred characters; the bound keeps each one within what the store's
+    /// change feed carries in one notification (PostgreSQL's NOTIFY takes 8,000 bytes).
+    public static let maximumDataLength = 4096
+
+    /// What the store keys a ciphertext by, in place of a fix's time and place: a QoS 1 redelivery is the same bytes.
+    /// The first 16 bytes of its SHA-256.
+    public static func digest(_ data: String) -> [UInt8] { Array(Crypto.sha256(data).prefix(16)) }
+
+    public static func isValid(_ data: String) -> Bool {
+        let count = data.utf8.count
+        guard count <= maximumDataLength, count >= (minimumBoxBytes + 2) / 3 * 4, count % 4 == 0,
+              data.utf8.allSatisfy({ $0 < 0x80 && base64Alphabet[Int($0)] }) else { return false }
+        // Padding only at the end.
+        let body = data.utf8.prefix { $0 != UInt8(ascii: "=") }
+        return count - body.count <= 2 && data.utf8.dropFirst(body.count).allSatisfy { $0 == UInt8(ascii: "=") }
+    }
+
+    private static let base64Alphabet: [Bool] = (0..<128).map { byte in
+        let c = UInt8(byte)
+        return (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || (c >= 48 && c <= 57) || c == 43 || c == 47 || c == 61
+    }
 }
 
 /// Turns an OwnTracks `location` object or a bare `{"lat":…,"lon":…}` into a `Fix`.
@@ -60,11 +118,13 @@ public struct LocationPayloadParser: Sendable {
         switch parseMessage(payload, receivedAt: receivedAt, shareCreatedAt: shareCreatedAt) {
         case .success(.fix(let fix)): .success(fix)
         case .success(.lastWill): .failure(.ignoredType)
+        case .success(.sealed): .failure(.unexpectedEncryption)
         case .failure(let reason): .failure(reason)
         }
     }
 
-    /// A location or a last will; every other OwnTracks type (transition, status, waypoint, …) is `ignoredType`.
+    /// A location, a last will or an encrypted message; every other OwnTracks type (transition, status, waypoint, …)
+    /// is `ignoredType`.
     public func parseMessage(_ payload: [UInt8], receivedAt: UnixMillis, shareCreatedAt: UnixMillis) -> Result<LocationMessage, RejectReason> {
         guard payload.count <= maximumBytes else { return .failure(.tooLarge) }
         var fields = Fields()
@@ -75,6 +135,10 @@ public struct LocationPayloadParser: Sendable {
         }
         if let type = fields.type {
             if type.stringValue == "lwt" { return .success(.lastWill) }
+            if type.stringValue == "encrypted" {
+                guard let data = fields.data?.stringValue, SealedLocation.isValid(data) else { return .failure(.malformedCiphertext) }
+                return .success(.sealed(data: data, sequence: TrackerSequence(stream: fields.seqStream, number: fields.seq)))
+            }
             guard type.stringValue == "location" else { return .failure(.ignoredType) }
         }
         guard let latitude = fields.lat?.doubleValue ?? Self.numericString(fields.lat),
@@ -120,7 +184,7 @@ public struct LocationPayloadParser: Sendable {
     /// dropped, the Wi-Fi names among them (`SSID`/`BSSID` on Android and older iOS, `ssid`/`bssid` on iOS since
     /// 2025): a network's name can tell where someone lives, and the family needs only the position. A repeated key keeps its last value, as a JSON object would.
     private struct Fields {
-        var type, lat, lon, tst, acc, alt, vel, cog, batt, bs, conn, tid, t, seq, seqStream: JSONValue?
+        var type, lat, lon, tst, acc, alt, vel, cog, batt, bs, conn, tid, t, seq, seqStream, data: JSONValue?
 
         mutating func take(_ key: String, _ value: JSONValue) {
             switch key {
@@ -139,6 +203,7 @@ public struct LocationPayloadParser: Sendable {
             case "t": t = value
             case "seq": seq = value
             case "seq_stream": seqStream = value
+            case "data": data = value
             default: break
             }
         }

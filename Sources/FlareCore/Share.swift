@@ -27,12 +27,15 @@ public struct Share: Sendable, Equatable {
     public var batteryLowAt: UnixMillis?
     /// The deadline of the check-in this share was made for, once it was missed: the page says so first.
     public var missedCheckinDueAt: UnixMillis?
+    /// End-to-end encrypted: the phone encrypts every position with a passphrase the server never receives (it is in
+    /// the link's fragment), and the server keeps and relays only ciphertext (`Fix.sealed`). Set at creation.
+    public let endToEnd: Bool
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
                 ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil,
-                missedCheckinDueAt: UnixMillis? = nil) {
+                missedCheckinDueAt: UnixMillis? = nil, endToEnd: Bool = false) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -48,6 +51,7 @@ public struct Share: Sendable, Equatable {
         self.lastAnswerID = lastAnswerID
         self.batteryLowAt = batteryLowAt
         self.missedCheckinDueAt = missedCheckinDueAt
+        self.endToEnd = endToEnd
     }
 
     public var isActive: Bool { endedAt == nil }

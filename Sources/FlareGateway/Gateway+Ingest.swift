@@ -21,7 +21,9 @@ extension Gateway {
         guard let found = try lookUp(id), case .live(let snapshot) = found else { throw .shareNotFound }
         if let refusal = overFixRate(id) { throw refusal }
         let receivedAt = clock.now()
-        switch parser.parse(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt) {
+        let parsed = parser.parseMessage(request.body, receivedAt: receivedAt, shareCreatedAt: snapshot.share.createdAt)
+            .flatMap { $0.fix(endToEnd: snapshot.share.endToEnd, receivedAt: receivedAt) ?? .failure(.ignoredType) }
+        switch parsed {
         case .failure(let reason):
             metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
             let status = reason == .tooLarge ? 413 : (reason == .ignoredType ? 422 : 400)

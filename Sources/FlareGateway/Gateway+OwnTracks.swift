@@ -136,15 +136,21 @@ extension Gateway {
             var response = HTTPResponse.json(200, Array("[]".utf8))
             response.headers.append(("X-Flare-Refused", reason.rawValue))
             return response
-        case .success(.lastWill):
-            return .json(200, Array("[]".utf8))  // the apps send none over HTTP; nothing to do with one
-        case .success(.fix) where shares.fixLimitReached(id):
+        case .success(let message):
+            // The apps send no last will over HTTP; nothing to do with one.
+            guard let stored = message.fix(endToEnd: snapshot.share.endToEnd, receivedAt: receivedAt) else { return .json(200, Array("[]".utf8)) }
             // As every refusal the app cannot mend: answered 2xx, or Android would retry it for ever (see above).
-            metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", RejectReason.fixLimitReached.rawValue)])
-            var response = HTTPResponse.json(200, Array("[]".utf8))
-            response.headers.append(("X-Flare-Refused", RejectReason.fixLimitReached.rawValue))
-            return response
-        case .success(.fix(let fix)):
+            let refusal: RejectReason? = switch stored {
+            case .failure(let reason): reason
+            case .success: shares.fixLimitReached(id) ? .fixLimitReached : nil
+            }
+            if let refusal {
+                metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", refusal.rawValue)])
+                var response = HTTPResponse.json(200, Array("[]".utf8))
+                response.headers.append(("X-Flare-Refused", refusal.rawValue))
+                return response
+            }
+            guard case .success(let fix) = stored else { return .json(200, Array("[]".utf8)) }
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { return refusal.response }
             return .api(200, commands(for: snapshot))
         }

@@ -77,6 +77,15 @@ extension Gateway {
             }
             parsed.contacts = ids
         }
+        if let e2e = object["e2e"], e2e != .null {
+            // A string too, for clients that write every value as one (as the create answer is).
+            switch e2e {
+            case .bool(let flag): parsed.e2e = flag
+            case .string("true"): parsed.e2e = true
+            case .string("false"): parsed.e2e = false
+            default: throw .badRequest("invalid_e2e", "e2e must be true or false")
+            }
+        }
         return parsed
     }
 
@@ -85,7 +94,7 @@ extension Gateway {
         let asked = try shareRequest(request)
         do throws(ShareError) {
             let created = try shares.create(name: asked.name, durationSeconds: asked.durationSeconds, owner: key,
-                                            contacts: (asked.contacts ?? []).compactMap { ContactID($0) })
+                                            contacts: (asked.contacts ?? []).compactMap { ContactID($0) }, endToEnd: asked.e2e == true)
             let id = created.share.id
             let base = configuration.publicURL
             let shareURL = "\(base)/s/\(created.viewToken)", ingestURL = "\(base)/api/v1/shares/\(id.rawValue)/locations"
@@ -99,7 +108,8 @@ extension Gateway {
                 let fields = CreatedShare.fields(shareID: id.rawValue, shareURL: shareURL, expiresAt: RFC3339.format(millis: created.share.expiresAt),
                                                  durationSeconds: durationSeconds, deviceToken: created.deviceToken,
                                                  mqttURL: configuration.mqttPublicURL, mqttUsername: id.rawValue, mqttTopic: Topics.location(id),
-                                                 statusTopic: Topics.status(id), ingestURL: ingestURL, ownTracksConfigURL: ownTracksURL)
+                                                 statusTopic: Topics.status(id), ingestURL: ingestURL, ownTracksConfigURL: ownTracksURL,
+                                                 e2e: created.share.endToEnd ? "true" : nil)
                 http = HTTPResponse.json(201, JSONWriter.flatObject(fields.map { ($0.key.rawValue, $0.value) }))
             } else {
                 var withLinks = CreatedShare(
@@ -108,6 +118,7 @@ extension Gateway {
                     mqttUsername: id.rawValue, mqttTopic: Topics.location(id), statusTopic: Topics.status(id),
                     ingestURL: configuration.url(ingestURL), ownTracksConfigURL: configuration.url(ownTracksURL))
                 withLinks.links = created.links.map { personalLink($0.link, token: $0.token, share: id) }
+                withLinks.e2e = created.share.endToEnd ? "true" : nil
                 http = HTTPResponse.api(201, withLinks)
             }
             http.headers.append(("Location", "/api/v1/shares/\(id.rawValue)"))
@@ -176,14 +187,15 @@ extension Gateway {
         var last: ReportedLocation?
         var viewers = 0
         if case .live(let snapshot) = lookup {
-            last = snapshot.last?.reportedLocation
+            // An end-to-end encrypted share's last position is ciphertext: the server has none to show.
+            last = snapshot.last.flatMap { $0.isSealed ? nil : $0.reportedLocation }
             viewers = snapshot.viewers
         }
         return ShareStatus(
             shareID: share.id.rawValue, name: share.name, state: share.isActive ? .active : .ended,
             createdAt: Date(unixMillis: share.createdAt), expiresAt: Date(unixMillis: share.expiresAt),
             endedAt: share.endedAt.map(Date.init(unixMillis:)), reason: share.endReason?.rawValue,
-            historyDeleted: share.historyPurged, last: last, viewers: max(audience?.watching ?? 0, viewers),
+            historyDeleted: share.historyPurged, last: last, viewers: max(audience?.watching ?? 0, viewers), e2e: share.endToEnd ? true : nil,
             audience: audience.map { audience in
                 ShareAudience(firstOpenedAt: audience.firstOpenedAt.map(Date.init(unixMillis:)), opened: audience.opened, watching: audience.watching,
                               links: audience.links.isEmpty ? nil : audience.links.map {

@@ -118,14 +118,14 @@ extension Gateway {
         stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: snapshot.share.expiresAt)))))
         stream.send(Self.event(.tracker, TrackerSummary(share: snapshot.share, last: snapshot.last).json))
         // The page fetched the view JSON before connecting: the last fix closes any gap in between.
-        if let last = snapshot.last { stream.send(Self.event(.fix, last.viewJSON)) }
+        if let last = snapshot.last { stream.send(Self.liveFix(last)) }
         let subscription = shares.subscribe(id) { [weak stream, clock] event in
             guard let stream else { return }
             switch event {
             case .fix(let fix):
                 // Rendered by hand (every viewer of every share gets each fix): the same shape as
                 // `FlareAPI.ReportedLocation`, which the tests decode it with.
-                stream.send(Self.event(.fix, fix.viewJSON))
+                stream.send(Self.liveFix(fix))
             case .extended(let expiresAt):
                 stream.send(Self.event(.status, Self.encoded(LiveStatus(expiresAt: Date(unixMillis: expiresAt)))))
             case .tracker(let summary):
@@ -187,6 +187,11 @@ extension Gateway {
                 }
             }
         }
+    }
+
+    /// A new last position: `fix`, or `sealed` for an end-to-end encrypted share's ciphertext.
+    static func liveFix(_ fix: Fix) -> [UInt8] {
+        fix.isSealed ? event(.sealed, fix.sealedJSON) : event(.fix, fix.viewJSON)
     }
 
     static func event(_ name: LiveEventName, _ data: [UInt8]) -> [UInt8] {

@@ -56,6 +56,7 @@ final class PostgresListener: Sendable {
                     let fresh = try PostgresConnection(conninfo: conninfo, applicationName: instance + "-listen")
                     try fresh.execute("LISTEN flare_shares", operation: "listen")
                     try fresh.execute("LISTEN flare_fixes", operation: "listen")
+                    try fresh.execute("LISTEN flare_sealed", operation: "listen")
                     connection = fresh
                     connected(true)
                     if !firstConnection { handler(.resync) }
@@ -104,6 +105,11 @@ final class PostgresListener: Sendable {
                                    connection: values.count == 11 && !values[10].isEmpty ? String(values[10]) : nil))
             }
             return fixes.isEmpty ? nil : .fixes(fixes)
+        case "flare_sealed":
+            // row,received_at,data: one end-to-end encrypted share's ciphertext (see `PostgresShareStore.insertSealed`).
+            let values = body.split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
+            guard values.count == 3, let share = Int64(values[0]), let receivedAt = Int64(values[1]), SealedLocation.isValid(String(values[2])) else { return nil }
+            return .fixes([(share, Fix.sealed(String(values[2]), receivedAt: receivedAt))])
         default:
             return nil
         }

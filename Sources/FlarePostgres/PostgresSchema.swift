@@ -23,8 +23,9 @@ import FlareStore
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
 /// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
+/// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
 ///
-/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8 and 10; see the list below).
+/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
 ///
 /// Step 2 is not the same step in the two engines. In SQLite it is the index `shares_newest`, which PostgreSQL made in
 /// step 1 already; in PostgreSQL it is the change feed (the function `flare_notify_share` and the trigger
@@ -43,7 +44,8 @@ import FlareStore
 /// - step 7: `owner_key` BIGINT (the key that created the share; shares older than the step got the first key);
 /// - step 8: `last_answer_id` BIGINT;
 /// - step 10: `battery_low_at` BIGINT;
-/// - step 13: `checkin_missed_due` BIGINT (the deadline of the share's check-in, once missed).
+/// - step 13: `checkin_missed_due` BIGINT (the deadline of the share's check-in, once missed);
+/// - step 14: `e2e` BOOLEAN (end-to-end encrypted, its fixes in `sealed_fixes`).
 extension PostgresShareStore {
     /// The schema, one numbered step at a time (recorded in `flare_schema`); steps are only ever appended. A database
     /// made by an older release is brought up to date at open, under a lock, so instances starting together do it once.
@@ -187,6 +189,14 @@ extension PostgresShareStore {
                                created_at BIGINT NOT NULL);
         CREATE INDEX checkins_armed ON checkins(state, due_at);
         ALTER TABLE shares ADD COLUMN checkin_missed_due BIGINT;
+        """,
+        // 14: end-to-end encrypted shares. Their fixes are ciphertext the server cannot read, so they have no time or
+        // place to be keyed by: the digest of the ciphertext is their key (a QoS 1 redelivery is the same bytes).
+        """
+        CREATE TABLE sealed_fixes (share BIGINT NOT NULL, digest BYTEA NOT NULL, received_at BIGINT NOT NULL, data TEXT NOT NULL,
+                                   PRIMARY KEY (share, digest));
+        CREATE INDEX sealed_fixes_newest ON sealed_fixes(share, received_at);
+        ALTER TABLE shares ADD COLUMN e2e BOOLEAN NOT NULL DEFAULT false;
         """,
     ]
     static var schemaVersion: Int { migrations.count }

@@ -9,7 +9,8 @@ extension PostgresShareStore: ChangeFeed {
             guard listener == nil else { return }
             let newestStored = newestStored
             listener = PostgresListener(conninfo: url, instance: instance, listening: { newestStored.listening($0) }) { change in
-                if case .fixes(let fixes) = change { newestStored.stored(fixes) }
+                // Ciphertexts have no time and place to be keyed by: they are not the plain fixes' frontier.
+                if case .fixes(let fixes) = change, !fixes.contains(where: { $0.fix.isSealed }) { newestStored.stored(fixes) }
                 handler(change)
             }
         }

@@ -4,8 +4,23 @@ public import FlareStore
 import Synchronization
 
 extension PostgresShareStore: FixRecords {
-    public func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] {
-        guard !fixes.isEmpty else { return [] }
+    public func insertFixes(_ batch: [PendingFix]) throws(StoreError) -> [Bool] {
+        guard !batch.isEmpty else { return [] }
+        // End-to-end encrypted shares' ciphertexts go to a table of their own, in the same transaction; a batch without
+        // any (nearly every one) takes the path below unchanged.
+        let sealedAt = batch.indices.filter { batch[$0].fix.isSealed }
+        let fixes = sealedAt.isEmpty ? batch : batch.filter { !$0.fix.isSealed }
+        let sealed = sealedAt.map { batch[$0] }
+        let (plainNew, sealedNew) = try insertSplit(fixes, sealed: sealed)
+        guard !sealedAt.isEmpty else { return plainNew }
+        var isNew = Array(repeating: false, count: batch.count)
+        var plain = plainNew.makeIterator()
+        var next = sealedNew.makeIterator()
+        for index in batch.indices { isNew[index] = (batch[index].fix.isSealed ? next.next() : plain.next()) ?? false }
+        return isNew
+    }
+
+    private func insertSplit(_ fixes: [PendingFix], sealed: [PendingFix]) throws(StoreError) -> (plain: [Bool], sealed: [Bool]) {
         return try pool.with(operation: "insert fixes", long: true) { connection throws(StoreError) in
             if !connection.hasFixStaging {  // outside the transaction, which may roll back
                 try connection.execute("CREATE TEMPORARY TABLE IF NOT EXISTS fixes_staging (LIKE fixes) ON COMMIT DELETE ROWS",
@@ -16,28 +31,55 @@ extension PostgresShareStore: FixRecords {
             if !unknown.rows.isEmpty {
                 newestStored.seed(unknown.rows, newest: try newestStoredFixes(unknown.rows, on: connection), generation: unknown.generation)
             }
-            let isNew: [Bool]
+            let isNew: (plain: [Bool], sealed: [Bool])
             let direct = newestStored.claimNewFixes(in: fixes)
             do throws(StoreError) {
-                isNew = try insert(fixes, copying: direct, on: connection)
+                isNew = try insert(fixes, copying: direct, sealed: sealed, on: connection)
                 writerCounts.withLock { $0.copied += direct.count }
             } catch where error.isUniqueViolation {
                 // A fix judged new was stored after all: by another instance, committed just before its announcement
                 // reached this one. The whole batch goes the other way (PostgreSQL logs the duplicate key).
                 writerCounts.withLock { $0.retried += 1 }
-                isNew = try insert(fixes, copying: [], on: connection)
+                isNew = try insert(fixes, copying: [], sealed: sealed, on: connection)
             }
             if direct.count < fixes.count { newestStored.stored(fixes.lazy.map { ($0.shareRow, $0.fix) }) }
             return isNew
         }
     }
 
+    /// Ciphertexts, inside the caller's transaction: new unless their digest is stored for the share. The new ones are
+    /// announced one to a notification on `flare_sealed` (`row,received_at,data`; `data` is at most
+    /// `SealedLocation.maximumDataLength` characters of base64, well under NOTIFY's 8,000 bytes).
+    private func insertSealed(_ sealed: [PendingFix], on connection: PostgresConnection) throws(StoreError) -> [Bool] {
+        guard !sealed.isEmpty else { return [] }
+        let digests = sealed.map { PostgresText.hex(SealedLocation.digest($0.fix.sealed ?? "")) }
+        let inserted = try connection.execute("""
+            INSERT INTO sealed_fixes (share, digest, received_at, data)
+            SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bigint[], $4::text[]) ON CONFLICT DO NOTHING RETURNING share, digest
+            """, [PostgresText.textArray(sealed.map { String($0.shareRow) }), PostgresText.textArray(digests),
+                  PostgresText.textArray(sealed.map { String($0.receivedAt) }), PostgresText.textArray(sealed.map { $0.fix.sealed ?? "" })],
+            operation: "insert sealed fixes")
+        struct Key: Hashable { let share: Int64; let digest: [UInt8] }
+        var new = Set<Key>()
+        for index in 0..<inserted.count { new.insert(Key(share: inserted.int64(index, 0), digest: inserted.bytes(index, 1))) }
+        // The same ciphertext twice in one batch is inserted once: the first is the new one.
+        let isNew = sealed.map { new.remove(Key(share: $0.shareRow, digest: SealedLocation.digest($0.fix.sealed ?? ""))) != nil }
+        let announced = zip(sealed, isNew).filter(\.1).map { "\($0.0.shareRow),\($0.0.receivedAt),\($0.0.fix.sealed ?? "")" }
+        if !announced.isEmpty {
+            try connection.execute("SELECT pg_notify('flare_sealed', $1 || ' ' || chunk) FROM unnest($2::text[]) chunk",
+                                   [instance, PostgresText.textArray(announced)], operation: "announce sealed fixes")
+        }
+        return isNew
+    }
+
     /// Stores `fixes` in one transaction and announces the new ones; `copying` (indexes into `fixes`) are certainly
     /// new and go into `fixes` by a plain binary COPY, the rest through a staging table and `INSERT … ON CONFLICT DO
     /// NOTHING`, which says which were new. The plain COPY costs the database half as much per row: no speculative
     /// insertion (a second index search and WAL record per row), no staging copy, rows written by the page.
-    private func insert(_ fixes: [PendingFix], copying direct: [Int], on connection: PostgresConnection) throws(StoreError) -> [Bool] {
+    private func insert(_ fixes: [PendingFix], copying direct: [Int], sealed: [PendingFix], on connection: PostgresConnection) throws(StoreError) -> (plain: [Bool], sealed: [Bool]) {
         try connection.transaction(operation: "insert fixes") { () throws(StoreError) in
+            let sealedNew = try insertSealed(sealed, on: connection)
+            guard !fixes.isEmpty else { return ([], sealedNew) }
             var isNew = Array(repeating: false, count: fixes.count)
             let all = direct.count == fixes.count
             if !direct.isEmpty {
@@ -50,7 +92,7 @@ extension PostgresShareStore: FixRecords {
                 for (index, new) in zip(staged, try insertStaged(staged.map { fixes[$0] }, on: connection)) { isNew[index] = new }
             }
             try announce(all ? fixes : zip(fixes, isNew).filter(\.1).map(\.0), on: connection)
-            return isNew
+            return (isNew, sealedNew)
         }
     }
 
@@ -191,9 +233,18 @@ extension PostgresShareStore: FixRecords {
         }
     }
 
+    public func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
+        try pool.with(operation: "read fixes") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT received_at, data FROM sealed_fixes WHERE share = $1 ORDER BY received_at DESC LIMIT $2",
+                                              [String(row), String(limit)], operation: "read fixes")
+            return (0..<rows.count).reversed().map { Fix.sealed(rows.text($0, 1) ?? "", receivedAt: rows.int64($0, 0)) }
+        }
+    }
+
     public func fixCount(row: Int64) throws(StoreError) -> Int {
         try pool.with(operation: "count fixes") { connection throws(StoreError) in
-            Int(try connection.execute("SELECT count(*) FROM fixes WHERE share = $1", [String(row)], operation: "count fixes").int64(0, 0))
+            Int(try connection.execute("SELECT (SELECT count(*) FROM fixes WHERE share = $1) + (SELECT count(*) FROM sealed_fixes WHERE share = $1)",
+                                       [String(row)], operation: "count fixes").int64(0, 0))
         }
     }
 }

@@ -11,14 +11,14 @@ extension PostgresShareStore: ShareRecords {
     /// server's group commit).
     private static func insert(_ share: Share, event pending: PendingEvent?, on connection: PostgresConnection) throws(StoreError) -> Int64 {
         let parameters = [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt),
-                          share.ownerKeyID.map { String($0) }]
+                          share.ownerKeyID.map { String($0) }, share.endToEnd ? "t" : "f"]
         guard let pending else {
             return try connection.execute("""
-                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id
+                INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key, e2e) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id
                 """, parameters, operation: "insert share").int64(0, 0)
         }
         let statement = withOutbox("""
-            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES ($1, $2, $3, $4, $5, $6)
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key, e2e) VALUES ($1, $2, $3, $4, $5, $6, $7)
             RETURNING id, owner_key
             """, parameters, pending)
         return try connection.execute(statement.sql, statement.parameters, operation: "insert share").int64(0, 0)
@@ -71,7 +71,7 @@ extension PostgresShareStore: ShareRecords {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "purge history", long: true) { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
+                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
                     try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
                 }
                 newestStored.forget(row)
@@ -84,7 +84,7 @@ extension PostgresShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at, checkin_missed_due
+        last_answer_id, battery_low_at, checkin_missed_due, e2e
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -100,7 +100,8 @@ extension PostgresShareStore: ShareRecords {
                 },
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
                 ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16),
-                batteryLowAt: rows.optionalInt64(index, 17), missedCheckinDueAt: rows.optionalInt64(index, 18))
+                batteryLowAt: rows.optionalInt64(index, 17), missedCheckinDueAt: rows.optionalInt64(index, 18),
+                endToEnd: rows.bool(index, 19))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }

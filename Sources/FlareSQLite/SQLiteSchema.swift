@@ -22,8 +22,9 @@ import FlareStore
 /// | 11   | table `contacts`                                             | the same                                     |
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
 /// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
+/// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
 ///
-/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10 and 13; see the list below).
+/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
 ///
 /// Step 2 is not the same step in the two engines. In SQLite it is the index `shares_newest`, which PostgreSQL made in
 /// step 1 already; in PostgreSQL it is the change feed (the function `flare_notify_share` and the trigger
@@ -43,7 +44,8 @@ import FlareStore
 /// - step 7: `owner_key` INTEGER (the key that created the share; shares older than the step got the first key);
 /// - step 8: `last_answer_id` INTEGER;
 /// - step 10: `battery_low_at` INTEGER;
-/// - step 13: `checkin_missed_due` INTEGER (the deadline of the share's check-in, once missed).
+/// - step 13: `checkin_missed_due` INTEGER (the deadline of the share's check-in, once missed);
+/// - step 14: `e2e` INTEGER (0 or 1: end-to-end encrypted, its fixes in `sealed_fixes`).
 extension SQLiteShareStore {
     /// The schema, one numbered step at a time: step N (1-based) takes a database at `user_version` N-1 to N.
     /// A database made by an older release is brought up to date at open; steps are only ever appended.
@@ -172,6 +174,14 @@ extension SQLiteShareStore {
                                              state TEXT NOT NULL, state_at INTEGER, created_at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS checkins_armed ON checkins(state, due_at);
         ALTER TABLE shares ADD COLUMN checkin_missed_due INTEGER;
+        """,
+        // 14: end-to-end encrypted shares. Their fixes are ciphertext the server cannot read, so they have no time or
+        // place to be keyed by: the digest of the ciphertext is their key (a QoS 1 redelivery is the same bytes).
+        """
+        CREATE TABLE IF NOT EXISTS sealed_fixes (share INTEGER NOT NULL, digest BLOB NOT NULL, received_at INTEGER NOT NULL,
+                                                 data TEXT NOT NULL, PRIMARY KEY (share, digest));
+        CREATE INDEX IF NOT EXISTS sealed_fixes_newest ON sealed_fixes(share, received_at);
+        ALTER TABLE shares ADD COLUMN e2e INTEGER NOT NULL DEFAULT 0;
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

@@ -13,10 +13,22 @@ extension SQLiteShareStore: FixRecords {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
                 defer { statement.reset() }
+                let sealed = try db.statement("INSERT OR IGNORE INTO sealed_fixes (share, digest, received_at, data) VALUES (?, ?, ?, ?)")
+                defer { sealed.reset() }
                 var inserted: [Bool] = []
                 inserted.reserveCapacity(fixes.count)
                 for pending in fixes {
                     let fix = pending.fix
+                    if let data = fix.sealed {
+                        sealed.resetKeepingBindings()
+                        sealed.bind(1, pending.shareRow)
+                        sealed.bind(2, SealedLocation.digest(data))
+                        sealed.bind(3, pending.receivedAt)
+                        sealed.bind(4, data)
+                        try sealed.run()
+                        inserted.append(db.changes > 0)
+                        continue
+                    }
                     statement.resetKeepingBindings()
                     statement.bind(1, pending.shareRow)
                     statement.bind(2, fix.timestamp)
@@ -61,9 +73,21 @@ extension SQLiteShareStore: FixRecords {
         }
     }
 
+    public func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT received_at, data FROM sealed_fixes WHERE share = ? ORDER BY received_at DESC LIMIT ?")
+            defer { statement.reset() }
+            statement.bind(1, row)
+            statement.bind(2, Int64(limit))
+            var fixes: [Fix] = []
+            while try statement.step() { fixes.append(.sealed(statement.string(1), receivedAt: statement.int64(0))) }
+            return fixes.reversed()
+        }
+    }
+
     public func fixCount(row: Int64) throws(StoreError) -> Int {
         try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("SELECT count(*) FROM fixes WHERE share = ?")
+            let statement = try db.statement("SELECT (SELECT count(*) FROM fixes WHERE share = ?1) + (SELECT count(*) FROM sealed_fixes WHERE share = ?1)")
             defer { statement.reset() }
             statement.bind(1, row)
             _ = try statement.step()

@@ -16,7 +16,7 @@ extension SQLiteShareStore: ShareRecords {
 
     private static func insert(_ share: Share, into db: SQLiteDatabase) throws(StoreError) -> Int64 {
         let statement = try db.statement("""
-            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key) VALUES (?, ?, ?, ?, ?, ?)
+            INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key, e2e) VALUES (?, ?, ?, ?, ?, ?, ?)
             """)
         defer { statement.reset() }
         statement.bind(1, share.id.rawValue)
@@ -25,6 +25,7 @@ extension SQLiteShareStore: ShareRecords {
         statement.bind(4, share.createdAt)
         statement.bind(5, share.expiresAt)
         statement.bind(6, share.ownerKeyID)
+        statement.bind(7, Int64(share.endToEnd ? 1 : 0))
         try statement.run()
         return db.lastInsertRowID
     }
@@ -93,7 +94,7 @@ extension SQLiteShareStore: ShareRecords {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
+                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)
@@ -111,7 +112,7 @@ extension SQLiteShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at, checkin_missed_due
+        last_answer_id, battery_low_at, checkin_missed_due, e2e
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -134,7 +135,8 @@ extension SQLiteShareStore: ShareRecords {
             ownerKeyID: statement.optionalInt64(15),
             lastAnswerID: statement.optionalInt64(16),
             batteryLowAt: statement.optionalInt64(17),
-            missedCheckinDueAt: statement.optionalInt64(18))
+            missedCheckinDueAt: statement.optionalInt64(18),
+            endToEnd: statement.int64(19) != 0)
         return StoredShare(row: statement.int64(0), share: share)
     }
 

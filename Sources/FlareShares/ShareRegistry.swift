@@ -24,6 +24,8 @@ public struct ShareSnapshot: Sendable {
     public let share: Share
     public let last: Fix?
     public let trail: [TrailPoint]
+    /// An end-to-end encrypted share's newest ciphertexts, oldest first (its `trail` is empty).
+    public let sealed: [Fix]
     public let viewers: Int
     /// When the share last heard from its tracker (a fix, a reply to "locate now"), or its creation.
     public let lastHeardAt: UnixMillis
@@ -45,6 +47,8 @@ package final class ShareRegistry: Sendable {
         var share: Share
         var last: Fix?
         var trail: [TrailPoint] = []
+        /// An end-to-end encrypted share's trail: its newest ciphertexts (`Fix.sealed`), oldest first.
+        var sealed: [Fix] = []
         var lastHeardAt: UnixMillis
         var transport: TrackerTransport?
         var subscribers: [Int: Subscriber] = [:]
@@ -183,7 +187,7 @@ package final class ShareRegistry: Sendable {
     }
 
     private static func snapshot(_ entry: Entry) -> ShareSnapshot {
-        ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, viewers: entry.subscribers.count,
+        ShareSnapshot(row: entry.row, share: entry.share, last: entry.last, trail: entry.trail, sealed: entry.sealed, viewers: entry.subscribers.count,
                       lastHeardAt: entry.lastHeardAt, answers: entry.answers, version: entry.version, cachedView: entry.cachedView.flatMap { $0.version == entry.version ? $0.bytes : nil })
     }
 
@@ -201,6 +205,7 @@ package final class ShareRegistry: Sendable {
         package let createdAt: UnixMillis
         package let isActive: Bool
         package let last: Fix?
+        package let endToEnd: Bool
         /// See `Entry.storedFixes`.
         package let storedFixes: Int?
     }
@@ -208,7 +213,7 @@ package final class ShareRegistry: Sendable {
     package func ingestContext(_ id: ShareID) -> IngestContext? {
         state.withLock { state in
             state.entries[id].map { IngestContext(row: $0.row, createdAt: $0.share.createdAt, isActive: $0.share.isActive, last: $0.last,
-                                                  storedFixes: $0.storedFixes) }
+                                                  endToEnd: $0.share.endToEnd, storedFixes: $0.storedFixes) }
         }
     }
 
@@ -406,6 +411,13 @@ package final class ShareRegistry: Sendable {
     }
 
     private static func append(_ fix: Fix, to entry: inout Entry, trailLength: Int) {
+        // A ciphertext is placed by when it arrived, which is always the newest.
+        if fix.isSealed {
+            entry.last = fix
+            entry.sealed.append(fix)
+            if entry.sealed.count > trailLength { entry.sealed.removeFirst(entry.sealed.count - trailLength) }
+            return
+        }
         let point = TrailPoint(latitude: fix.latitude, longitude: fix.longitude, timestamp: fix.timestamp)
         if let last = entry.last, fix.timestamp < last.timestamp {
             let index = entry.trail.lastIndex { $0.timestamp <= fix.timestamp }.map { $0 + 1 } ?? 0
@@ -494,6 +506,7 @@ package final class ShareRegistry: Sendable {
             guard let index = state.entries.index(forKey: id) else { return }
             state.entries.values[index].last = nil
             state.entries.values[index].trail = []
+            state.entries.values[index].sealed = []
             for fix in fixes { Self.append(fix, to: &state.entries.values[index], trailLength: trailLength) }
             state.entries.values[index].changed()
         }

@@ -84,6 +84,7 @@ extension ShareService {
     /// A link each for contacts of a running share.
     public func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?) throws(ShareError) -> [(link: ShareLink, token: String)] {
         guard snapshot.share.isActive else { throw .ended }
+        if snapshot.share.endToEnd { throw Self.endToEndTakesNoContacts }
         let contacts = try contactsForLinks(ids, owner: owner, existing: registry.links(snapshot.share.id).count)
         let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: clock.now())
         let added: Bool

@@ -61,7 +61,7 @@ extension ShareService {
             let openIDs = Set(open.map(\.share.id))
             for stored in open {
                 try adopt(stored)
-                registry.replaceFixes(stored.share.id, with: try store.recentFixes(row: stored.row, limit: registry.trailLength))
+                registry.replaceFixes(stored.share.id, with: try store.recentFixes(of: stored, limit: registry.trailLength))
             }
             for id in registry.shareIDs where !openIDs.contains(id) {
                 if let stored = try store.share(id: id) { try adopt(stored) }
@@ -87,7 +87,7 @@ extension ShareService {
             return .historyDeleted(share)
         }
         guard let current = registry.snapshot(share.id) else {
-            let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
+            let trail = try store.recentFixes(of: stored, limit: registry.trailLength)
             let answers = share.lastAnswerID == nil ? [] : try store.answers(row: stored.row, after: 0, limit: Self.answersPerShare)
             let links = try store.links(shareRow: stored.row)
             registry.insert(stored, recentFixes: trail)

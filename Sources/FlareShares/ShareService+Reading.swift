@@ -68,7 +68,8 @@ extension ShareService {
     /// often than its link is polled.
     public func view(of snapshot: ShareSnapshot) -> RenderedView {
         if let cached = snapshot.cachedView { return RenderedView(share: snapshot.share, body: cached) }
-        let body = ViewDocumentRenderer.body(share: snapshot.share, last: snapshot.last, trail: snapshot.trail, answers: snapshot.answers)
+        let body = ViewDocumentRenderer.body(share: snapshot.share, last: snapshot.last, trail: snapshot.trail, sealed: snapshot.sealed,
+                                             answers: snapshot.answers)
         registry.cacheView(snapshot.share.id, version: snapshot.version, bytes: body)
         return RenderedView(share: snapshot.share, body: body)
     }

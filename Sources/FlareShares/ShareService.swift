@@ -192,7 +192,7 @@ public final class ShareService: Sendable {
         let now = clock.now()
         var ended = 0, purged = 0
         for stored in try store.loadOpenShares() {
-            let trail = try store.recentFixes(row: stored.row, limit: registry.trailLength)
+            let trail = try store.recentFixes(of: stored, limit: registry.trailLength)
             registry.insert(stored, recentFixes: trail)
             if stored.share.lastAnswerID != nil { try takeAnswers(stored.share.id, row: stored.row) }
             let share = stored.share
@@ -230,7 +230,11 @@ public final class ShareService: Sendable {
     /// - Parameter owner: the key creating it, which will own it (nil: no key, as in tests and the demo); its limits
     ///   apply, across instances.
     /// - Parameter contacts: a personal link each (`ShareService+Links.swift`); they must be `owner`'s contacts.
-    public func create(name: String?, durationSeconds: Double?, owner: OwnerKeyRecord? = nil, contacts: [ContactID] = []) throws(ShareError) -> Created {
+    /// - Parameter endToEnd: the phone encrypts every position with a passphrase the server never gets (see
+    ///   `Share.endToEnd`). Such a share takes no contacts: the server could give them a link but never its key.
+    public func create(name: String?, durationSeconds: Double?, owner: OwnerKeyRecord? = nil, contacts: [ContactID] = [],
+                       endToEnd: Bool = false) throws(ShareError) -> Created {
+        if endToEnd && !contacts.isEmpty { throw Self.endToEndTakesNoContacts }
         var duration: Int64
         let cleanName: String
         do {
@@ -248,7 +252,7 @@ public final class ShareService: Sendable {
         let now = clock.now()
         let viewToken = Secret.generate()
         let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
-                          createdAt: now, expiresAt: now + duration * 1000, ownerKeyID: owner?.id)
+                          createdAt: now, expiresAt: now + duration * 1000, ownerKeyID: owner?.id, endToEnd: endToEnd)
         let inserted: Result<Int64, QuotaRefusal>
         let started = ShareEvent.started(share)
         do {
@@ -283,9 +287,13 @@ public final class ShareService: Sendable {
         schedule(.expire(share.id), at: share.expiresAt)
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
-        logger.info("share \(share.id) created, expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
+        logger.info("share \(share.id) created\(endToEnd ? " (end-to-end encrypted)" : ""), expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
         return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links.map { ($0.link, $0.token) })
     }
+
+    /// Personal links are mailed by the server, which has no key to put in them; the sharer sends the link instead.
+    static let endToEndTakesNoContacts = ShareError.refusedInput(
+        code: "e2e_contacts", message: "an end-to-end encrypted share takes no contacts: the server never has the key their links need; send the link with its #k= yourself")
 
     func refused(_ refusal: QuotaRefusal) -> ShareError {
         metrics.increment(FlareMetrics.quotaRefusals, labels: [("limit", refusal.limit.rawValue)])

@@ -2,11 +2,22 @@ public import FlareCore
 
 /// Fixes: written by the batch, read back newest first, counted.
 public protocol FixRecords: Sendable {
-    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored).
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool]
-    /// The newest `limit` fixes of a share, oldest first.
+    /// Writes a batch in one transaction. Returns, per fix, whether it was new (false: already stored). A sealed fix
+    /// (`Fix.sealed`, an end-to-end encrypted share's) is kept apart, keyed by its ciphertext's digest.
+    /// The newest `limit` fixes in clear of a share, oldest first.
     func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix]
+    /// The newest `limit` sealed fixes of an end-to-end encrypted share, oldest first (by arrival).
+    func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix]
+    /// Both kinds.
     func fixCount(row: Int64) throws(StoreError) -> Int
+}
+
+extension FixRecords {
+    /// The newest `limit` fixes of `stored`, of the kind it takes.
+    public func recentFixes(of stored: StoredShare, limit: Int) throws(StoreError) -> [Fix] {
+        stored.share.endToEnd ? try recentSealedFixes(row: stored.row, limit: limit) : try recentFixes(row: stored.row, limit: limit)
+    }
 }
 
 /// A validated fix waiting to be written.

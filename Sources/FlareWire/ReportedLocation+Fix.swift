@@ -32,6 +32,20 @@ extension Fix {
         if let connection { writer.field("conn", connection) }
     }
 
+    /// A ciphertext as the page gets it (`FlareAPI.SealedLocation`): `{"tst": arrival, "data": "…"}`.
+    public func writeSealedJSON(into writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.field("tst", timestamp)
+        writer.field("data", sealed ?? "")
+        writer.endObject()
+    }
+
+    public var sealedJSON: [UInt8] {
+        var writer = JSONWriter(capacity: (sealed?.utf8.count ?? 0) + 32)
+        writeSealedJSON(into: &writer)
+        return writer.bytes
+    }
+
     public var viewJSON: [UInt8] {
         var writer = JSONWriter(capacity: 128)
         writeViewJSON(into: &writer)
@@ -42,6 +56,17 @@ extension Fix {
     public var ownTracksJSON: [UInt8] {
         var writer = JSONWriter(capacity: 160)
         writer.beginObject()
+        if let sealed {
+            // As the phone sent it: republished after a broker crash, or from the HTTP ingest for integrators.
+            writer.field("_type", "encrypted")
+            writer.field("data", sealed)
+            if let sequence {
+                writer.field("seq_stream", sequence.stream)
+                writer.field("seq", sequence.number)
+            }
+            writer.endObject()
+            return writer.bytes
+        }
         writer.field("_type", "location")
         writer.field("lat", latitude)
         writer.field("lon", longitude)

@@ -6,8 +6,10 @@ public import FlareCore
 /// renderings with the Codable type, which keeps the two in step.
 public enum ViewDocumentRenderer {
     /// The document without its closing `server_time` field and brace: the part that depends only on the share.
-    public static func body(share: Share, last: Fix?, trail: [TrailPoint], answers: [Answer] = []) -> [UInt8] {
-        var writer = JSONWriter(capacity: 256 + trail.count * 48)
+    /// An end-to-end encrypted share's document has `e2e: true`, no `last` and no `trail`: its positions are
+    /// `sealed`, the newest ciphertexts oldest first, for the page to open with the key in its link.
+    public static func body(share: Share, last: Fix?, trail: [TrailPoint], sealed: [Fix] = [], answers: [Answer] = []) -> [UInt8] {
+        var writer = JSONWriter(capacity: 256 + trail.count * 48 + sealed.count * 400)
         writer.beginObject()
         if share.isActive {
             writer.field("state", "active")
@@ -19,10 +21,17 @@ public enum ViewDocumentRenderer {
         writer.field("name", share.name)
         writer.field("expires_at", RFC3339.format(millis: share.expiresAt))
         writer.key("last")
-        if let last { last.writeViewJSON(into: &writer) } else { writer.null() }
+        if let last, !last.isSealed { last.writeViewJSON(into: &writer) } else { writer.null() }
+        if share.endToEnd {
+            writer.field("e2e", true)
+            writer.key("sealed")
+            writer.beginArray()
+            for fix in sealed { fix.writeSealedJSON(into: &writer) }
+            writer.endArray()
+        }
         writer.key("trail")
         writer.beginArray()
-        for point in trail {
+        for point in trail where !share.endToEnd {
             writer.beginObject()
             writer.field("lat", point.latitude)
             writer.field("lon", point.longitude)

@@ -77,6 +77,7 @@ final class FaultyStore: ShareStore {
     func audience(row: Int64, watchingSince: UnixMillis) throws(StoreError) -> Audience { try fault("audience"); return try base.audience(row: row, watchingSince: watchingSince) }
     func insertFixes(_ fixes: [PendingFix]) throws(StoreError) -> [Bool] { try fault("insertFixes"); return try base.insertFixes(fixes) }
     func recentFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] { try fault("recentFixes"); return try base.recentFixes(row: row, limit: limit) }
+    func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] { try fault("recentSealedFixes"); return try base.recentSealedFixes(row: row, limit: limit) }
     func fixCount(row: Int64) throws(StoreError) -> Int { try fault("fixCount"); return try base.fixCount(row: row) }
     func recordHandledSequences(_ handled: [(shareRow: Int64, sequence: TrackerSequence)]) throws(StoreError) -> [(shareRow: Int64, mark: TrackerSequence)] { try fault("recordHandledSequences"); return try base.recordHandledSequences(handled) }
     func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 { try fault("insertOwnerKey"); return try base.insertOwnerKey(hash: hash, label: label, createdAt: createdAt, admin: admin, limits: limits) }
