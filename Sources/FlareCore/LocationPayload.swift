@@ -35,7 +35,7 @@ public enum RejectReason: String, Sendable, CaseIterable, Error {
         case .unknownShare: "no such share"
         case .shareEnded: "the share has ended"
         case .fixLimitReached: "the share holds as many positions as a share may; start a new share"
-        case .malformedCiphertext: "data must be base64 of a NaCl secretbox (24-byte nonce, 16-byte tag, ciphertext), at most \(SealedLocation.maximumDataLength) characters"
+        case .malformedCiphertext: "data must be base64 of a NaCl secretbox (24-byte nonce, 16-byte tag, ciphertext), at most \(SealedPayload.maximumDataLength) characters"
         case .notEncrypted: "the share is end-to-end encrypted: positions must be sent encrypted (the app's encryptionKey)"
         case .unexpectedEncryption: "the share is not end-to-end encrypted: nobody can read this position (remove the app's encryptionKey)"
         }
@@ -71,7 +71,7 @@ extension LocationMessage {
 
 /// What the server checks of an encrypted message: that `data` is base64 of something a secretbox can be. It cannot
 /// check more, and does not try.
-public enum SealedLocation {
+public enum SealedPayload {
     /// nonce (24) + tag (16): an empty plaintext.
     public static let minimumBoxBytes = 40
     /// An encrypted OwnTracks location is a few hundred characters; the bound keeps each one within what the store's
@@ -136,7 +136,7 @@ public struct LocationPayloadParser: Sendable {
         if let type = fields.type {
             if type.stringValue == "lwt" { return .success(.lastWill) }
             if type.stringValue == "encrypted" {
-                guard let data = fields.data?.stringValue, SealedLocation.isValid(data) else { return .failure(.malformedCiphertext) }
+                guard let data = fields.data?.stringValue, SealedPayload.isValid(data) else { return .failure(.malformedCiphertext) }
                 return .success(.sealed(data: data, sequence: TrackerSequence(stream: fields.seqStream, number: fields.seq)))
             }
             guard type.stringValue == "location" else { return .failure(.ignoredType) }

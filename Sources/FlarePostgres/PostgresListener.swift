@@ -108,7 +108,7 @@ final class PostgresListener: Sendable {
         case "flare_sealed":
             // row,received_at,data: one end-to-end encrypted share's ciphertext (see `PostgresShareStore.insertSealed`).
             let values = body.split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
-            guard values.count == 3, let share = Int64(values[0]), let receivedAt = Int64(values[1]), SealedLocation.isValid(String(values[2])) else { return nil }
+            guard values.count == 3, let share = Int64(values[0]), let receivedAt = Int64(values[1]), SealedPayload.isValid(String(values[2])) else { return nil }
             return .fixes([(share, Fix.sealed(String(values[2]), receivedAt: receivedAt))])
         default:
             return nil

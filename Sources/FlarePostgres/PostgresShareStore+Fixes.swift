@@ -49,10 +49,10 @@ extension PostgresShareStore: FixRecords {
 
     /// Ciphertexts, inside the caller's transaction: new unless their digest is stored for the share. The new ones are
     /// announced one to a notification on `flare_sealed` (`row,received_at,data`; `data` is at most
-    /// `SealedLocation.maximumDataLength` characters of base64, well under NOTIFY's 8,000 bytes).
+    /// `SealedPayload.maximumDataLength` characters of base64, well under NOTIFY's 8,000 bytes).
     private func insertSealed(_ sealed: [PendingFix], on connection: PostgresConnection) throws(StoreError) -> [Bool] {
         guard !sealed.isEmpty else { return [] }
-        let digests = sealed.map { PostgresText.hex(SealedLocation.digest($0.fix.sealed ?? "")) }
+        let digests = sealed.map { PostgresText.hex(SealedPayload.digest($0.fix.sealed ?? "")) }
         let inserted = try connection.execute("""
             INSERT INTO sealed_fixes (share, digest, received_at, data)
             SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bigint[], $4::text[]) ON CONFLICT DO NOTHING RETURNING share, digest
@@ -63,7 +63,7 @@ extension PostgresShareStore: FixRecords {
         var new = Set<Key>()
         for index in 0..<inserted.count { new.insert(Key(share: inserted.int64(index, 0), digest: inserted.bytes(index, 1))) }
         // The same ciphertext twice in one batch is inserted once: the first is the new one.
-        let isNew = sealed.map { new.remove(Key(share: $0.shareRow, digest: SealedLocation.digest($0.fix.sealed ?? ""))) != nil }
+        let isNew = sealed.map { new.remove(Key(share: $0.shareRow, digest: SealedPayload.digest($0.fix.sealed ?? ""))) != nil }
         let announced = zip(sealed, isNew).filter(\.1).map { "\($0.0.shareRow),\($0.0.receivedAt),\($0.0.fix.sealed ?? "")" }
         if !announced.isEmpty {
             try connection.execute("SELECT pg_notify('flare_sealed', $1 || ' ' || chunk) FROM unnest($2::text[]) chunk",

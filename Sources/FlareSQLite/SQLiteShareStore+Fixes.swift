@@ -22,7 +22,7 @@ extension SQLiteShareStore: FixRecords {
                     if let data = fix.sealed {
                         sealed.resetKeepingBindings()
                         sealed.bind(1, pending.shareRow)
-                        sealed.bind(2, SealedLocation.digest(data))
+                        sealed.bind(2, SealedPayload.digest(data))
                         sealed.bind(3, pending.receivedAt)
                         sealed.bind(4, data)
                         try sealed.run()

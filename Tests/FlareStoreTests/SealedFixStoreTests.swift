@@ -63,8 +63,8 @@ import Testing
         defer { reader.stopWatching() }
         let share = endToEndShare()
         let row = try writer.insertShare(share)
-        let longest = Fix.sealed(Self.ciphertext(3, length: SealedLocation.maximumDataLength / 4 * 3), receivedAt: 1_003_000)
-        #expect(longest.sealed?.utf8.count == SealedLocation.maximumDataLength)
+        let longest = Fix.sealed(Self.ciphertext(3, length: SealedPayload.maximumDataLength / 4 * 3), receivedAt: 1_003_000)
+        #expect(longest.sealed?.utf8.count == SealedPayload.maximumDataLength)
         let fixes = [Fix.sealed(Self.ciphertext(1), receivedAt: 1_001_000), longest]
         #expect(try writer.insertFixes(fixes.map { PendingFix(shareRow: row, fix: $0, receivedAt: $0.timestamp * 1000) }) == [true, true])
         #expect(try writer.insertFixes([PendingFix(shareRow: row, fix: fixes[0], receivedAt: 1_001_000)]) == [false])
