@@ -73,7 +73,7 @@ let package = Package(
         .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway"], swiftSettings: swiftSettings),
 
         .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),

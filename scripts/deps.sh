@@ -11,8 +11,8 @@ packages+=(gpsd gpsd-clients)
 packages+=(postgresql libpq-dev)
 # Webhooks are posted with libcurl, pinned to the address the address rule checked.
 packages+=(libcurl4-openssl-dev)
-# End-to-end encrypted shares: NaCl secretbox (libsodium); the tests check it against PyNaCl.
-packages+=(libsodium-dev python3-nacl)
+# End-to-end encrypted shares: NaCl secretbox (libsodium; TweetNaCl for the page); the tests check both against PyNaCl.
+packages+=(libsodium-dev python3-nacl node-tweetnacl)
 # Mail to contacts: the tests run a real SMTP server (aiosmtpd).
 packages+=(python3-aiosmtpd)
 # make chaos: a read-only store on a loop-mounted ext4 image.

@@ -80,9 +80,13 @@ public final class FlareClient: Sendable {
     /// Retried like every call: a retry after a lost answer can leave one unused share behind, which simply
     /// expires. For an SOS, getting a link matters more.
     /// - Parameter contacts: contact ids: a personal link each, in the answer's `links`.
-    public func createShare(duration: TimeInterval? = nil, name: String? = nil, contacts: [String]? = nil) async throws(FlareClientError) -> CreatedShare {
+    /// - Parameter endToEnd: the server relays the phone's positions without reading them; the caller makes the
+    ///   passphrase (`E2E` in the docs), keeps it, and adds `#k=<passphrase>` to `share_url` for the family.
+    public func createShare(duration: TimeInterval? = nil, name: String? = nil, contacts: [String]? = nil,
+                            endToEnd: Bool = false) async throws(FlareClientError) -> CreatedShare {
         guard let ownerKey else { throw .missingCredential("creating a share needs an owner key") }
-        return try await call("POST", "api/v1/shares", bearer: ownerKey, encodable: ShareRequest(durationSeconds: duration, name: name, contacts: contacts),
+        return try await call("POST", "api/v1/shares", bearer: ownerKey,
+                              encodable: ShareRequest(durationSeconds: duration, name: name, contacts: contacts, e2e: endToEnd ? true : nil),
                               expecting: 201, retry: retry)
     }
 

@@ -34,6 +34,7 @@ public enum FlaredSettings {
         .init("FLARE_TRAIL_LENGTH", .integer(1...1000), "32", "recent positions kept in memory per share for the viewer's trail"),
         .init("FLARE_MAX_PAYLOAD_BYTES", .integer(64...65536), "4096", "largest accepted location payload"),
         .init("FLARE_LEAFLET_DIR", .text, "/usr/share/javascript/leaflet", "Leaflet files (Debian libjs-leaflet)"),
+        .init("FLARE_TWEETNACL_DIR", .text, "/usr/share/nodejs/tweetnacl", "TweetNaCl files (Debian node-tweetnacl): the page opens end-to-end encrypted shares' positions with it"),
         .init("FLARE_VIEWER_DIR", .text, "", "serve the viewer page from this directory instead of the built-in files"),
         .init("FLARE_TILE_URL", .url(schemes: ["http", "https"]), "https://tile.openstreetmap.org/{z}/{x}/{y}.png", "map tile URL template (XYZ)"),
         .init("FLARE_TILE_ATTRIBUTION", .text, "&copy; <a href=\"https://www.openstreetmap.org/copyright\">OpenStreetMap</a> contributors", "map attribution (HTML)"),

@@ -9,6 +9,8 @@ public struct GatewayConfiguration: Sendable {
     public var mqttPublicURL: String
     /// Debian's libjs-leaflet files, served at /vendor/leaflet/.
     public var leafletDirectory: String
+    /// Where Debian's node-tweetnacl is: served at /vendor/tweetnacl/, for pages of end-to-end encrypted shares.
+    public var tweetnaclDirectory = "/usr/share/nodejs/tweetnacl"
     /// Overrides the viewer files bundled with the gateway (for a deployment that customises them).
     public var viewerDirectory: String?
     public var tileURLTemplate: String

@@ -152,6 +152,15 @@ public struct ViewerAssets: Sendable {
             logger.warning("Leaflet not found in \(configuration.leafletDirectory) (Debian package libjs-leaflet); the viewer works without the map")
         }
 
+        // TweetNaCl, for end-to-end encrypted shares: the page loads it only for one (a plain share's page never does).
+        let tweetnacl = URL(fileURLWithPath: configuration.tweetnaclDirectory)
+        let naclFile = FileManager.default.fileExists(atPath: tweetnacl.appendingPathComponent("nacl-fast.min.js").path) ? "nacl-fast.min.js" : "nacl-fast.js"
+        if let data = FileManager.default.contents(atPath: tweetnacl.appendingPathComponent(naclFile).path) {
+            files["/vendor/tweetnacl/nacl-fast.min.js"] = Asset(bytes: Array(data), contentType: Self.contentType(of: "nacl-fast.min.js"))
+        } else {
+            logger.warning("TweetNaCl not found in \(configuration.tweetnaclDirectory) (Debian package node-tweetnacl); end-to-end encrypted shares' pages cannot show positions")
+        }
+
         var imageSources = "'self' data:"
         if let origin = configuration.tileOrigin { imageSources += " " + origin }
         contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src \(imageSources); "

@@ -89,5 +89,6 @@ extension GatewayConfiguration {
                   trustedProxies: try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? ""),
                   liveStreamsPerLink: Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK")),
                   liveStreamsPerAddress: Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS")), metricsToken: metricsToken)
+        if let directory = config.string("FLARE_TWEETNACL_DIR") { tweetnaclDirectory = directory }
     }
 }

@@ -16,7 +16,7 @@ struct CommonOptions {
     var positional: [String] = []
     let environment = ProcessInfo.processInfo.environment
 
-    static let valueFlags: Set<String> = ["--server", "--key", "--data-dir", "--duration", "--name", "--label",
+    static let valueFlags: Set<String> = ["--server", "--key", "--e2e-key", "--data-dir", "--duration", "--name", "--label",
                                           "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
                                           "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every",
                                           "--qr", "--otrc",
@@ -29,7 +29,7 @@ struct CommonOptions {
     /// Flags that may be given more than once (`--contact A --contact B`); `repeated` keeps every value in order.
     static let repeatableFlags: Set<String> = ["--contact"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove",
-                                           "--notify-on-arrival"]
+                                           "--notify-on-arrival", "--e2e"]
 
     init(_ arguments: [String]) throws {
         var index = 0
@@ -85,6 +85,23 @@ struct CommonOptions {
 
     var json: Bool { switches.contains("--json") }
 
+    /// Where an end-to-end encrypted share's passphrase is kept on the owner's machine, beside the owner key:
+    /// `$FLARE_DATA_DIR/e2e/<share id>.key`, mode 0600. The server never has it.
+    func passphrasePath(_ shareID: String) -> String { dataDirectory + "/e2e/\(shareID).key" }
+
+    /// The passphrase of share `shareID`: `--e2e-key`, or the file `share create --e2e` wrote.
+    func passphrase(of shareID: String) throws -> String {
+        if let given = flags["--e2e-key"] {
+            guard !given.isEmpty, given.utf8.count <= 256 else { throw CLIError("--e2e-key must be 1 to 256 bytes") }
+            return given
+        }
+        let path = passphrasePath(shareID)
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw CLIError("no passphrase for share \(shareID): pass --e2e-key, or run this where `flare share create --e2e` wrote \(path)")
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     func double(_ flag: String) throws -> Double? {
         guard let text = flags[flag] else { return nil }
         guard let value = Double(text), value.isFinite, value >= 0 else { throw CLIError("\(flag) needs a number, got \(text)") }
@@ -97,9 +114,11 @@ enum Commands {
         flare: Flare's command-line tool.
 
         usage:
-          flare share create [--duration SECONDS] [--name NAME] [--contact ID ...] [--json]
+          flare share create [--duration SECONDS] [--name NAME] [--contact ID ...] [--e2e] [--json]
                                                                             start a share; prints the link, and a
-                                                                            personal link per --contact (repeatable)
+                                                                            personal link per --contact (repeatable);
+                                                                            --e2e: end-to-end encrypted, the key in the
+                                                                            link's #k= and in $FLARE_DATA_DIR/e2e/ID.key
           flare share links ID [--json]                                     its personal links: who opened, the URLs
           flare share withdraw ID LINK_ID                                   withdraw one personal link
           flare share list [--state active|ended] [--limit N] [--cursor C] [--json]
@@ -143,6 +162,9 @@ enum Commands {
                       [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
                       [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
                       [--queue N] [--status-every SECONDS] [--quiet]  send queue bound; status line period
+                      [--e2e [--e2e-key PASSPHRASE]]                  encrypt each fix for an end-to-end encrypted
+                                                                      share (the key: --e2e-key, or the file
+                                                                      share create --e2e wrote)
                       [--confirm-timeout SECONDS] [--no-confirm]      each fix is kept (and sent again after a
                                                                       reconnection) until Flare confirms it stored;
                                                                       at the end, wait this long (60) for that;
@@ -233,14 +255,36 @@ enum Commands {
         let client = try ownerClient(options)
         let duration = try options.double("--duration"), name = options.flags["--name"]
         let contacts = options.repeated["--contact"] ?? []
+        let endToEnd = options.switches.contains("--e2e")
+        if endToEnd && !contacts.isEmpty {
+            throw CLIError("--e2e takes no --contact: the server mails contacts, and it never has the key their links need; send the link yourself")
+        }
         let share = try call("could not create a share") { () async throws(FlareClientError) in
-            try await client.createShare(duration: duration, name: name, contacts: contacts.isEmpty ? nil : contacts)
+            try await client.createShare(duration: duration, name: name, contacts: contacts.isEmpty ? nil : contacts, endToEnd: endToEnd)
+        }
+        // The passphrase is made here and kept here: the link's fragment carries it to the family, and no server
+        // ever receives a fragment.
+        var familyLink = share.shareURL.absoluteString
+        var keyFile: String?
+        if endToEnd {
+            let passphrase = E2EPassphrase.generate()
+            keyFile = try writePassphrase(passphrase, to: options.passphrasePath(share.shareID))
+            familyLink += "#k=" + passphrase
         }
         if options.json {
-            try printJSON(share)
+            guard let keyFile else { try printJSON(share); return 0 }
+            // Still every member a string: the share's answer with the whole link and where its key is kept.
+            var object = try JSONValue.parse(try APIJSON.encode(share)).objectValue ?? [:]
+            object["e2e_url"] = .string(familyLink)
+            object["e2e_key_file"] = .string(keyFile)
+            print(String(decoding: JSONWriter.flatObject(object.sorted { $0.key < $1.key }.compactMap { member in
+                member.value.stringValue.map { (member.key, $0) } }), as: UTF8.self))
         } else {
-            print("share \(share.shareID) created; it ends at \(RFC3339.format(share.expiresAt))")
-            print("link for family:   \(share.shareURL.absoluteString)")
+            print("share \(share.shareID) created; it ends at \(RFC3339.format(share.expiresAt))\(endToEnd ? " (end-to-end encrypted)" : "")")
+            print("link for family:   \(familyLink)")
+            if let keyFile {
+                print("                   the part after #k= is the key: the server never sees it; it is kept in \(keyFile)")
+            }
             print("device publishes:  \(share.mqttTopic) on \(share.mqttURL)")
             print("                   username \(share.mqttUsername), password = the device token below")
             print("device token:      \(share.deviceToken)")
@@ -248,6 +292,20 @@ enum Commands {
             for link in share.links ?? [] { print("link for \(link.name): \(link.url)   (withdraw: flare share withdraw \(share.shareID) \(link.linkID))") }
         }
         return 0
+    }
+
+    /// Writes an end-to-end passphrase readable by its owner only (the directory too), and never over another.
+    static func writePassphrase(_ passphrase: String, to path: String) throws -> String {
+        let directory = (path as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch { throw CLIError("cannot make \(directory) for the share's passphrase: \(error.localizedDescription)") }
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { throw CLIError("cannot write the share's passphrase to \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        let bytes = Array((passphrase + "\n").utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else { throw CLIError("cannot write the share's passphrase to \(path)") }
+        return path
     }
 
     static func shareLinks(_ options: CommonOptions, id: String) throws -> Int32 {

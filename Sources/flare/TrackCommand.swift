@@ -3,6 +3,7 @@ import FlareCore
 import FlareMQTT
 import FlareSystem
 import FlareWire
+import FlareSodium
 import Foundation
 import Synchronization
 
@@ -37,6 +38,9 @@ struct TrackCommand {
     let confirm: Bool
     /// At the end, how long to wait for the last confirmations.
     let confirmTimeoutSeconds: Double
+
+    /// An end-to-end encrypted share's secretbox key (`--e2e`): each fix is sealed before it is published.
+    let sealingKey: [UInt8]?
 
     init(options: CommonOptions) throws {
         var id = options.flags["--share-id"]
@@ -77,6 +81,25 @@ struct TrackCommand {
         self.confirm = !options.switches.contains("--no-confirm")
         self.confirmTimeoutSeconds = try options.double("--confirm-timeout") ?? 60
         guard confirmTimeoutSeconds >= 0 else { throw CLIError("--confirm-timeout must be 0 or more seconds") }
+        self.sealingKey = options.switches.contains("--e2e") ? E2EPassphrase.key(try options.passphrase(of: shareID.rawValue)) : nil
+    }
+
+    /// What is published for `fix`: its OwnTracks location, or for an end-to-end encrypted share that location sealed
+    /// as the OwnTracks apps seal it, with `seq_stream` and `seq` beside the ciphertext so that Flare can confirm it
+    /// stored without reading it. Sealed once per fix (`sealed`): a fix sent again is the same bytes, which the
+    /// store recognises as a repeat.
+    func payload(for number: Int64, _ fix: Fix, sealed: inout [Int64: [UInt8]]) -> [UInt8] {
+        guard let sealingKey else { return fix.ownTracksJSON }
+        if let done = sealed[number] { return done }
+        var inner = fix
+        inner.sequence = nil
+        var outer = Fix.sealed(Data(SecretBox.seal(inner.ownTracksJSON, key: sealingKey)).base64EncodedString(), receivedAt: 0)
+        outer.sequence = fix.sequence
+        let payload = outer.ownTracksJSON
+        // Only what may be sent again is kept: the queue's fixes, newest numbers last.
+        if sealed.count >= 2 * queueLimit, let oldest = sealed.keys.min() { sealed[oldest] = nil }
+        sealed[number] = payload
+        return payload
     }
 
     /// After a reconnection, how long to wait for the retained mark before sending again what it does not cover.
@@ -200,6 +223,7 @@ struct TrackCommand {
         var stats = Statistics()
         var lastStatus = ContinuousClock.now
         var failureLogged = false
+        var sealedPayloads: [Int64: [UInt8]] = [:]
         func status(_ prefix: String = "status") {
             let (queued, awaiting, confirmed, dropped) = sendQueue.withLock { ($0.unsent, $0.awaitingConfirmation, $0.confirmed, $0.dropped) }
             let ack = stats.lastAck.map { RFC3339.format(seconds: Int64($0.timeIntervalSince1970)) } ?? "none yet"
@@ -286,7 +310,8 @@ struct TrackCommand {
             }
             let started = ContinuousClock.now
             do {
-                try client.publishAndWait(topic: Topics.location(shareID), payload: head.fix.ownTracksJSON, qos: 1, retain: true, timeout: .seconds(5))
+                try client.publishAndWait(topic: Topics.location(shareID), payload: payload(for: head.number, head.fix, sealed: &sealedPayloads),
+                                          qos: 1, retain: true, timeout: .seconds(5))
                 sendQueue.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
                 if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
                     stats.stream = head.fix.sequence?.stream

@@ -67,6 +67,25 @@ class FlareBackend:
             created = json.loads(out.stdout)
         return Share(created)
 
+    def create_e2e(self, name='Anna'):
+        """An end-to-end encrypted share: (the share, its passphrase). The CLI makes the passphrase and keeps it."""
+        out = subprocess.run(self.cli + ['share', 'create', '--e2e', '--json', '--name', name], check=True, capture_output=True, text=True, timeout=30)
+        created = json.loads(out.stdout)
+        passphrase = urllib.parse.urlsplit(created['e2e_url']).fragment.split('k=', 1)[1]
+        return Share(created), passphrase
+
+    def publish_sealed(self, share, fix, passphrase):
+        """Publish one location sealed as the OwnTracks apps seal it, by PyNaCl (an implementation other than
+        Flare's): secretbox keyed by the passphrase's UTF-8 bytes zero-padded to 32, nonce | tag | ciphertext."""
+        import base64
+        import nacl.secret
+        key = passphrase.encode()[:32].ljust(32, b'\0')
+        data = base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(json.dumps(dict({'_type': 'location'}, **fix)).encode()))).decode()
+        subprocess.run(['mosquitto_pub', '-h', self.mqtt_host, '-p', str(self.mqtt_port), '-u', share.id, '-P', share.device_token,
+                        '-i', f'flare-{share.id}-browser-test', '-t', share.topic, '-q', '1', '-r',
+                        '-m', json.dumps({'_type': 'encrypted', 'data': data})], check=True, capture_output=True, timeout=30)
+        return fix
+
     def publish(self, share, fix):
         """Publish one OwnTracks location; returns the fix as sent."""
         payload = dict({'_type': 'location'}, **fix)

@@ -678,3 +678,48 @@ def test_an_integrator_hears_the_people_side_on_the_events_topic(flare, viewer):
     assert all(e['share_id'] == share.id and e['id'].startswith('msg_') for e in got)
     assert got[1]['answer']['kind'] == 'called_emergency' and got[2]['reason'] == 'stopped'
     assert str(a['lat']) not in out and share.device_token not in out
+
+
+def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare, viewer):
+    share, passphrase = flare.create_e2e()
+    a = flare.publish_sealed(share, flare.fix(), passphrase)
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, a)
+    wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open', 'the page to open the positions')
+    assert 'End-to-end encrypted' in text(d, '#e2e')
+    # Live: the next one arrives over the stream and opens too.
+    b = flare.publish_sealed(share, flare.fix(), passphrase)
+    wait_coords(d, b)
+    shot(d, 'viewer-e2e.png')
+    # What the server holds is ciphertext only.
+    status, _, body = http_get('/api/v1/view/' + share.view_token)
+    assert str(a['lat']) not in body.decode() and str(b['lat']) not in body.decode()
+    # Without the key, and with a wrong one: said so, nothing shown.
+    bare = viewer()
+    bare.get(share.url())
+    wait_for(bare, lambda drv: body_attr(drv, 'e2e') == 'no-key', 'the page to say the key is missing')
+    assert '#k=' in text(bare, '#e2e') and text(bare, '#coords') != coord_text(b)
+    wrong = viewer(lang='zh-CN')
+    wrong.get(share.url() + '#k=' + 'x' * 32)
+    wait_for(wrong, lambda drv: body_attr(drv, 'e2e') == 'wrong-key', 'the page to say the key is wrong')
+    assert '密钥' in text(wrong, '#e2e') and text(wrong, '#coords') != coord_text(b)
+
+
+def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path):
+    import base64
+    import nacl.secret
+    share, passphrase = flare.create_e2e()
+    share_file = tmp_path / 'share.json'
+    share_file.write_text(json.dumps(share.created))
+    subprocess.run(flare.cli + ['track', '--share-file', str(share_file), '--e2e', '--count', '2', '--interval', '0.2', '--quiet',
+                                '--mqtt-url', f'mqtt://{flare.mqtt_host}:{flare.mqtt_port}'], check=True, capture_output=True, timeout=90)
+    status, _, body = http_get('/api/v1/view/' + share.view_token)
+    view = json.loads(body)
+    assert view['e2e'] is True and view['last'] is None and len(view['sealed']) == 2, view
+    key = passphrase.encode()[:32].ljust(32, b'\0')
+    opened = [json.loads(nacl.secret.SecretBox(key).decrypt(base64.b64decode(item['data']))) for item in view['sealed']]
+    assert all(o['_type'] == 'location' and -90 <= o['lat'] <= 90 for o in opened), opened
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, opened[-1])

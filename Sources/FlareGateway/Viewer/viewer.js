@@ -165,6 +165,58 @@
     return false;
   }
 
+  // ---- end-to-end encrypted shares ----
+  // The key is the link's fragment (#k=…), which a browser never sends to a server. TweetNaCl (flared serves
+  // Debian's node-tweetnacl) is loaded only for such a share. A message that does not open is counted, never shown.
+  var E2E = { on: false, key: e2eKey(), opened: 0, failed: 0, lib: null, loading: false, missing: false, waiting: [], seen: {} };
+  function e2eKey() {
+    var m = /(?:^#|&)k=([^&]+)/.exec(location.hash), pass;
+    if (!m) return null;
+    try { pass = decodeURIComponent(m[1]); } catch (e) { return null; }
+    // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
+    var enc = new TextEncoder(), key = new Uint8Array(32), n = 0;
+    for (var ch of pass) { var b = enc.encode(ch); if (n + b.length > 32) break; key.set(b, n); n += b.length; }
+    return key;
+  }
+  function withNacl(fn) {
+    if (E2E.lib) { fn(); return; }
+    E2E.waiting.push(fn);
+    if (E2E.loading) return;
+    E2E.loading = true;
+    var s = doc.createElement('script');
+    s.src = '/vendor/tweetnacl/nacl-fast.min.js';
+    s.onload = function () {
+      E2E.lib = window.nacl && window.nacl.secretbox ? window.nacl : null;
+      if (!E2E.lib) { s.onerror(); return; }
+      var w = E2E.waiting; E2E.waiting = [];
+      w.forEach(function (f) { f(); });
+    };
+    s.onerror = function () { E2E.missing = true; render(false); };
+    doc.head.appendChild(s);
+  }
+  function openSealed(item) {
+    if (!item || typeof item.data !== 'string' || E2E.seen[item.data]) return null;
+    E2E.seen[item.data] = 1;
+    try {
+      var bin = atob(item.data), box = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) box[i] = bin.charCodeAt(i);
+      var plain = box.length > 40 && E2E.lib.secretbox.open(box.subarray(24), box.subarray(0, 24), E2E.key);
+      if (!plain) throw 0;
+      var j = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(plain));
+      E2E.opened++;
+      return j && (j._type === undefined || j._type === 'location') ? j : null;  // a transition, say, is no position
+    } catch (e) { E2E.failed++; return null; }
+  }
+  function addSealed(list) {
+    E2E.on = true;
+    if (!E2E.key) { render(false); return; }
+    withNacl(function () {
+      var newest = false;
+      list.forEach(function (item) { var f = openSealed(item); if (f) newest = addFix(f) || newest; });
+      render(newest);
+    });
+  }
+
   function applyView(j, t0, t1) {
     if (j.server_time) {
       var st = Date.parse(j.server_time);
@@ -179,6 +231,7 @@
     var newest = false;
     (Array.isArray(j.trail) ? j.trail : []).forEach(function (f) { newest = addFix(f) || newest; });
     if (j.last) newest = addFix(j.last) || newest;
+    if (j.e2e) addSealed(Array.isArray(j.sealed) ? j.sealed : []);
     if (j.tracker) setTracker(j.tracker);
     if (Array.isArray(j.answers)) j.answers.forEach(function (a) { addAnswer(a, false); });
     if (j.state === 'ended') {
@@ -461,6 +514,12 @@
       setConn('live');
       render(addFix(d));
     });
+    src.addEventListener('sealed', function (e) {
+      var d = parseJSON(e.data);
+      if (!d || terminal()) return;
+      setConn('live');
+      addSealed([d]);
+    });
     src.addEventListener('ended', function (e) {
       var d = parseJSON(e.data) || {};
       setEnded(d);
@@ -604,6 +663,15 @@
     setText('title', title);
     doc.title = title;
     renderStatus();
+
+    // End-to-end encrypted: said plainly, and what is wrong when the positions cannot be opened.
+    var e2e = !E2E.on ? 'off' : !E2E.key ? 'no-key' : E2E.missing ? 'no-library' : E2E.failed && !E2E.opened ? 'wrong-key' : 'open';
+    body.setAttribute('data-e2e', e2e);
+    $('e2e').hidden = e2e === 'off';
+    if (e2e !== 'off') {
+      setText('e2e-text', e2e === 'no-key' ? t('e2e_no_key') : e2e === 'no-library' ? t('e2e_no_library') : e2e === 'wrong-key' ? t('e2e_wrong_key')
+        : t('e2e_note') + (E2E.failed ? ' ' + t('e2e_skipped', { count: E2E.failed }) : ''));
+    }
 
     var missed = S.checkinDue != null && S.reason !== 'withdrawn';
     $('checkin').hidden = !missed;
