@@ -40,10 +40,30 @@ import Testing
         #"{"_type":"card","name":"Anna","tid":"AN"}"#,
         #"{"_type":"steps","tst":1795962990,"steps":1200,"from":1795900000,"to":1795962990}"#,
         #"{"_type":"beacon","desc":"Car","uuid":"CA271EAE-5FA8-4E80-8F08-2A302A95A959","major":1,"minor":2,"tst":1795962990,"acc":1,"rssi":-60,"prox":1}"#,
-        #"{"_type":"encrypted","data":"c2VjcmV0"}"#,
     ])
     func ignoresTheAppsOtherMessages(_ text: String) {
         #expect(parse(text) == .failure(.ignoredType))
+    }
+
+    /// What the apps send with `encryptionKey` set: taken as it is (for an end-to-end encrypted share), when it can be
+    /// a secretbox at all; the parser never opens it.
+    @Test func takesTheAppsEncryptedMessagesAsTheyAre() {
+        let parser = LocationPayloadParser(maximumBytes: 8192)
+        let box = Data(repeating: 7, count: 60).base64EncodedString()
+        let parsed = parser.parseMessage(Array(#"{"_type":"encrypted","data":"\#(box)","seq_stream":9,"seq":3}"#.utf8), receivedAt: 1_795_962_990_000, shareCreatedAt: 0)
+        #expect(parsed == .success(.sealed(data: box, sequence: TrackerSequence(stream: 9, number: 3))))
+        // A plain share has nothing to do with it; an end-to-end one nothing with a position in clear.
+        #expect(parse(#"{"_type":"encrypted","data":"\#(box)"}"#) == .failure(.unexpectedEncryption))
+        if case .success(let message) = parsed {
+            #expect(message.fix(endToEnd: false, receivedAt: 5_000) == .failure(.unexpectedEncryption))
+            #expect(message.fix(endToEnd: true, receivedAt: 5_000) == .success({ var fix = Fix.sealed(box, receivedAt: 5_000); fix.sequence = TrackerSequence(stream: 9, number: 3); return fix }()))
+        }
+        #expect(LocationMessage.fix(Fix(latitude: 1, longitude: 2, timestamp: 3)).fix(endToEnd: true, receivedAt: 5_000) == .failure(.notEncrypted))
+        // Not base64 of something a secretbox can be: too short, not base64, padding inside, too long, not a string.
+        for data in ["\"c2VjcmV0\"", "\"\(String(box.dropLast(4)))!!!!\"", "\"AAAA=AAA\(box)\"",
+                     "\"\(Data(repeating: 1, count: SealedPayload.maximumDataLength).base64EncodedString())\"", "42", "null"] {
+            #expect(parser.parseMessage(Array(#"{"_type":"encrypted","data":\#(data)}"#.utf8), receivedAt: 0, shareCreatedAt: 0) == .failure(.malformedCiphertext), "\(data.prefix(20))")
+        }
     }
 
     @Test func configurationHasTheBookletsKeys() throws {
