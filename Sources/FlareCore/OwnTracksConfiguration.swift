@@ -148,7 +148,11 @@ public struct OwnTracksConfiguration: Sendable {
     ///
     /// Standard base64, not base64url: the Android app decodes with the standard alphabet and refuses `-` and `_`.
     /// Its `+`, `/` and `=` are percent-encoded so that no URL parser turns `+` into a space.
-    public var inlineURL: String {
+    public var inlineURL: String { Self.inlineURL(of: json) }
+
+    /// The same link for a configuration's JSON as given (the CLI adds `encryptionKey` to the server's, on the owner's
+    /// machine, for an end-to-end encrypted share).
+    public static func inlineURL(of json: [UInt8]) -> String {
         var base64 = ""
         for character in Base64URL.encode(json) {
             switch character {

@@ -127,8 +127,9 @@ enum Commands {
           flare share stop ID                                               end a share now
           flare share extend ID [--duration SECONDS]                        same link, new expiry
           flare share owntracks ID [--qr FILE.png] [--otrc FILE] [--http]   provision the OwnTracks app: a QR code to scan,
-                                                                            a config file, or (neither) the link itself;
-                                                                            --http: the app's HTTP mode, where MQTT is blocked
+                      [--e2e [--e2e-key PASSPHRASE]]                  a config file, or (neither) the link itself;
+                                                                            --http: the app's HTTP mode, where MQTT is blocked;
+                                                                            --e2e: with the share's key, added here
           flare keys create [--label LABEL] [--admin]                       a new owner key (printed once); a limited key
                       [--max-live N] [--max-duration SECONDS]         (the default) sees only the shares it creates,
                       [--create-rate N/h] [--enroll] [--qr FILE.png]  within these limits; --enroll prints, --qr draws,
@@ -410,6 +411,7 @@ enum Commands {
     static func shareOwnTracks(_ options: CommonOptions, id: String) throws -> Int32 {
         let client = try ownerClient(options)
         let mode: OwnTracksMode = options.switches.contains("--http") ? .http : .mqtt
+        if options.switches.contains("--e2e") { return try shareOwnTracksEndToEnd(options, id: id, client: client, mode: mode) }
         var wrote = false
         for (flag, what) in [("--qr", "QR code"), ("--otrc", "configuration")] {
             guard let file = options.flags[flag] else { continue }
@@ -431,6 +433,34 @@ enum Commands {
         // OwnTracks for iOS from 26.2.2 and for Android from 2.6.0 refuse a configuration by link or file until
         // this is switched on in the app, and no configuration can switch it on.
         FileHandle.standardError.write(Data("on the phone, first allow it in OwnTracks: Settings, \"Allow configuration by URI and config file\" (newer app versions refuse the import without it)\n".utf8))
+        return 0
+    }
+
+    /// The OwnTracks configuration of an end-to-end encrypted share: the server's, with `encryptionKey` added here,
+    /// on the owner's machine, and its QR code drawn here. The server's configuration endpoints never hold the key.
+    static func shareOwnTracksEndToEnd(_ options: CommonOptions, id: String, client: FlareClient, mode: OwnTracksMode) throws -> Int32 {
+        let passphrase = try options.passphrase(of: id)
+        let served = try call("cannot get the OwnTracks configuration for \(id)") { () async throws(FlareClientError) in
+            try await client.ownTracksConfigurationFile(id, mode: mode)
+        }
+        guard var configuration = (try? JSONSerialization.jsonObject(with: served)) as? [String: Any] else {
+            throw CLIError("the server's OwnTracks configuration for \(id) is not a JSON object")
+        }
+        configuration["encryptionKey"] = passphrase
+        let json = Array(try JSONSerialization.data(withJSONObject: configuration, options: [.sortedKeys, .withoutEscapingSlashes]))
+        let link = OwnTracksConfiguration.inlineURL(of: json)
+        var wrote = false
+        for (flag, what) in [("--qr", "QR code"), ("--otrc", "configuration")] {
+            guard let file = options.flags[flag] else { continue }
+            let body = flag == "--qr" ? try QRCode(link).png() : json
+            guard FileManager.default.createFile(atPath: file, contents: Data(body), attributes: [.posixPermissions: 0o600]) else {
+                throw CLIError("cannot write \(file)")
+            }
+            print("OwnTracks \(what) for share \(id)\(mode == .http ? " (HTTP mode)" : "") written to \(file) (it contains the share's device token and its end-to-end key)")
+            wrote = true
+        }
+        if !wrote { print(link) }
+        FileHandle.standardError.write(Data("on the phone, first allow it in OwnTracks: Settings, \"Allow configuration by URI and config file\"; the app then encrypts every position with the share's key\n".utf8))
         return 0
     }
 

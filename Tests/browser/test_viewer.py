@@ -723,3 +723,27 @@ def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path
     d = viewer()
     d.get(share.url() + '#k=' + passphrase)
     wait_coords(d, opened[-1])
+
+
+def test_an_unchanged_owntracks_app_configured_by_the_cli_shows_its_encrypted_position(flare, viewer, tmp_path):
+    """The configuration `flare share owntracks --e2e` writes, used as the app uses it: its credentials, client id and
+    topic on a real MQTT client, its encryptionKey sealing the location the way the apps seal it (PyNaCl here)."""
+    import base64
+    import nacl.secret
+    share, passphrase = flare.create_e2e()
+    otrc = tmp_path / 'sos.otrc'
+    subprocess.run(flare.cli + ['share', 'owntracks', share.id, '--e2e', '--otrc', str(otrc)], check=True, capture_output=True, timeout=30)
+    config = json.loads(otrc.read_text())
+    assert config['encryptionKey'] == passphrase and config['username'] == share.id
+    # The server never had the key: its own configuration for the share has none.
+    status, _, served = http_get(f'/api/v1/shares/{share.id}/owntracks.otrc', {'Authorization': 'Bearer ' + share.device_token})
+    assert status == 200 and b'encryptionKey' not in served and passphrase not in served.decode(errors='replace')
+    fix = flare.fix()
+    key = config['encryptionKey'].encode()[:32].ljust(32, b'\0')
+    data = base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(json.dumps(dict({'_type': 'location', 'tid': config['tid']}, **fix)).encode()))).decode()
+    subprocess.run(['mosquitto_pub', '-h', flare.mqtt_host, '-p', str(flare.mqtt_port), '-i', config['clientId'], '-u', config['username'],
+                    '-P', config['password'], '-t', config['pubTopicBase'], '-q', str(config['pubQos']), '-r',
+                    '-m', json.dumps({'_type': 'encrypted', 'data': data})], check=True, capture_output=True, timeout=30)
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, fix)
