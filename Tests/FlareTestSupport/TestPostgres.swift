@@ -77,6 +77,13 @@ public final class TestPostgres: @unchecked Sendable {
 
     public func url(database: String) -> String { "postgresql://flare@127.0.0.1:\(port)/\(database)" }
 
+    /// Everything a database holds, as `pg_dump` writes it (what a backup of it would contain).
+    public func dump(_ databaseURL: String) throws -> String {
+        let result = try runCommand("/usr/bin/pg_dump", [databaseURL, "--no-owner"])
+        guard result.status == 0 else { throw TestSupportError("pg_dump failed: \(result.stderr)") }
+        return result.stdout
+    }
+
     /// Runs one SQL statement with psql; its output (unaligned, tuples only).
     public func query(_ databaseURL: String, _ sql: String) throws -> String {
         let result = try runCommand("/usr/bin/psql", [databaseURL, "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
