@@ -96,7 +96,7 @@ let package = Package(
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto"], swiftSettings: swiftSettings),
     ]

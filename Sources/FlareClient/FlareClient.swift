@@ -302,6 +302,13 @@ public final class FlareClient: Sendable {
         try await call("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", bearer: deviceToken, encodable: location, expecting: 202, retry: .none)
     }
 
+    /// One already-made body (an end-to-end encrypted share's sealed fix, `Location.sealed(by:)`), no retries.
+    func reportOnce(body: Data, shareID: String, deviceToken: String) async throws(FlareClientError) -> IngestReceipt {
+        let data = try await send("POST", "api/v1/shares/\(try Self.pathComponent(shareID))/locations", query: [], bearer: deviceToken,
+                                  body: body, expecting: 202, retry: .none)
+        return try Self.decode(IngestReceipt.self, from: data, status: 202)
+    }
+
     // MARK: - Transport
 
     private func credential(_ deviceToken: String?) throws(FlareClientError) -> String {

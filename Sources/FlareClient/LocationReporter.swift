@@ -43,7 +43,9 @@ public actor LocationReporter {
     private let client: FlareClient
     private let retry: RetryPolicy
     private var deviceToken: String
-    private var queue: [(sequence: UInt64, location: Location)] = []
+    /// Each fix with, for an end-to-end encrypted share, the sealed body it is sent as (sealed once, when queued).
+    private var queue: [(sequence: UInt64, location: Location, sealed: Data?)] = []
+    private let sealer: (any LocationSealer)?
     private var nextSequence: UInt64 = 0
     private var flushing = false
     public private(set) var state: State = .idle
@@ -59,8 +61,12 @@ public actor LocationReporter {
     ///   - capacity: fixes kept while offline. At one fix every 5 s, 720 is an hour.
     ///   - retry: backoff within one flush; after `maxAttempts` the reporter goes `.offline` and the next
     ///     `report` (or `flush`) tries again.
-    public init(client: FlareClient, shareID: String, deviceToken: String, capacity: Int = 720, retry: RetryPolicy? = nil) {
+    ///   - sealer: for an end-to-end encrypted share, the app's secretbox (see `LocationSealer`): every fix is sealed
+    ///     before it leaves the phone.
+    public init(client: FlareClient, shareID: String, deviceToken: String, capacity: Int = 720, retry: RetryPolicy? = nil,
+                sealer: (any LocationSealer)? = nil) {
         self.client = client
+        self.sealer = sealer
         self.shareID = shareID
         self.deviceToken = deviceToken
         self.capacity = max(1, capacity)
@@ -68,8 +74,8 @@ public actor LocationReporter {
         (commands, commandSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
     }
 
-    public init(client: FlareClient, share: CreatedShare, capacity: Int = 720, retry: RetryPolicy? = nil) {
-        self.init(client: client, shareID: share.shareID, deviceToken: share.deviceToken, capacity: capacity, retry: retry)
+    public init(client: FlareClient, share: CreatedShare, capacity: Int = 720, retry: RetryPolicy? = nil, sealer: (any LocationSealer)? = nil) {
+        self.init(client: client, shareID: share.shareID, deviceToken: share.deviceToken, capacity: capacity, retry: retry, sealer: sealer)
     }
 
     public var statistics: Statistics {
@@ -92,7 +98,17 @@ public actor LocationReporter {
     /// Queues a fix without sending (e.g. from a delegate callback that cannot wait); `flush` sends it.
     public func enqueue(_ location: Location) {
         guard state != .ended else { return }
-        queue.append((nextSequence, location))
+        var sealed: Data?
+        if let sealer {
+            // A fix that cannot be sealed is never sent in clear.
+            guard let body = try? location.sealed(by: sealer) else {
+                stats.rejected += 1
+                stats.lastRejection = "cannot_seal"
+                return
+            }
+            sealed = body
+        }
+        queue.append((nextSequence, location, sealed))
         nextSequence += 1
         if queue.count > capacity {
             queue.removeFirst(queue.count - capacity)
@@ -124,7 +140,11 @@ public actor LocationReporter {
         while let head = queue.first {
             state = .sending
             do {
-                let receipt = try await client.reportOnce(head.location, shareID: shareID, deviceToken: deviceToken)
+                let receipt = if let sealed = head.sealed {
+                    try await client.reportOnce(body: sealed, shareID: shareID, deviceToken: deviceToken)
+                } else {
+                    try await client.reportOnce(head.location, shareID: shareID, deviceToken: deviceToken)
+                }
                 for command in receipt.commands { commandSink.yield(command) }
                 removeIfStillQueued(head.sequence)
                 stats.sent += 1

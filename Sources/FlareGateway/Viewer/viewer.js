@@ -22,8 +22,10 @@
   var TILE_URL = cfg('tile-url');
   var TILE_ATTRIBUTION = cfg('tile-attribution') || '';
   var POLL_MS = 3000;
-  var SSE_OPEN_TIMEOUT_MS = 8000;   // an EventSource that stays unopened this long counts as failed
-  var SSE_RETRY_AFTER_MS = 30000;   // while polling, try SSE again this long after it failed
+  // an EventSource that stays unopened this long counts as failed
+  var SSE_OPEN_TIMEOUT_MS = 8000;
+  // while polling, try SSE again this long after it failed
+  var SSE_RETRY_AFTER_MS = 30000;
   var ANNOUNCE_EVERY_MS = 30000;    // screen readers hear "position updated" at most this often
   var TRAIL_MAX = 500;
 
@@ -33,7 +35,8 @@
   var LANGS = select ? Array.prototype.map.call(select.options, function (o) { return o.value; })
     : [(cfg('lang') || 'en')].filter(function (c) { return /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(c); });
   var i18nReady = false;
-  var base = {};      // English: fallback for keys a translation lacks
+  // English: fallback for keys a translation lacks
+  var base = {};
   var strings = {};
   var lang = pickLang();
 
@@ -70,7 +73,8 @@
   }
   function applyStatic() {
     Array.prototype.forEach.call(doc.querySelectorAll('[data-t]'), function (el) {
-      if (el.id === 'title' || el.id === 'status') return;  // dynamic, set by render()
+      // dynamic, set by render()
+      if (el.id === 'title' || el.id === 'status') return;
       el.textContent = t(el.getAttribute('data-t'));
     });
     Array.prototype.forEach.call(doc.querySelectorAll('[data-t-aria]'), function (el) {
@@ -129,13 +133,16 @@
     } catch (e) { return ''; }
   })();
   var S = {
-    state: 'loading',   // loading | active | ended | notfound
-    conn: 'connecting', // connecting | live | polling | reconnecting | closed
+    // loading | active | ended | notfound
+    state: 'loading',
+    // connecting | live | polling | reconnecting | closed
+    conn: 'connecting',
     name: null, expiresAt: null, endedAt: null, reason: null,
     last: null, trail: [],
     tracker: null,      // the server's tracker report: state live|stale|offline, since, battery, locate_*
     locateNote: null,   // what the last "locate now" press got back, until the tracker says more
-    skew: 0,            // server clock minus device clock, ms
+    // server clock minus device clock, ms
+    skew: 0,
     follow: true, fresh: 'none', lastAnnounce: 0, firstShown: false,
   };
   function serverNow() { return Date.now() + S.skew; }
@@ -166,55 +173,20 @@
   }
 
   // ---- end-to-end encrypted shares ----
-  // The key is the link's fragment (#k=…), which a browser never sends to a server. TweetNaCl (flared serves
-  // Debian's node-tweetnacl) is loaded only for such a share. A message that does not open is counted, never shown.
-  var E2E = { on: false, key: e2eKey(), opened: 0, failed: 0, lib: null, loading: false, missing: false, waiting: [], seen: {} };
-  function e2eKey() {
-    var m = /(?:^#|&)k=([^&]+)/.exec(location.hash), pass;
-    if (!m) return null;
-    try { pass = decodeURIComponent(m[1]); } catch (e) { return null; }
-    // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
-    var enc = new TextEncoder(), key = new Uint8Array(32), n = 0;
-    for (var ch of pass) { var b = enc.encode(ch); if (n + b.length > 32) break; key.set(b, n); n += b.length; }
-    return key;
-  }
-  function withNacl(fn) {
-    if (E2E.lib) { fn(); return; }
-    E2E.waiting.push(fn);
-    if (E2E.loading) return;
-    E2E.loading = true;
-    var s = doc.createElement('script');
-    s.src = '/vendor/tweetnacl/nacl-fast.min.js';
-    s.onload = function () {
-      E2E.lib = window.nacl && window.nacl.secretbox ? window.nacl : null;
-      if (!E2E.lib) { s.onerror(); return; }
-      var w = E2E.waiting; E2E.waiting = [];
-      w.forEach(function (f) { f(); });
-    };
-    s.onerror = function () { E2E.missing = true; render(false); };
-    doc.head.appendChild(s);
-  }
-  function openSealed(item) {
-    if (!item || typeof item.data !== 'string' || E2E.seen[item.data]) return null;
-    E2E.seen[item.data] = 1;
-    try {
-      var bin = atob(item.data), box = new Uint8Array(bin.length);
-      for (var i = 0; i < bin.length; i++) box[i] = bin.charCodeAt(i);
-      var plain = box.length > 40 && E2E.lib.secretbox.open(box.subarray(24), box.subarray(0, 24), E2E.key);
-      if (!plain) throw 0;
-      var j = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(plain));
-      E2E.opened++;
-      return j && (j._type === undefined || j._type === 'location') ? j : null;  // a transition, say, is no position
-    } catch (e) { E2E.failed++; return null; }
-  }
+  // Their part of the page (e2e/viewer-e2e.js, with TweetNaCl and strings of its own) loads only for such a share.
+  var E2E = null, e2eWaiting = [], e2eLoading = false;
   function addSealed(list) {
-    E2E.on = true;
-    if (!E2E.key) { render(false); return; }
-    withNacl(function () {
-      var newest = false;
-      list.forEach(function (item) { var f = openSealed(item); if (f) newest = addFix(f) || newest; });
-      render(newest);
-    });
+    if (E2E) { E2E.add(list); return; }
+    e2eWaiting = e2eWaiting.concat(list);
+    if (e2eLoading) return;
+    e2eLoading = true;
+    var s = doc.createElement('script');
+    s.src = '/viewer/e2e/viewer-e2e.js';
+    s.onload = function () {
+      E2E = window.flareE2E({ addFix: addFix, render: render, $: $, setText: setText, body: body, lang: function () { return lang; } });
+      E2E.add(e2eWaiting);
+    };
+    doc.head.appendChild(s);
   }
 
   function applyView(j, t0, t1) {
@@ -491,7 +463,8 @@
       clearTimeout(esTimer); esTimer = null;
       sseFails = 0;
       setConn('live');
-      if (wasDown) { wasDown = false; refreshView(); }  // fill whatever we missed while away
+      // fill whatever we missed while away
+      if (wasDown) { wasDown = false; refreshView(); }
     };
     src.addEventListener('status', function (e) {
       var d = parseJSON(e.data);
@@ -523,13 +496,15 @@
     src.addEventListener('ended', function (e) {
       var d = parseJSON(e.data) || {};
       setEnded(d);
-      refreshView();  // the final last/trail
+      // the final last/trail
+      refreshView();
     });
     src.onerror = function () {
       if (es !== src) return;
       if (terminal()) { stopLive(); return; }
       if (src.readyState === 2) { sseFailed(); return; }  // HTTP error or not an event stream: won't retry
-      setConn('reconnecting');  // the browser retries by itself; give up on it after a while
+      // the browser retries by itself; give up on it after a while
+      setConn('reconnecting');
       if (esTimer == null) armTimer();
     };
   }
@@ -657,21 +632,15 @@
     renderAnswers();
     renderDistance();
     renderDispatch();
-    if (!i18nReady) return;  // called again once the strings are in
+    // called again once the strings are in
+    if (!i18nReady) return;
     body.setAttribute('data-state', S.state);
     var title = S.name ? t('title_named', { name: S.name }) : t('title');
     setText('title', title);
     doc.title = title;
     renderStatus();
 
-    // End-to-end encrypted: said plainly, and what is wrong when the positions cannot be opened.
-    var e2e = !E2E.on ? 'off' : !E2E.key ? 'no-key' : E2E.missing ? 'no-library' : E2E.failed && !E2E.opened ? 'wrong-key' : 'open';
-    body.setAttribute('data-e2e', e2e);
-    $('e2e').hidden = e2e === 'off';
-    if (e2e !== 'off') {
-      setText('e2e-text', e2e === 'no-key' ? t('e2e_no_key') : e2e === 'no-library' ? t('e2e_no_library') : e2e === 'wrong-key' ? t('e2e_wrong_key')
-        : t('e2e_note') + (E2E.failed ? ' ' + t('e2e_skipped', { count: E2E.failed }) : ''));
-    }
+    if (E2E) E2E.banner();
 
     var missed = S.checkinDue != null && S.reason !== 'withdrawn';
     $('checkin').hidden = !missed;
@@ -866,7 +835,8 @@
     window.addEventListener('online', function () {
       if (terminal()) return;
       sseFails = 0; sseFailedAt = 0;      // the failures were the network's, not SSE's
-      if (es && es.readyState === 1) { setConn('live'); refreshView(); }  // the stream survived
+      // the stream survived
+      if (es && es.readyState === 1) { setConn('live'); refreshView(); }
       else if (!es || es.readyState === 2) startPolling(0);
     });
     doc.addEventListener('visibilitychange', function () {

@@ -1,0 +1,89 @@
+// The viewer's part for end-to-end encrypted shares, loaded by viewer.js only for one (a plain share's page never
+// fetches it). The key is the link's fragment (#k=…), which a browser never sends to a server. TweetNaCl (flared serves
+// Debian's node-tweetnacl) opens each message; one that does not open is counted, never shown.
+window.flareE2E = function (page) {
+  'use strict';
+  var doc = document;
+  var S = { key: key(), opened: 0, failed: 0, lib: null, loading: false, missing: false, waiting: [], seen: {} };
+  var strings = {};
+  // Its banner and styles, above everything else the page says.
+  var style = doc.createElement('link');
+  style.rel = 'stylesheet';
+  style.href = '/viewer/e2e/viewer-e2e.css';
+  doc.head.appendChild(style);
+  var section = doc.createElement('section');
+  section.id = 'e2e';
+  section.className = 'e2e';
+  section.setAttribute('role', 'status');
+  section.appendChild(doc.createElement('p')).id = 'e2e-text';
+  page.$('main').insertBefore(section, page.$('main').firstChild);
+
+  // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
+  function key() {
+    var m = /(?:^#|&)k=([^&]+)/.exec(location.hash), pass;
+    if (!m) return null;
+    try { pass = decodeURIComponent(m[1]); } catch (e) { return null; }
+    var enc = new TextEncoder(), k = new Uint8Array(32), n = 0;
+    for (var ch of pass) { var b = enc.encode(ch); if (n + b.length > 32) break; k.set(b, n); n += b.length; }
+    return k;
+  }
+  function withNacl(fn) {
+    if (S.lib) { fn(); return; }
+    S.waiting.push(fn);
+    if (S.loading) return;
+    S.loading = true;
+    var s = doc.createElement('script');
+    s.src = '/vendor/tweetnacl/nacl-fast.min.js';
+    s.onload = function () {
+      S.lib = window.nacl && window.nacl.secretbox ? window.nacl : null;
+      if (!S.lib) { s.onerror(); return; }
+      var w = S.waiting; S.waiting = [];
+      w.forEach(function (f) { f(); });
+    };
+    s.onerror = function () { S.missing = true; page.render(false); };
+    doc.head.appendChild(s);
+  }
+  function open(item) {
+    if (!item || typeof item.data !== 'string' || S.seen[item.data]) return null;
+    S.seen[item.data] = 1;
+    try {
+      var bin = atob(item.data), box = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) box[i] = bin.charCodeAt(i);
+      var plain = box.length > 40 && S.lib.secretbox.open(box.subarray(24), box.subarray(0, 24), S.key);
+      if (!plain) throw 0;
+      var j = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(plain));
+      S.opened++;
+      return j && (j._type === undefined || j._type === 'location') ? j : null;  // a transition, say, is no position
+    } catch (e) { S.failed++; return null; }
+  }
+  function add(list) {
+    if (!S.key) { page.render(false); return; }
+    withNacl(function () {
+      var newest = false;
+      list.forEach(function (item) { var f = open(item); if (f) newest = page.addFix(f) || newest; });
+      page.render(newest);
+    });
+  }
+  function t(k, vars) {
+    var s = (strings[page.lang()] || strings.en || {})[k] || '';
+    return vars ? s.replace(/\{(\w+)\}/g, function (m, v) { return vars[v] != null ? vars[v] : m; }) : s;
+  }
+  function load(code) {
+    if (strings[code]) return;
+    strings[code] = {};
+    fetch('/viewer/e2e/' + encodeURIComponent(code) + '.json', { credentials: 'same-origin' })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (j) { if (j) { strings[code] = j; page.render(false); } }, function () {});
+  }
+  // Said plainly, and what is wrong when the positions cannot be opened.
+  function banner() {
+    load('en');
+    load(page.lang());
+    var state = !S.key ? 'no-key' : S.missing ? 'no-library' : S.failed && !S.opened ? 'wrong-key' : 'open';
+    page.body.setAttribute('data-e2e', state);
+    page.$('e2e').hidden = false;
+    page.setText('e2e-text', state === 'no-key' ? t('no_key') : state === 'no-library' ? t('no_library') : state === 'wrong-key' ? t('wrong_key')
+      : t('note') + (S.failed ? ' ' + t('skipped', { count: S.failed }) : ''));
+  }
+  return { add: add, banner: banner };
+};
