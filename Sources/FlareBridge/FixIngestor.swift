@@ -108,32 +108,26 @@ public final class FixIngestor: Sendable {
                 shares.lastWillArrived(shareID, at: receivedAt)
             }
             return nil
-        case .success(.fix) where context.endToEnd:
-            if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
-            return reject(.notEncrypted, share: shareID)
-        case .success(.sealed(_, let sequence)) where !context.endToEnd:
-            if let sequence { shares.refused(sequence, row: context.row, share: shareID) }
-            return reject(.unexpectedEncryption, share: shareID)
-        case .success(.sealed(let data, let sequence)):
-            // A retained message delivered again on (re)subscribe is the one already known; any other repeat (a QoS 1
-            // redelivery) the store absorbs by the ciphertext's digest.
-            if retained, context.last?.sealed == data {
+        case .success(let message):
+            // In clear for a plain share, the ciphertext for an end-to-end encrypted one (`LocationMessage.fix`).
+            guard let stored = message.fix(endToEnd: context.endToEnd, receivedAt: receivedAt) else { return nil }
+            let fix: Fix
+            switch stored {
+            case .failure(let reason):
+                if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
+                return reject(reason, share: shareID)
+            case .success(let taken): fix = taken
+            }
+            // A retained message delivered again on (re)subscribe is the one already known: the same place (without a
+            // `tst` it would otherwise be stored again under a new receive time) or the same ciphertext. Any other
+            // repeat (a QoS 1 redelivery) the store absorbs.
+            if retained, let last = context.last,
+               fix.isSealed ? last.sealed == fix.sealed : (last.latitude == fix.latitude && last.longitude == fix.longitude && !last.isSealed) {
                 metrics.increment(FlareMetrics.fixesDuplicate)
                 return nil
             }
-            var fix = Fix.sealed(data, receivedAt: receivedAt)
-            fix.sequence = sequence
-            queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
-                           heardAt: receivedAt, repliesToLocate: false, transport: .mqtt))
-            return nil
-        case .success(.fix(let fix)):
-            // A retained location delivered again on (re)subscribe is the fix already known; without a `tst`
-            // it would otherwise be stored again under a new receive time.
-            if retained, let last = context.last, last.latitude == fix.latitude, last.longitude == fix.longitude {
-                metrics.increment(FlareMetrics.fixesDuplicate)
-                return nil
-            }
-            let heardAt = retained ? min(receivedAt, fix.timestamp * 1000) : receivedAt
+            // A ciphertext's time is its arrival; a locate-now answer inside one cannot be told apart here.
+            let heardAt = retained && !fix.isSealed ? min(receivedAt, fix.timestamp * 1000) : receivedAt
             queue.put(Item(shareID: shareID, pending: PendingFix(shareRow: context.row, fix: fix, receivedAt: receivedAt),
                            heardAt: heardAt, repliesToLocate: fix.isCommandResponse && !retained, transport: .mqtt))
             return nil
