@@ -120,10 +120,13 @@ public final class FixIngestor: Sendable {
             }
             // A retained message delivered again on (re)subscribe is the one already known: the same place (without a
             // `tst` it would otherwise be stored again under a new receive time) or the same ciphertext. Any other
-            // repeat (a QoS 1 redelivery) the store absorbs.
+            // repeat (a QoS 1 redelivery) the store absorbs. A confirming tracker's mark still moves past it: it may be
+            // the only copy of its number that reaches this bridge (the tracker published it while the bridge was
+            // away), and a number never handled would hold the mark, and the tracker's queue, back.
             if retained, let last = context.last,
                fix.isSealed ? last.sealed == fix.sealed : (last.latitude == fix.latitude && last.longitude == fix.longitude && !last.isSealed) {
                 metrics.increment(FlareMetrics.fixesDuplicate)
+                if let sequence = fix.sequence { shares.refused(sequence, row: context.row, share: shareID) }
                 return nil
             }
             // A ciphertext's time is its arrival; a locate-now answer inside one cannot be told apart here.

@@ -34,8 +34,9 @@ extension ShareService {
         return true
     }
 
-    /// A confirming tracker's message was refused (from the MQTT thread): its mark must move past it, or the tracker
-    /// would keep it, and send it again, for ever. Recorded on the scheduler's thread.
+    /// A confirming tracker's message was refused, or was a retained repeat of what is known (from the MQTT thread):
+    /// its mark must move past it, or the tracker would keep it, and send it again, for ever. Recorded on the
+    /// scheduler's thread.
     package func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
         let first = confirmations.withLock { state in
             guard state.refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
@@ -57,19 +58,22 @@ extension ShareService {
 
     func publishMark(_ mark: TrackerSequence, of id: ShareID) {
         let now = monotonicMillis()
-        let sendNow: Bool = confirmations.withLock { state in
+        // Marks come from two threads (the writer's commits, the scheduler's refusals), so one may be older than a mark
+        // held back: the newer of the two is what goes out, now or when the interval has passed.
+        let toSend: TrackerSequence? = confirmations.withLock { state in
             let entry = state.marks[id]
+            let newest = entry?.held.map { ($0.stream, $0.number) < (mark.stream, mark.number) ? mark : $0 } ?? mark
             guard let entry, now - entry.publishedAt < Self.trackerMarkIntervalMillis else {
                 state.marks[id] = (now, nil)
-                return true
+                return newest
             }
             if entry.held == nil {
                 schedule(.trackerMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
             }
-            if entry.held.map({ ($0.stream, $0.number) < (mark.stream, mark.number) }) ?? true { state.marks[id]?.held = mark }
-            return false
+            state.marks[id]?.held = newest
+            return nil
         }
-        if sendNow { sendMark(mark, of: id) }
+        if let toSend { sendMark(toSend, of: id) }
     }
 
     func publishHeldMark(_ id: ShareID) {

@@ -16,7 +16,7 @@ import Synchronization
 /// fix is stored (or refused), and a fix leaves the send queue only once that mark passes it. The broker's PUBACK only
 /// paces the sending: a broker that crashes after acknowledging forgets what it had not handed on, so after every
 /// reconnection the fixes not confirmed yet are sent again (the store keeps each once). While the broker is
-/// unreachable fixes stay queued (bounded; the oldest are dropped beyond `--queue`, and counted). `--no-confirm`
+/// unreachable fixes stay queued (bounded; the oldest never sent are dropped beyond `--queue`, and counted). `--no-confirm`
 /// behaves like the OwnTracks apps: a fix is done at PUBACK.
 struct TrackCommand {
     enum SourceKind {
@@ -104,9 +104,12 @@ struct TrackCommand {
 
     /// After a reconnection, how long to wait for the retained mark before sending again what it does not cover.
     static let resendGraceSeconds = 3.0
-    /// With no reconnection, what was sent is sent again if the mark has not moved for this long (a message lost on
-    /// its way, a refusal that could not be recorded), and then after twice as long, and so on.
-    static let stalledMarkSeconds = 60.0
+    /// With no reconnection, what was sent is sent again if the mark has not moved for this long while fixes wait for
+    /// it (a message lost on its way, a refusal that could not be recorded), and then after twice as long, and so on
+    /// up to `longestStallSeconds`. The mark comes about once a second; a repeat costs a few hundred bytes, which the
+    /// store recognises.
+    static let stalledMarkSeconds = 10.0
+    static let longestStallSeconds = 160.0
 
     func makeSource() throws -> any FixSource {
         switch source {
@@ -265,8 +268,8 @@ struct TrackCommand {
                 lastStatus = ContinuousClock.now
             }
             // What the mark confirmed since the last round, and whether it is time to send again what it has not.
-            let confirmedNow = sendQueue.withLock { $0.confirmed }
-            if confirmedNow != lastConfirmed {
+            let (confirmedNow, waiting) = sendQueue.withLock { ($0.confirmed, $0.awaitingConfirmation) }
+            if confirmedNow != lastConfirmed || waiting == 0 {
                 lastConfirmed = confirmedNow
                 lastProgress = .now
                 stalledAfter = Self.stalledMarkSeconds
@@ -282,12 +285,12 @@ struct TrackCommand {
                 if again > 0 { log("sending again \(again) fixes Flare has not confirmed stored\(reconnected ? " (after a reconnection)" : "")") }
                 if stalled {
                     lastProgress = .now
-                    stalledAfter *= 2
+                    stalledAfter = min(stalledAfter * 2, Self.longestStallSeconds)
                 }
             }
-            let (head, finished, awaiting) = sendQueue.withLock { ($0.nextToSend, $0.producerDone, $0.awaitingConfirmation) }
-            guard let head else {
-                if finished && awaiting == 0 { break }
+            let (next, finished, awaiting) = sendQueue.withLock { ($0.takeNext(), $0.producerDone, $0.awaitingConfirmation) }
+            guard let head = next, let number = head.number else {
+                if finished && awaiting == 0 && sendQueue.withLock({ $0.entries.isEmpty }) { break }
                 if finished {
                     // Everything is sent: wait for the last confirmations, but not for ever.
                     let since = finishedAt ?? .now
@@ -310,13 +313,12 @@ struct TrackCommand {
             }
             let started = ContinuousClock.now
             do {
-                try client.publishAndWait(topic: Topics.location(shareID), payload: payload(for: head.number, head.fix, sealed: &sealedPayloads),
+                try client.publishAndWait(topic: Topics.location(shareID), payload: payload(for: number, head.fix, sealed: &sealedPayloads),
                                           qos: 1, retain: true, timeout: .seconds(5))
-                sendQueue.withLock { $0.sent(head.number, stream: head.fix.sequence?.stream, keep: confirm) }
-                if head.number > stats.highestSent || head.fix.sequence?.stream != stats.stream {
-                    stats.stream = head.fix.sequence?.stream
+                sendQueue.withLock { $0.sent(number, keep: confirm) }
+                if number > stats.highestSent {
                     stats.sent += 1
-                    stats.highestSent = head.number
+                    stats.highestSent = number
                 } else {
                     stats.sentAgain += 1
                 }
@@ -346,17 +348,24 @@ struct TrackCommand {
         var sent = 0
         var sentAgain = 0
         var highestSent: Int64 = 0
-        var stream: Int64?
         var lastAck: Date?
     }
 }
 
-/// Fixes not yet done with, oldest first, at most `capacity` of them: those waiting to be sent, and (confirming)
-/// those sent and waiting for Flare's mark to pass them.
+/// Fixes not yet done with, oldest first: those waiting to be sent, and (confirming) those sent and waiting for Flare's
+/// mark to pass them.
+///
+/// A fix gets its number in the stream when it is first sent, not when it is queued: a fix dropped before it was ever
+/// sent leaves no gap in the numbers, so Flare's mark never waits for it. Only fixes without a number are dropped
+/// (the oldest first, beyond `capacity`); at most `capacity` numbered fixes are out at once, and while that many wait
+/// for the mark the next one waits to be sent. So the queue holds at most twice `capacity`, and the stream, once
+/// started, never has to start again (a queue that renumbered everything on each drop sent the same fixes again and
+/// again, and never caught up while fixes kept coming in).
 struct SendQueue: Sendable {
     struct Entry: Sendable {
-        let number: Int64
         var fix: Fix
+        /// Its number in the stream, from its first sending on (nil: never sent).
+        var number: Int64?
         var sent = false
         /// The broker acknowledged it once (`sent` goes back to false when it is to be sent again).
         var acknowledged = false
@@ -364,7 +373,7 @@ struct SendQueue: Sendable {
 
     let capacity: Int
     /// The confirmation stream the fixes are numbered in (nil: not confirming).
-    private(set) var stream: Int64?
+    let stream: Int64?
     private(set) var entries: [Entry] = []
     private(set) var nextNumber: Int64 = 1
     private(set) var dropped = 0
@@ -372,50 +381,45 @@ struct SendQueue: Sendable {
     /// Fixes Flare confirmed that the broker never acknowledged to this tracker: the MQTT library sent one again by
     /// itself after a reconnection, after its publish had been given up for lost.
     private(set) var confirmedUnacknowledged = 0
-    /// Their numbers (in the current stream), until the broker's late acknowledgement of one comes, if it does.
+    /// Their numbers, until the broker's late acknowledgement of one comes, if it does.
     private var confirmedUnacknowledgedNumbers: Set<Int64> = []
+    /// How many entries have a number (they come first: numbers are given in order).
+    private var numbered = 0
     var producerDone = false
 
     init(capacity: Int, stream: Int64?) {
-        self.capacity = capacity
+        self.capacity = max(1, capacity)
         self.stream = stream
     }
 
     mutating func append(_ fix: Fix) {
-        var fix = fix
-        if let stream { fix.sequence = TrackerSequence(stream: stream, number: nextNumber) }
-        entries.append(Entry(number: nextNumber, fix: fix))
-        nextNumber += 1
-        if entries.count > capacity {
-            entries.removeFirst()
+        entries.append(Entry(fix: fix))
+        if entries.count - numbered > capacity {
+            entries.remove(at: numbered)
             dropped += 1
-            // A number that will never be sent would hold Flare's mark back for good: the fixes kept go on in a new
-            // stream, numbered from 1, and are all sent again (those already stored are kept once).
-            if stream != nil { restartStream() }
         }
     }
 
-    private mutating func restartStream() {
-        guard let old = stream else { return }
-        let next = max(old + 1, Int64(Date().timeIntervalSince1970 * 1000))
-        stream = next
-        confirmedUnacknowledgedNumbers.removeAll()
-        for index in entries.indices {
-            entries[index] = Entry(number: Int64(index) + 1, fix: entries[index].fix)
-            entries[index].fix.sequence = TrackerSequence(stream: next, number: Int64(index) + 1)
+    /// The fix to send next, numbered if it had no number yet; nil when nothing waits, or when `capacity` numbered
+    /// fixes already wait for the mark.
+    mutating func takeNext() -> Entry? {
+        guard let index = entries.firstIndex(where: { !$0.sent }) else { return nil }
+        if entries[index].number == nil {
+            guard numbered < capacity else { return nil }
+            entries[index].number = nextNumber
+            if let stream { entries[index].fix.sequence = TrackerSequence(stream: stream, number: nextNumber) }
+            nextNumber += 1
+            numbered += 1
         }
-        nextNumber = Int64(entries.count) + 1
+        return entries[index]
     }
 
-    var nextToSend: Entry? { entries.first { !$0.sent } }
     var unsent: Int { entries.count { !$0.sent } }
     var awaitingConfirmation: Int { entries.count { $0.sent } }
 
     /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
-    /// have been dropped by the bound, or confirmed, while it was being sent (a restarted stream renumbers, so the
-    /// caller passes the fix's stream too).
-    mutating func sent(_ number: Int64, stream sentStream: Int64?, keep: Bool) {
-        guard sentStream == stream else { return }
+    /// have been confirmed while it was being sent.
+    mutating func sent(_ number: Int64, keep: Bool) {
         // Confirmed before its acknowledgement (Flare's mark overtook the PUBACK, on a loaded machine): acknowledged
         // now, so it counts as sent once, like any other, and no longer among the confirmed unacknowledged.
         if confirmedUnacknowledgedNumbers.remove(number) != nil {
@@ -428,6 +432,7 @@ struct SendQueue: Sendable {
             entries[index].acknowledged = true
         } else {
             entries.remove(at: index)
+            numbered -= 1
         }
     }
 
@@ -435,15 +440,19 @@ struct SendQueue: Sendable {
     mutating func confirm(stream markStream: Int64, through: Int64) {
         guard markStream == stream else { return }
         let before = entries.count
-        for entry in entries where entry.number <= through && !entry.acknowledged {
-            confirmedUnacknowledged += 1
-            confirmedUnacknowledgedNumbers.insert(entry.number)
+        for entry in entries {
+            guard let number = entry.number, number <= through else { break }
+            if !entry.acknowledged {
+                confirmedUnacknowledged += 1
+                confirmedUnacknowledgedNumbers.insert(number)
+            }
         }
-        entries.removeAll { $0.number <= through }
+        entries.removeAll { $0.number.map { $0 <= through } ?? false }
+        numbered -= before - entries.count
         confirmed += before - entries.count
     }
 
-    /// What was sent and is not confirmed goes back in line, in order. Returns how many.
+    /// What was sent and is not confirmed goes back in line, in order, with the numbers it had. Returns how many.
     mutating func sendAgain() -> Int {
         var count = 0
         for index in entries.indices where entries[index].sent {
