@@ -27,8 +27,9 @@ extension PostgresShareStore: CheckinRecords {
                            [String(now), String(max(0, limit))], operation: "read due check-ins")
     }
 
-    public func armedArrivals(limit: Int) throws(StoreError) -> [Checkin] {
-        try selectCheckins("WHERE state = 'armed' AND arrive_radius_m IS NOT NULL ORDER BY row LIMIT $1", [String(max(0, limit))],
+    public func armedArrivals(afterShareRow: Int64, limit: Int) throws(StoreError) -> [Checkin] {
+        try selectCheckins("WHERE state = 'armed' AND arrive_radius_m IS NOT NULL AND share > $1 ORDER BY share LIMIT $2",
+                           [String(afterShareRow), String(max(0, limit))],
                            operation: "read armed check-ins")
     }
 

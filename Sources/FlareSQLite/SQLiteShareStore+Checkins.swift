@@ -42,8 +42,11 @@ extension SQLiteShareStore: CheckinRecords {
         }
     }
 
-    public func armedArrivals(limit: Int) throws(StoreError) -> [Checkin] {
-        try selectCheckins("WHERE state = 'armed' AND arrive_radius_m IS NOT NULL ORDER BY row LIMIT ?1") { $0.bind(1, Int64(max(0, limit))) }
+    public func armedArrivals(afterShareRow: Int64, limit: Int) throws(StoreError) -> [Checkin] {
+        try selectCheckins("WHERE state = 'armed' AND arrive_radius_m IS NOT NULL AND share > ?1 ORDER BY share LIMIT ?2") {
+            $0.bind(1, afterShareRow)
+            $0.bind(2, Int64(max(0, limit)))
+        }
     }
 
     public func settleCheckin(_ id: CheckinID, as state: CheckinState, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool {

@@ -24,6 +24,9 @@ public final class CheckinWatcher: Sendable {
 
     private struct State {
         var holding = false
+        /// Where the next round's look for arrivals starts (a share's row): each round takes the next `batch`, so every
+        /// armed zone is looked at however many there are.
+        var arrivalCursor: Int64 = 0
         var stopping = false
         var finished = false
     }
@@ -79,7 +82,10 @@ public final class CheckinWatcher: Sendable {
         guard held else { return }
         do {
             for checkin in try store.dueCheckins(now: clock.now(), limit: Self.batch) { try shares.fireCheckin(checkin) }
-            for checkin in try store.armedArrivals(limit: Self.batch) {
+            let cursor = state.withLock { $0.arrivalCursor }
+            let armed = try store.armedArrivals(afterShareRow: cursor, limit: Self.batch)
+            state.withLock { $0.arrivalCursor = armed.count < Self.batch ? 0 : armed.last?.shareRow ?? 0 }
+            for checkin in armed {
                 guard let zone = checkin.arrive else { continue }
                 let fixes = try store.recentFixes(row: checkin.shareRow, limit: Self.fixesLooked)
                 // Only fixes made since it was armed: an old position at the destination is no arrival.

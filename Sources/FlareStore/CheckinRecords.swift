@@ -10,8 +10,9 @@ public protocol CheckinRecords: Sendable {
     func checkin(shareRow: Int64) throws(StoreError) -> Checkin?
     /// Armed check-ins whose deadline and grace have passed by `now`, the longest overdue first.
     func dueCheckins(now: UnixMillis, limit: Int) throws(StoreError) -> [Checkin]
-    /// Armed check-ins with an arrival zone, oldest first.
-    func armedArrivals(limit: Int) throws(StoreError) -> [Checkin]
+    /// Armed check-ins with an arrival zone whose share's row is above `afterShareRow`, by that row: a caller pages
+    /// through all of them, a batch at a time, from 0 again once a batch comes back short.
+    func armedArrivals(afterShareRow: Int64, limit: Int) throws(StoreError) -> [Checkin]
     /// Ends an armed check-in as `done` or `arrived`, with `event`, in one transaction; true only for the call that
     /// ended it (false: it was not armed any more).
     func settleCheckin(_ id: CheckinID, as state: CheckinState, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool

@@ -63,7 +63,10 @@ final class FaultyStore: ShareStore {
     func checkin(id: CheckinID) throws(StoreError) -> Checkin? { try fault("checkin"); return try base.checkin(id: id) }
     func checkin(shareRow: Int64) throws(StoreError) -> Checkin? { try fault("checkinOfShare"); return try base.checkin(shareRow: shareRow) }
     func dueCheckins(now: UnixMillis, limit: Int) throws(StoreError) -> [Checkin] { try fault("dueCheckins"); return try base.dueCheckins(now: now, limit: limit) }
-    func armedArrivals(limit: Int) throws(StoreError) -> [Checkin] { try fault("armedArrivals"); return try base.armedArrivals(limit: limit) }
+    func armedArrivals(afterShareRow: Int64, limit: Int) throws(StoreError) -> [Checkin] {
+        try fault("armedArrivals")
+        return try base.armedArrivals(afterShareRow: afterShareRow, limit: limit)
+    }
     func settleCheckin(_ id: CheckinID, as state: CheckinState, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool { try fault("settleCheckin"); return try base.settleCheckin(id, as: state, at: at, event: event) }
     func missCheckin(_ id: CheckinID, at: UnixMillis, links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool { try fault("missCheckin"); return try base.missCheckin(id, at: at, links: links, events: events) }
     func moveCheckin(_ id: CheckinID, dueAt: UnixMillis) throws(StoreError) -> Bool { try fault("moveCheckin"); return try base.moveCheckin(id, dueAt: dueAt) }

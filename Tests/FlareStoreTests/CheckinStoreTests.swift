@@ -28,11 +28,35 @@ import Testing
         #expect(try store.checkin(id: .generate()) == nil)
         #expect(try store.dueCheckins(now: stored.dueAt, limit: 10).isEmpty, "the grace is not over")
         #expect(try store.dueCheckins(now: stored.firesAt, limit: 10) == [stored])
-        #expect(try store.armedArrivals(limit: 10) == [stored])
+        #expect(try store.armedArrivals(afterShareRow: 0, limit: 10) == [stored])
+        #expect(try store.armedArrivals(afterShareRow: row, limit: 10).isEmpty)
         // Moved later: not due at the old time any more.
         #expect(try store.moveCheckin(stored.id, dueAt: stored.dueAt + 3_600_000))
         #expect(try store.dueCheckins(now: stored.firesAt, limit: 10).isEmpty)
         #expect(try store.checkin(id: stored.id)?.dueAt == stored.dueAt + 3_600_000)
+    }
+
+    /// A watcher pages through every armed check-in with a zone, a batch a round: none is left out however many there are.
+    @Test(arguments: Engine.allCases) func armedArrivalsArePagedByShare(engine: Engine) throws {
+        let store = try base.open(engine)
+        let zone = ArrivalZone(latitude: 48.137154, longitude: 11.576124, radiusMeters: 200)
+        var armed: [Checkin] = []
+        for index in 0..<7 {
+            let share = base.makeShare()
+            let row = try store.insertShare(share)
+            let made = checkin(row, share, arrive: index == 3 ? nil : zone)  // one without a zone is never listed
+            try store.insertCheckin(made)
+            if index != 3 { armed.append(made) }
+        }
+        var seen: [Checkin] = []
+        var cursor: Int64 = 0
+        while true {
+            let page = try store.armedArrivals(afterShareRow: cursor, limit: 4)
+            seen += page
+            guard page.count == 4, let last = page.last else { break }
+            cursor = last.shareRow
+        }
+        #expect(seen.map(\.id) == armed.map(\.id))
     }
 
     @Test(arguments: Engine.allCases) func aCheckinLeavesArmedOnceWithItsEvent(engine: Engine) throws {
@@ -49,7 +73,7 @@ import Testing
         let after = try #require(try store.checkin(id: armed.id))
         #expect(after.state == .done && after.stateAt == 1_500_000)
         #expect(try store.dueEvents(now: 10_000_000, limit: 10).map(\.event.type) == [.checkinDone])
-        #expect(try store.dueCheckins(now: .max / 2, limit: 10).isEmpty && store.armedArrivals(limit: 10).isEmpty)
+        #expect(try store.dueCheckins(now: .max / 2, limit: 10).isEmpty && store.armedArrivals(afterShareRow: 0, limit: 10).isEmpty)
     }
 
     @Test(arguments: Engine.allCases) func aMissedCheckinsLinksAndEventsGoInWithItOnce(engine: Engine) throws {
