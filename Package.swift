@@ -89,7 +89,7 @@ let package = Package(
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
         .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
-        .testTarget(name: "FlareEventsTests", dependencies: ["FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),

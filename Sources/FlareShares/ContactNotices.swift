@@ -47,7 +47,7 @@ public struct ContactNotices: ContactMailComposing {
         let text = ContactNoticeText(language: contact.language, sharer: stored.share.name, contact: contact.name)
         let (subject, body): (String, String)
         if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
-            (subject, body) = text.checkinMissed(url: url, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
+            (subject, body) = text.checkinMissed(url: url, until: stored.share.expiresAt, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
         } else if let url {
             (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
         } else {
@@ -125,9 +125,10 @@ struct ContactNoticeText {
         }
     }
 
-    /// The check-in was missed: when, the sharer's message, the last position (its time and accuracy), the link.
-    func checkinMissed(url: String?, checkin: Checkin, last: Fix?) -> (subject: String, body: String) {
-        let due = Self.utc(checkin.dueAt)
+    /// The check-in was missed: when, the sharer's message, the last position (its time and accuracy), the link and
+    /// how long it stays live.
+    func checkinMissed(url: String?, until expiresAt: UnixMillis, checkin: Checkin, last: Fix?) -> (subject: String, body: String) {
+        let due = Self.utc(checkin.dueAt), until = Self.utc(expiresAt)
         let position = last.map { fix in
             let where_ = "\(Self.degrees(fix.latitude)), \(Self.degrees(fix.longitude))"
             let accuracy = fix.accuracy.map { " ±\(Int($0.rounded())) m" } ?? ""
@@ -139,7 +140,7 @@ struct ContactNoticeText {
             let said = checkin.message.isEmpty ? "" : "\n\(sharer) left this message: “\(checkin.message)”\n"
             let lastLine = position.map { "Last position, at \($0.time)\($0.accuracy): \($0.where_)\n\($0.map)" }
                 ?? "Flare has no position from \(sharer) yet."
-            let follow = url.map { "Follow \(sharer) live, and answer, with your personal link:\n\($0)\n\nThis link is yours alone: please do not forward it." }
+            let follow = url.map { "Follow \(sharer) live, and answer, with your personal link (live until \(until)):\n\($0)\n\nThis link is yours alone: please do not forward it." }
                 ?? "\(sharer)'s live sharing had been stopped before the deadline: there is no live link to open."
             return ("\(sharer) did not check in by \(due)",
                     """
@@ -155,7 +156,7 @@ struct ContactNoticeText {
             let said = checkin.message.isEmpty ? "" : "\n\(sharer) 留言：“\(checkin.message)”\n"
             let lastLine = position.map { "最后位置（\($0.time)\($0.accuracy)）：\($0.where_)\n\($0.map)" }
                 ?? "Flare 尚未收到 \(sharer) 的位置。"
-            let follow = url.map { "打开你的专属链接，实时查看 \(sharer) 的位置并回复：\n\($0)\n\n此链接仅供你本人使用，请勿转发。" }
+            let follow = url.map { "打开你的专属链接，实时查看 \(sharer) 的位置并回复（有效至 \(until)）：\n\($0)\n\n此链接仅供你本人使用，请勿转发。" }
                 ?? "\(sharer) 的实时共享在时限前已被停止，因此没有可打开的实时链接。"
             return ("\(sharer) 未在 \(due) 前报平安",
                     """

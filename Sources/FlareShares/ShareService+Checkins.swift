@@ -127,6 +127,14 @@ extension ShareService {
             throw .refusedInput(code: error.code, message: error.message)
         }
         let total = (moved.shareEndsAt - now + 999) / 1000
+        // The owning key's longest share counts from the share's start (the arming), as for any share of the key; past
+        // it the answer is the arming's own refusal, not a quota's.
+        let limits: KeyLimits?
+        do { limits = try keys.limits(ofOwner: checkin.ownerKeyID) } catch { throw .storage(error.description) }
+        let started = registry.snapshot(checkin.shareID)?.share.createdAt ?? checkin.createdAt
+        if let longest = limits?.maxDurationSeconds, moved.shareEndsAt - started > longest * 1000 {
+            throw .refusedInput(code: "deadline_too_far", message: "the deadline, its grace and duration_s must end within \(longest) s of the check-in's start (the longest a share of this key may run)")
+        }
         guard total <= policy.maximumDurationSeconds else {
             throw .refusedInput(code: "deadline_too_far", message: "the deadline, its grace and duration_s must end within \(policy.maximumDurationSeconds) s of now")
         }

@@ -1,3 +1,4 @@
+import FlareAPI
 import FlareCore
 import FlareCrypto
 import FlareStore
@@ -185,6 +186,10 @@ import Glibc
         let english = try #require(mails.first { $0.envelopeTo == ["ben@example.org"] })
         #expect(english.headers["subject"]?.hasPrefix("Anna did not check in by ") == true)
         #expect(english.body.contains("Last position, at ") && english.body.contains("±12 m: 47.42116, 10.98533"))
+        // How long the link stays live: the share's end, as the share's own mail says it.
+        let expires = RFC3339.format(millis: armed.share.expiresAt)
+        let until = "\(expires.prefix(10)) \(expires.dropFirst(11).prefix(5)) UTC"
+        #expect(english.body.contains("(live until \(until))") && chinese.body.contains("有效至 \(until)"), "\(english.body)")
         // Each with the contact's own link, now live.
         let links = try fixture.store.links(shareRow: armed.checkin.shareRow)
         for (mail, contact) in [(chinese, lina), (english, ben)] {

@@ -159,7 +159,9 @@ import Testing
         (#"{"in_s":600,"contacts":["C"],"notify_on_arrival":true}"#, "invalid_notify_on_arrival"),
         (#"{"in_s":600,"contacts":["C"],"message":7}"#, "invalid_message"),
         ("MESSAGE", "invalid_message"),
+        ("MESSAGE_BYTES", "invalid_message"),
         ("NAME", "invalid_name"),
+        ("NAME_BYTES", "invalid_name"),
         ("not json", "invalid_json"),
     ])
     func badInputIsRefusedWithANamedCodeAndArmsNothing(_ template: String, _ code: String) throws {
@@ -168,12 +170,84 @@ import Testing
         switch template {
         case "MESSAGE": body = #"{"in_s":600,"contacts":["\#(mum)"],"message":"\#(String(repeating: "漢", count: 281))"}"#
         case "NAME": body = #"{"in_s":600,"contacts":["\#(mum)"],"name":"\#(String(repeating: "e\u{301}", count: 60))"}"#
+        // Within the characters allowed (280 and 80), over the bytes (840 and 240): four-byte emoji.
+        case "MESSAGE_BYTES": body = #"{"in_s":600,"contacts":["\#(mum)"],"message":"\#(String(repeating: "🆘", count: 211))"}"#
+        case "NAME_BYTES": body = #"{"in_s":600,"contacts":["\#(mum)"],"name":"\#(String(repeating: "🆘", count: 61))"}"#
         default: body = template.replacingOccurrences(of: #"["C"]"#, with: #"["\#(mum)"]"#)
         }
         let before = try fixture.store.listShares(state: nil, after: nil, limit: 100).count
         let reply = arm(body)
         #expect(reply.status == 400 && reply.errorCode == code, "\(body): \(reply.status) \(reply.text)")
         #expect(try fixture.store.listShares(state: nil, after: nil, limit: 100).count == before, "nothing armed")
+    }
+
+    /// A limited key's check-in ends, its grace and the share's time once missed included, within the longest share the
+    /// key may run: arming past it and moving the deadline past it are refused alike, and nothing changes.
+    @Test func aLimitedKeysCheckinEndsWithinItsLongestShare() throws {
+        let limited = OwnerKey.generate()
+        try fixture.store.insertOwnerKey(hash: SecretHash(of: limited), label: "limited", createdAt: SystemWallClock().now(), admin: false,
+                                         limits: KeyLimits(maxLive: nil, maxDurationSeconds: 7200, createsPerHour: nil))
+        let mum = try contact("Mum", key: limited)
+        let tooFar = arm(#"{"in_s":6000,"grace_s":600,"duration_s":1800,"contacts":["\#(mum)"]}"#, key: limited)
+        #expect(tooFar.status == 400 && tooFar.errorCode == "deadline_too_far", "\(tooFar.status) \(tooFar.text)")
+        let armed = try arm(#"{"in_s":3600,"grace_s":600,"duration_s":1800,"contacts":["\#(mum)"]}"#, key: limited).decode(CheckinInfo.self)
+        for bearer in [limited, try #require(armed.deviceToken)] {
+            let moved = fixture.send("POST", "/api/v1/checkins/\(armed.checkinID)/extend", bearer: bearer, json: #"{"in_s":6000}"#)
+            #expect(moved.status == 400 && moved.errorCode == "deadline_too_far", "\(moved.status) \(moved.text)")
+        }
+        let stored = try #require(try fixture.store.checkin(id: CheckinID(armed.checkinID)!))
+        #expect(abs(Double(stored.dueAt) / 1000 - armed.dueAt.timeIntervalSince1970) < 1, "the deadline did not move")
+        // Within the bound it moves.
+        let within = fixture.send("POST", "/api/v1/checkins/\(armed.checkinID)/extend", bearer: limited, json: #"{"in_s":4000}"#)
+        #expect(within.status == 200, "\(within.status) \(within.text)")
+    }
+
+    /// Arming is bounded per key (30 at once, then one every 6 s), and the phone's check-in calls per check-in (10 at
+    /// once, then one a minute): past either, 429 with Retry-After, and nothing more is armed.
+    @Test func armingAndThePhonesCallsAreRateLimited() throws {
+        let mum = try contact("Mum")
+        var statuses: [Int] = []
+        var limitedReply: Reply?
+        for _ in 0..<40 {
+            let reply = arm(#"{"in_s":3600,"contacts":["\#(mum)"]}"#)
+            statuses.append(reply.status)
+            if reply.status == 429 { limitedReply = reply }
+        }
+        // A second a refill: however slow the machine, 40 in a row cannot all pass a bucket of 30 that refills every 6 s.
+        #expect(statuses.filter { $0 == 201 }.count >= 30 && statuses.contains(429), "\(statuses)")
+        #expect(limitedReply?.errorCode == "rate_limited" && limitedReply?.header("Retry-After") != nil)
+        let armed = try #require(try fixture.store.dueCheckins(now: .max / 2, limit: 100).first)
+        let info = try fixture.send("GET", "/api/v1/checkins/\(armed.id)", bearer: fixture.ownerKey).decode(CheckinInfo.self)
+        let token = try #require(try fixture.send("POST", "/api/v1/checkins/\(info.checkinID)/extend", bearer: fixture.ownerKey,
+                                                  json: #"{"in_s":3600}"#).decode(CheckinInfo.self).deviceToken)
+        var phone: [Int] = []
+        for _ in 0..<15 {
+            phone.append(fixture.send("POST", "/api/v1/checkins/\(info.checkinID)/extend", bearer: token, json: #"{"in_s":3600}"#).status)
+        }
+        #expect(phone.filter { $0 == 200 }.count >= 10 && phone.contains(429), "\(phone)")
+    }
+
+    /// A device token is a capability for its own share only: another share's, even a check-in's, opens nothing here,
+    /// and is answered as any credential that is not current (401), for an id that exists and one that does not; each
+    /// try is charged to the caller's address, so that guessing is cut off (429).
+    @Test func anotherSharesDeviceTokenCannotTouchACheckin() throws {
+        let mum = try contact("Mum")
+        let mine = try arm(#"{"in_s":3600,"contacts":["\#(mum)"]}"#).decode(CheckinInfo.self)
+        let theirs = try arm(#"{"in_s":3600,"contacts":["\#(mum)"]}"#).decode(CheckinInfo.self)
+        let share = try fixture.createShare()
+        var statuses: [Int] = []
+        for token in [try #require(theirs.deviceToken), share.deviceToken] {
+            for (method, path) in [("GET", ""), ("POST", "/done"), ("POST", "/extend")] {
+                for id in [mine.checkinID, CheckinID.generate().rawValue] {
+                    statuses.append(fixture.send(method, "/api/v1/checkins/\(id)\(path)", bearer: token, json: #"{"in_s":60}"#).status)
+                }
+            }
+        }
+        #expect(statuses.first == 401 && statuses.allSatisfy { $0 == 401 || $0 == 429 }, "\(statuses)")
+        let cutOff = try #require(statuses.firstIndex(of: 429), "guessing is never cut off: \(statuses)")
+        #expect(statuses[cutOff...].allSatisfy { $0 == 429 }, "\(statuses)")
+        let after = try #require(try fixture.store.checkin(id: CheckinID(mine.checkinID)!))
+        #expect(after.state == .armed && abs(Double(after.dueAt) / 1000 - mine.dueAt.timeIntervalSince1970) < 1, "neither checked in nor moved")
     }
 
     @Test func aStoreThatFailsIsA503AndNeverUnknown() throws {

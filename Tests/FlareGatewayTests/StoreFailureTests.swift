@@ -26,6 +26,13 @@ import Testing
         let otherKeyID: Int64
         /// A contact of the admin key.
         let contactID: String
+        /// A share made with that contact, and its personal link.
+        let linkedShare: CreatedShare
+        let link: PersonalLink
+        /// A check-in armed for that contact, and its share's device token.
+        let checkin: CheckinInfo
+
+        var linkToken: String { String(link.url.split(separator: "/").last ?? "") }
     }
 
     struct Probe: CustomStringConvertible, Sendable {
@@ -98,6 +105,31 @@ import Testing
             f.send("POST", "/api/v1/view/\(s.share.viewToken)/answers", json: #"{"kind":"on_my_way","name":"Mom"}"#)
         },
         Probe(description: "answers (device)") { f, s in f.send("GET", "/api/v1/shares/\(s.share.shareID)/answers", bearer: s.share.deviceToken) },
+        Probe(description: "create a share with a contact") { f, s in
+            f.send("POST", "/api/v1/shares", bearer: f.ownerKey, json: #"{"name":"Anna","contacts":["\#(s.contactID)"]}"#)
+        },
+        Probe(description: "list a share's links") { f, s in f.send("GET", "/api/v1/shares/\(s.linkedShare.shareID)/links", bearer: f.ownerKey) },
+        Probe(description: "add a link") { f, s in
+            f.send("POST", "/api/v1/shares/\(s.share.shareID)/links", bearer: f.ownerKey, json: #"{"contacts":["\#(s.contactID)"]}"#)
+        },
+        Probe(description: "withdraw a link") { f, s in
+            f.send("DELETE", "/api/v1/shares/\(s.linkedShare.shareID)/links/\(s.link.linkID)", bearer: f.ownerKey)
+        },
+        Probe(description: "view JSON through a personal link") { f, s in f.send("GET", "/api/v1/view/\(s.linkToken)") },
+        Probe(description: "the viewer page through a personal link") { f, s in f.send("GET", "/s/\(s.linkToken)") },
+        Probe(description: "arm a check-in") { f, s in
+            f.send("POST", "/api/v1/checkins", bearer: f.ownerKey, json: #"{"in_s":3600,"contacts":["\#(s.contactID)"]}"#)
+        },
+        Probe(description: "show a check-in (owner)") { f, s in f.send("GET", "/api/v1/checkins/\(s.checkin.checkinID)", bearer: f.ownerKey) },
+        Probe(description: "show a check-in (device)") { f, s in
+            f.send("GET", "/api/v1/checkins/\(s.checkin.checkinID)", bearer: s.checkin.deviceToken)
+        },
+        Probe(description: "check in (device)") { f, s in
+            f.send("POST", "/api/v1/checkins/\(s.checkin.checkinID)/done", bearer: s.checkin.deviceToken)
+        },
+        Probe(description: "extend a check-in (owner)") { f, s in
+            f.send("POST", "/api/v1/checkins/\(s.checkin.checkinID)/extend", bearer: f.ownerKey, json: #"{"in_s":7200}"#)
+        },
     ]
 
     enum Instance: String, CaseIterable, CustomStringConvertible {
@@ -123,9 +155,15 @@ import Testing
                                                         createdAt: SystemWallClock().now(), admin: false, limits: .none)
         let contact = Contact(id: .generate(), ownerKeyID: 1, name: "Dad", email: nil, phone: nil, language: .en, createdAt: GatewayFixture.now)
         _ = try maker.store.insertContact(contact, limit: 10)
+        let linked = maker.send("POST", "/api/v1/shares", bearer: maker.ownerKey, json: #"{"name":"Anna","contacts":["\#(contact.id)"]}"#)
+        try #require(linked.status == 201, "\(linked.text)")
+        let linkedShare = try linked.decode(CreatedShare.self)
+        let armed = maker.send("POST", "/api/v1/checkins", bearer: maker.ownerKey, json: #"{"in_s":3600,"contacts":["\#(contact.id)"]}"#)
+        try #require(armed.status == 201, "\(armed.text)")
         let target = instance == .same ? maker : try GatewayFixture(faulty: true, sharingDatabaseOf: maker)
         return (maker, target, Setup(share: share, limitedShare: try created.decode(CreatedShare.self), limitedKey: limitedKey, otherKeyID: otherKeyID,
-                                     contactID: contact.id.rawValue))
+                                     contactID: contact.id.rawValue, linkedShare: linkedShare,
+                                     link: try #require(linkedShare.links?.first), checkin: try armed.decode(CheckinInfo.self)))
     }
 
     @Test(arguments: Instance.allCases, probes)
