@@ -123,6 +123,31 @@ import Glibc
         #expect(try fixture.store.dueEvents(now: .max, limit: 50).isEmpty)
     }
 
+    /// The server took the mail and the connection broke before its answer: Flare cannot know it went out, so it
+    /// sends it again, and the copy carries the same Message-ID, so the contact's mail program shows one mail.
+    @Test func aMailWhoseAnswerWasLostIsSentAgainWithTheSameMessageID() throws {
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let ben = try contact(fixture, "Ben", email: "lost-answer@example.org")
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        let created = try fixture.service.create(name: "Anna", durationSeconds: 3600, contacts: [ben.id])
+        round(deliverer)
+        #expect(server.received.count == 1, "taken once, its answer lost")
+        let waiting = try fixture.store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+        #expect(waiting.count == 1 && waiting.allSatisfy { $0.attempts == 1 }, "not reported as sent, and not given up")
+        #expect(!events(fixture, created.share.id).contains { $0["type"]?.stringValue?.hasPrefix("contact.") == true })
+        for delivery in waiting { try fixture.store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: 1, retryAt: 0) }
+        round(deliverer)
+        round(deliverer)
+        let mails = server.received
+        #expect(mails.count == 2)
+        let ids = Set(mails.compactMap { $0.headers["message-id"] })
+        #expect(ids.count == 1 && mails.allSatisfy { $0.body == mails[0].body }, "\(ids)")
+        let reports = events(fixture, created.share.id).compactMap { $0["type"]?.stringValue }.filter { $0.hasPrefix("contact.") }
+        #expect(reports == ["contact.notified"], "\(reports)")
+    }
+
     @Test func aLinkWithdrawnBeforeItsMailIsNotMailedAndTheFailureIsReported() throws {
         let server = try TestSMTPServer()
         defer { server.stop() }

@@ -43,6 +43,12 @@ import Testing
         // No live link: the share has no personal links, and its answer holds no view URL.
         #expect(!reply.text.contains("/s/"))
         #expect(try fixture.send("GET", "/api/v1/shares/\(armed.shareID)/links", bearer: fixture.ownerKey).decode(PersonalLinkList.self).links.isEmpty)
+        // An unchanged OwnTracks app is provisioned for it as for any share, with the owner key or the device token.
+        for bearer in [fixture.ownerKey, token] {
+            let configuration = try #require(fixture.send("GET", "/api/v1/shares/\(armed.shareID)/owntracks", bearer: bearer).jsonObject)
+            #expect(configuration["username"] as? String == armed.shareID && configuration["password"] as? String == token)
+            #expect(configuration["pubTopicBase"] as? String == armed.mqttTopic)
+        }
         // The phone's positions are recorded meanwhile.
         let ingest = fixture.send("POST", "/api/v1/shares/\(armed.shareID)/locations", bearer: token,
                                   json: #"{"lat":48.1,"lon":11.5,"tst":\#(GatewayFixture.now)}"#)

@@ -154,6 +154,7 @@ public final class TestSMTPServer: @unchecked Sendable {
         class Handler:
             def __init__(self):
                 self.count = len([n for n in os.listdir(args.directory) if n.endswith(".json")])
+                self.answers_lost = set()
 
             async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
                 if address.split("@")[0] == "refused":
@@ -169,6 +170,13 @@ public final class TestSMTPServer: @unchecked Sendable {
                 with open(base + ".tmp", "w") as f:
                     json.dump({"from": envelope.mail_from, "to": envelope.rcpt_tos}, f)
                 os.rename(base + ".tmp", base + ".json")
+                # A server that took the mail and broke the connection before its answer (the first time for each
+                # "lost-answer@" recipient): the sender cannot know whether it went out.
+                lost = [a for a in envelope.rcpt_tos if a.split("@")[0] == "lost-answer" and a not in self.answers_lost]
+                if lost:
+                    self.answers_lost.update(lost)
+                    server.transport.abort()
+                    return "421 closing"
                 return "250 Message accepted"
 
         def authenticate(server, session, envelope, mechanism, auth_data):
