@@ -51,4 +51,25 @@ import Testing
             }
         }
     }
+
+    /// `flare share create --e2e` as a person reads it: the whole link with its key, where the key is kept, and a
+    /// provisioning hint that carries `--e2e` (without it the phone would get no key and every position it sent in
+    /// clear would be refused as not_encrypted).
+    @Test func theCommandLineMakesTheKeyAndSaysHowToGiveItToThePhone() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let created = try flared.flare(["share", "create", "--e2e", "--name", "Anna"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let lines = created.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasSuffix("(end-to-end encrypted)") == true, "\(created.stdout)")
+        let id = try #require(lines.first?.split(separator: " ").dropFirst().first.map(String.init))
+        let link = try #require(lines.first { $0.hasPrefix("link for family:") })
+        let passphrase = try #require(link.components(separatedBy: "#k=").last)
+        #expect(passphrase.count == 32, "\(link)")
+        let keyFile = flared.dataDirectory.appendingPathComponent("e2e/\(id).key")
+        #expect(try String(contentsOf: keyFile, encoding: .utf8) == passphrase + "\n")
+        #expect((try FileManager.default.attributesOfItem(atPath: keyFile.path)[.posixPermissions] as? Int) == 0o600)
+        let hint = try #require(lines.first { $0.hasPrefix("OwnTracks app:") })
+        #expect(hint.contains("flare share owntracks \(id) --e2e --qr sos.png"), "\(hint)")
+    }
 }
