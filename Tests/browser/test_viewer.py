@@ -688,6 +688,9 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wait_coords(d, a)
     wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open', 'the page to open the positions')
     assert 'End-to-end encrypted' in text(d, '#e2e')
+    # What the server cannot do for such a share, said on its page.
+    off = text(d, '#e2e-off')
+    assert all(w in off for w in ('low-battery alert', 'check-in', 'mail to contacts', 'Ask for a fresh position')), off
     # Live: the next one arrives over the stream and opens too.
     b = flare.publish_sealed(share, flare.fix(), passphrase)
     wait_coords(d, b)
@@ -704,6 +707,31 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wrong.get(share.url() + '#k=' + 'x' * 32)
     wait_for(wrong, lambda drv: body_attr(drv, 'e2e') == 'wrong-key', 'the page to say the key is wrong')
     assert '密钥' in text(wrong, '#e2e') and text(wrong, '#coords') != coord_text(b)
+    off = text(wrong, '#e2e-off')
+    assert all(w in off for w in ('低电量', '报平安', '联系人', '请求最新位置')), off
+
+
+def test_an_encrypted_page_tells_the_answer_to_locate_now_that_the_server_cannot(flare, viewer):
+    share, passphrase = flare.create_e2e()
+    cached = flare.publish_sealed(share, flare.fix(), passphrase)
+    phone = _connected_phone(share, '{"_type":"lwt"}', 0)    # Android's will, in clear as the apps send it
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, cached)
+    phone.kill()
+    phone.wait(timeout=10)
+    wait_for(d, lambda drv: body_attr(drv, 'tracker') == 'offline', 'the tracker to go offline')
+    commands = _device_client(share, '-C', '1', '-W', '20', '-t', f'{share.topic}/cmd')
+    d.find_element(By.ID, 'locate').click()
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('Asked the phone at'), 'asked the phone')
+    assert json.loads(commands.stdout.readline()) == {'_type': 'cmd', 'action': 'reportLocation'}
+    commands.wait(timeout=10)
+    # The server sees a ciphertext like any other and never reports an answer; the page opens it and sees t:"r".
+    answer = flare.publish_sealed(share, flare.fix(t='r'), passphrase)
+    wait_coords(d, answer)
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('The phone answered at'), 'the answer')
+    status, _, body = http_get('/api/v1/view/' + share.view_token)
+    assert 'locate_answered_at' not in json.loads(body).get('tracker', {}), body
 
 
 def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path):
