@@ -289,7 +289,8 @@ enum Commands {
             print("device publishes:  \(share.mqttTopic) on \(share.mqttURL)")
             print("                   username \(share.mqttUsername), password = the device token below")
             print("device token:      \(share.deviceToken)")
-            print("OwnTracks app:     flare share owntracks \(share.shareID) --qr sos.png   (then scan sos.png)")
+            // The phone needs the key too: without --e2e it would publish positions in clear, which the share refuses.
+            print("OwnTracks app:     flare share owntracks \(share.shareID)\(endToEnd ? " --e2e" : "") --qr sos.png   (then scan sos.png)")
             for link in share.links ?? [] { print("link for \(link.name): \(link.url)   (withdraw: flare share withdraw \(share.shareID) \(link.linkID))") }
         }
         return 0

@@ -1,5 +1,6 @@
 import FlareCore
 import FlareMQTT
+import FlareSodium
 import FlareTestSupport
 import Foundation
 import Testing
@@ -76,6 +77,44 @@ import Testing
         })
         #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.flaredPassword))
         #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
+    }
+
+    /// An integrator watching an end-to-end encrypted share, with a watch token and a watcher's client id
+    /// (`flare-<share>-watch-<suffix>`), gets the phone's message on the location topic byte for byte: the ciphertext,
+    /// which opens with the share's key to the position, and nothing of it in clear.
+    @Test func aWatchTokenGetsAnEncryptedSharesCiphertextUnchanged() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        #expect(eventually { (try? flared.request("GET", "/healthz"))?.status == 200 })
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"e2e":true}"#, bearer: flared.ownerKey)
+        #expect(created.status == 201, "\(created.text)")
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
+        #expect(issued.status == 201, "\(issued.text)")
+        let watchToken = try #require(issued.json?["watch_token"] as? String)
+        let watcher = try fixture.client(id.rawValue, watchToken, clientID: "flare-\(id.rawValue)-watch-desk1")
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.subscribe(Topics.location(id)))
+
+        let passphrase = E2EPassphrase.generate()
+        let plaintext = #"{"_type":"location","lat":47.3769,"lon":8.5417,"tst":\#(Int(Date().timeIntervalSince1970)),"batt":57}"#
+        let data = Data(SecretBox.seal(Array(plaintext.utf8), key: E2EPassphrase.key(passphrase))).base64EncodedString()
+        let sent = #"{"_type":"encrypted","data":"\#(data)"}"#
+        let device = try fixture.client(id.rawValue, try #require(share["device_token"]))
+        #expect(device.waitForOutcome() == .connected)
+        #expect(try device.publish(Topics.location(id), sent) == nil)
+        #expect(eventually { watcher.messages.contains { $0.topic == Topics.location(id) } })
+        let received = watcher.messages.filter { $0.topic == Topics.location(id) }.map { String(decoding: $0.payload, as: UTF8.self) }
+        #expect(received == [sent])
+        let box = try #require(Data(base64Encoded: data))
+        #expect(SecretBox.open(Array(box), key: E2EPassphrase.key(passphrase)).map { String(decoding: $0, as: UTF8.self) } == plaintext)
+        // flared kept the same ciphertext.
+        let view = try #require((share["share_url"]?.split(separator: "/").last).map(String.init))
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/view/\(view)"))?.json?["sealed"] as? [[String: Any]])?.first?["data"] as? String == data
+        })
     }
 
     /// The attack that lost acknowledged fixes of every share: a token of one share (any limited key can make one)

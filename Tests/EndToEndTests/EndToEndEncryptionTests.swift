@@ -51,4 +51,49 @@ import Testing
             }
         }
     }
+
+    /// A broker that comes back empty (killed, and keeping nothing on disk) has lost the share's retained position;
+    /// flared puts back what it stored: the phone's ciphertext, in the apps' `encrypted` message, unread.
+    @Test func aBrokerThatLostEverythingGetsTheCiphertextBack() throws {
+        let broker = try TestBroker(persistence: false)
+        let flared = try FlaredProcess(broker: broker)
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"e2e":true}"#, bearer: flared.ownerKey)
+        try #require(created.status == 201, "\(created.text)")
+        let id = try #require(created.json?["share_id"] as? String), token = try #require(created.json?["device_token"] as? String)
+        let plaintext = #"{"_type":"location","lat":46.9481,"lon":7.4474,"tst":\#(Int(Date().timeIntervalSince1970))}"#
+        let data = Data(SecretBox.seal(Array(plaintext.utf8), key: E2EPassphrase.key(E2EPassphrase.generate()))).base64EncodedString()
+        let sent = #"{"_type":"encrypted","data":"\#(data)"}"#
+        let topic = "flare/v1/shares/\(id)/location"
+        #expect(try MosquittoClients.publish(port: broker.port, topic: topic, payload: sent, username: id, password: token).status == 0)
+        #expect(eventually { (try? flared.metrics())?.contains("flare_fixes_accepted_total 1") == true })
+        #expect(eventually(timeout: .seconds(10)) { (try? Retained.message(port: broker.port, topic: "flare/v1/epoch")) != nil })
+
+        broker.kill()
+        try broker.start()
+        #expect(eventually(timeout: .seconds(30)) {
+            (try? Retained.message(port: broker.port, topic: topic)).flatMap { try? JSONValue.parse($0) } == (try? JSONValue.parse(sent))
+        }, "\(flared.log)")
+        #expect(flared.log.contains("the broker lost retained messages"), "\(flared.log)")
+    }
+
+    /// `flare share create --e2e` as a person reads it: the whole link with its key, where the key is kept, and a
+    /// provisioning hint that carries `--e2e` (without it the phone would get no key and every position it sent in
+    /// clear would be refused as not_encrypted).
+    @Test func theCommandLineMakesTheKeyAndSaysHowToGiveItToThePhone() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let created = try flared.flare(["share", "create", "--e2e", "--name", "Anna"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let lines = created.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasSuffix("(end-to-end encrypted)") == true, "\(created.stdout)")
+        let id = try #require(lines.first?.split(separator: " ").dropFirst().first.map(String.init))
+        let link = try #require(lines.first { $0.hasPrefix("link for family:") })
+        let passphrase = try #require(link.components(separatedBy: "#k=").last)
+        #expect(passphrase.count == 32, "\(link)")
+        let keyFile = flared.dataDirectory.appendingPathComponent("e2e/\(id).key")
+        #expect(try String(contentsOf: keyFile, encoding: .utf8) == passphrase + "\n")
+        #expect((try FileManager.default.attributesOfItem(atPath: keyFile.path)[.posixPermissions] as? Int) == 0o600)
+        let hint = try #require(lines.first { $0.hasPrefix("OwnTracks app:") })
+        #expect(hint.contains("flare share owntracks \(id) --e2e --qr sos.png"), "\(hint)")
+    }
 }

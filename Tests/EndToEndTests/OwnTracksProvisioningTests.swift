@@ -109,6 +109,28 @@ import Testing
         #expect((try FileManager.default.attributesOfItem(atPath: otrc.path)[.posixPermissions] as? Int) == 0o600)
     }
 
+    /// An end-to-end encrypted share's QR code is drawn by the CLI with the key `share create --e2e` kept: scanned, it
+    /// is the server's configuration for the share with `encryptionKey` added, the passphrase of the family's link.
+    @Test func theCommandLineDrawsAnEncryptedSharesQRCodeWithItsKey() throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker)
+        let created = try flared.flare(["share", "create", "--e2e", "--json", "--name", "Anna"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let share = try #require(try JSONSerialization.jsonObject(with: Data(created.stdout.utf8)) as? [String: String])
+        let id = try #require(share["share_id"])
+        let passphrase = try #require(share["e2e_url"]?.components(separatedBy: "#k=").last)
+        let png = flared.dataDirectory.appendingPathComponent("sos.png")
+        let written = try flared.flare(["share", "owntracks", id, "--e2e", "--qr", png.path])
+        #expect(written.status == 0, "\(written.stderr)")
+        let scanned = try zbar(Array(Data(contentsOf: png)))
+        #expect(scanned.hasPrefix("owntracks:///config?inline="))
+        let config = try inlineConfiguration(scanned)
+        #expect(config["encryptionKey"] as? String == passphrase)
+        let served = try #require(try flared.request("GET", "/api/v1/shares/\(id)/owntracks", bearer: share["device_token"]).json)
+        #expect(served["encryptionKey"] == nil)
+        #expect(config["username"] as? String == id && config["password"] as? String == served["password"] as? String)
+    }
+
     /// Publishes exactly what the apps publish, where they publish it, with the provisioned credentials.
     @Test func theAppsMessagesArriveAndTheRestIsCountedAndIgnored() throws {
         let broker = try TestBroker()

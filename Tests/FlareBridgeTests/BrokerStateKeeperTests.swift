@@ -120,6 +120,26 @@ final class Connection: Sendable {
         #expect(epochs(in: published(after: afterRestore)) == [5] && published(after: afterRestore).count == 1)
     }
 
+    /// An end-to-end encrypted share's position is the phone's ciphertext, which the server cannot read: the restore
+    /// publishes it again as it came, in the apps' `encrypted` message.
+    @Test func aBrokerWithNoMarkGetsAnEncryptedSharesCiphertextBack() throws {
+        let id = try fixture.service.create(name: nil, durationSeconds: 600, endToEnd: true).share.id
+        let data = Data((0..<72).map { UInt8($0 * 7 % 256) }).base64EncodedString()
+        let message = #"{"_type":"encrypted","data":"\#(data)"}"#
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: Array(message.utf8), retained: false) == nil)
+        #expect(eventually { fixture.registry.snapshot(id)?.last?.sealed == data })
+        try storeRecords(3)
+        let before = fixture.publisher.messages.count
+        reader.set(.mark(nil))
+        keeper.step()
+        let sent = published(after: before)
+        #expect(sent.last { $0.topic == Topics.status(id) }.flatMap { try? JSONValue.parse($0.payload) }?["state"] == .string("active"))
+        let position = try #require(sent.last { $0.topic == Topics.location(id) })
+        #expect(position.isOwnPosition && position.retain)
+        #expect(try JSONValue.parse(position.payload) == JSONValue.parse(Array(message.utf8)))
+        #expect(epochs(in: sent) == [4] && fixture.metrics.value(FlareMetrics.brokerRestores) == 1)
+    }
+
     @Test func aBrokerShowingTheStoresMarkIsLeftAlone() throws {
         _ = try twoShares()
         reader.set(.mark(nil))

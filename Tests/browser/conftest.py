@@ -77,14 +77,14 @@ class FlareBackend:
     def publish_sealed(self, share, fix, passphrase):
         """Publish one location sealed as the OwnTracks apps seal it, by PyNaCl (an implementation other than
         Flare's): secretbox keyed by the passphrase's UTF-8 bytes zero-padded to 32, nonce | tag | ciphertext."""
-        import base64
-        import nacl.secret
-        key = passphrase.encode()[:32].ljust(32, b'\0')
-        data = base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(json.dumps(dict({'_type': 'location'}, **fix)).encode()))).decode()
+        self.publish_encrypted(share, seal(json.dumps(dict({'_type': 'location'}, **fix)).encode(), passphrase))
+        return fix
+
+    def publish_encrypted(self, share, data):
+        """Publish an OwnTracks `encrypted` message with this `data` (base64), whatever it holds."""
         subprocess.run(['mosquitto_pub', '-h', self.mqtt_host, '-p', str(self.mqtt_port), '-u', share.id, '-P', share.device_token,
                         '-i', f'flare-{share.id}-browser-test', '-t', share.topic, '-q', '1', '-r',
                         '-m', json.dumps({'_type': 'encrypted', 'data': data})], check=True, capture_output=True, timeout=30)
-        return fix
 
     def publish(self, share, fix):
         """Publish one OwnTracks location; returns the fix as sent."""
@@ -166,6 +166,14 @@ class FlareBackend:
              'tst': tst, 'acc': 12, 'vel': 4, 'cog': 270, 'batt': 81}
         f.update(extra)
         return {k: v for k, v in f.items() if v is not None}  # unknown fields are absent, not null
+
+
+def seal(plaintext, passphrase):
+    """`data` of an OwnTracks `encrypted` message, by PyNaCl: base64 of nonce | tag | ciphertext."""
+    import base64
+    import nacl.secret
+    key = passphrase.encode()[:32].ljust(32, b'\0')
+    return base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(plaintext))).decode()
 
 
 def http_json(method, path, body, bearer=None):

@@ -17,7 +17,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, tile_host_pattern
+from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, seal, tile_host_pattern
 
 POLL_TIMEOUT_S = TIMEOUT_S + 6  # polling adds up to 3 s, the SSE give-up up to 8 s
 
@@ -340,12 +340,20 @@ def test_works_without_tiles(flare, viewer):
     assert re.match(r'^Updated ', text(d, '#updated'))
 
 
-def test_no_third_party_requests_and_no_csp_violations(flare, viewer):
-    share = flare.create()
-    a = flare.publish(share, flare.fix())
+@pytest.mark.parametrize('e2e', [False, True], ids=['plain', 'e2e'])
+def test_no_third_party_requests_and_no_csp_violations(flare, viewer, e2e):
+    # An end-to-end encrypted share's page loads more: its own script, strings and styles, and TweetNaCl.
+    if e2e:
+        share, passphrase = flare.create_e2e()
+        a = flare.publish_sealed(share, flare.fix(), passphrase)
+    else:
+        share = flare.create()
+        a = flare.publish(share, flare.fix())
     d = viewer()
-    d.get(share.url())
+    d.get(share.url() + ('#k=' + passphrase if e2e else ''))
     wait_coords(d, a)
+    if e2e:
+        wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open' and text(drv, '#e2e-off'), 'the banner with its strings')
     wait_for(d, lambda drv: body_attr(drv, 'conn') == 'live', 'SSE connected')
     wait_for(d, lambda drv: body_attr(drv, 'tiles') != 'pending', 'tiles tried')
     assert d.execute_script('return window.__csp') == []
@@ -359,6 +367,7 @@ def test_no_third_party_requests_and_no_csp_violations(flare, viewer):
         p = urllib.parse.urlsplit(u)
         if p.scheme == 'data':
             continue
+        assert not e2e or passphrase not in u, f'the key went out in a request: {u}'
         if p.netloc == own:
             continue
         assert fnmatch.fnmatch(p.netloc, tiles), f'third-party request: {u}'
@@ -688,6 +697,9 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wait_coords(d, a)
     wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open', 'the page to open the positions')
     assert 'End-to-end encrypted' in text(d, '#e2e')
+    # What the server cannot do for such a share, said on its page.
+    off = text(d, '#e2e-off')
+    assert all(w in off for w in ('low-battery alert', 'check-in', 'mail to contacts', 'Ask for a fresh position')), off
     # Live: the next one arrives over the stream and opens too.
     b = flare.publish_sealed(share, flare.fix(), passphrase)
     wait_coords(d, b)
@@ -704,6 +716,62 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wrong.get(share.url() + '#k=' + 'x' * 32)
     wait_for(wrong, lambda drv: body_attr(drv, 'e2e') == 'wrong-key', 'the page to say the key is wrong')
     assert '密钥' in text(wrong, '#e2e') and text(wrong, '#coords') != coord_text(b)
+    off = text(wrong, '#e2e-off')
+    assert all(w in off for w in ('低电量', '报平安', '联系人', '请求最新位置')), off
+
+
+def test_an_encrypted_page_shows_the_messages_it_opens_and_counts_the_others(flare, viewer):
+    """Ciphertexts the server relays but the key does not open (another key, a changed byte, random bytes) or that
+    open to no JSON: counted in the banner and never shown, among good ones, from the view document and live."""
+    share, passphrase = flare.create_e2e()
+    a = flare.publish_sealed(share, flare.fix(), passphrase)
+    other_key = flare.fix()
+    flare.publish_encrypted(share, seal(json.dumps(dict({'_type': 'location'}, **other_key)).encode(), 'y' * 32))
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, a)
+    wait_for(d, lambda drv: '1 messages could not be opened' in text(drv, '#e2e'), 'the first one counted')
+    # Live: a changed byte, random bytes, and a well-sealed message that is no JSON; then a good one, older than the
+    # bad ones by its own time, so that none of them is left showing last by arriving last.
+    b = flare.fix()
+    changed = bytearray(base64.b64decode(seal(json.dumps(dict({'_type': 'location'}, **flare.fix())).encode(), passphrase)))
+    changed[-1] ^= 1
+    flare.publish_encrypted(share, base64.b64encode(bytes(changed)).decode())
+    flare.publish_encrypted(share, base64.b64encode(os.urandom(80)).decode())
+    flare.publish_encrypted(share, seal(b'not json', passphrase))
+    flare.publish_sealed(share, b, passphrase)
+    wait_coords(d, b)
+    wait_for(d, lambda drv: '4 messages could not be opened and are not shown.' in text(drv, '#e2e'), 'all four counted')
+    assert body_attr(d, 'e2e') == 'open' and text(d, '#coords') == coord_text(b)
+    # A page opened now gets all six from the view document: the same count, the same position.
+    later = viewer()
+    later.get(share.url() + '#k=' + passphrase)
+    wait_coords(later, b)
+    wait_for(later, lambda drv: '4 messages could not be opened' in text(drv, '#e2e'), 'the four counted again')
+    assert coord_text(other_key) not in later.page_source
+
+
+def test_an_encrypted_page_tells_the_answer_to_locate_now_that_the_server_cannot(flare, viewer):
+    share, passphrase = flare.create_e2e()
+    cached = flare.publish_sealed(share, flare.fix(), passphrase)
+    phone = _connected_phone(share, '{"_type":"lwt"}', 0)    # Android's will, in clear as the apps send it
+    d = viewer()
+    d.get(share.url() + '#k=' + passphrase)
+    wait_coords(d, cached)
+    phone.kill()
+    phone.wait(timeout=10)
+    wait_for(d, lambda drv: body_attr(drv, 'tracker') == 'offline', 'the tracker to go offline')
+    commands = _device_client(share, '-C', '1', '-W', '20', '-t', f'{share.topic}/cmd')
+    d.find_element(By.ID, 'locate').click()
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('Asked the phone at'), 'asked the phone')
+    assert json.loads(commands.stdout.readline()) == {'_type': 'cmd', 'action': 'reportLocation'}
+    commands.wait(timeout=10)
+    # The server sees a ciphertext like any other and never reports an answer; the page opens it and sees t:"r".
+    answer = flare.publish_sealed(share, flare.fix(t='r'), passphrase)
+    wait_coords(d, answer)
+    wait_for(d, lambda drv: text(drv, '#locate-status').startswith('The phone answered at'), 'the answer')
+    status, _, body = http_get('/api/v1/view/' + share.view_token)
+    assert 'locate_answered_at' not in json.loads(body).get('tracker', {}), body
 
 
 def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path):

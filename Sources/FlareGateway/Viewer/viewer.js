@@ -183,7 +183,8 @@
     var s = doc.createElement('script');
     s.src = '/viewer/e2e/viewer-e2e.js';
     s.onload = function () {
-      E2E = window.flareE2E({ addFix: addFix, render: render, $: $, setText: setText, body: body, lang: function () { return lang; } });
+      E2E = window.flareE2E({ addFix: addFix, render: render, $: $, setText: setText, body: body, lang: function () { return lang; },
+        replied: function (ms) { if (!(S.replied >= ms)) S.replied = ms; } });
       E2E.add(e2eWaiting);
     };
     doc.head.appendChild(s);
@@ -362,10 +363,13 @@
       return t(n.key);
     }
     if (!tr || !tr.asked) return '';
-    if (tr.answered && tr.answered >= tr.asked) {
+    var answered = tr.answered;
+    // An end-to-end encrypted share's answer is known here only, once opened; it arrived in that second or later.
+    if (!answered && S.replied > tr.asked - 1000) answered = Math.max(S.replied, tr.asked);
+    if (answered && answered >= tr.asked) {
       // Said for ten minutes after the answer; the position's own time says how old it is.
-      if (serverNow() - tr.answered > 600000) return '';
-      return t('locate_answered', { time: timeText(tr.answered), fix: S.last ? timeText(S.last.tst * 1000) : '—' });
+      if (serverNow() - answered > 600000) return '';
+      return t('locate_answered', { time: timeText(answered), fix: S.last ? timeText(S.last.tst * 1000) : '—' });
     }
     if (serverNow() - tr.asked > 600000) return '';
     return t('locate_waiting', { time: timeText(tr.asked) });

@@ -16,6 +16,9 @@ window.flareE2E = function (page) {
   section.className = 'e2e';
   section.setAttribute('role', 'status');
   section.appendChild(doc.createElement('p')).id = 'e2e-text';
+  var off = section.appendChild(doc.createElement('p'));
+  off.id = 'e2e-off';
+  off.className = 'off';
   page.$('main').insertBefore(section, page.$('main').firstChild);
 
   // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
@@ -60,7 +63,14 @@ window.flareE2E = function (page) {
     if (!S.key) { page.render(false); return; }
     withNacl(function () {
       var newest = false;
-      list.forEach(function (item) { var f = open(item); if (f) newest = page.addFix(f) || newest; });
+      list.forEach(function (item) {
+        var f = open(item);
+        if (!f) return;
+        // The phone's answer to "locate now" (t:"r"): the server cannot see it, so the page tells its notice, by
+        // when the message arrived.
+        if (f.t === 'r' && typeof item.tst === 'number') page.replied(item.tst * 1000);
+        newest = page.addFix(f) || newest;
+      });
       page.render(newest);
     });
   }
@@ -84,6 +94,7 @@ window.flareE2E = function (page) {
     page.$('e2e').hidden = false;
     page.setText('e2e-text', state === 'no-key' ? t('no_key') : state === 'no-library' ? t('no_library') : state === 'wrong-key' ? t('wrong_key')
       : t('note') + (S.failed ? ' ' + t('skipped', { count: S.failed }) : ''));
+    page.setText('e2e-off', t('off'));
   }
   return { add: add, banner: banner };
 };
