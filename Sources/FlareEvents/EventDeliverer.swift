@@ -192,9 +192,12 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// One round: hold the lease, publish the backlog gauges now and then, and hand the due deliveries to the workers.
     /// Called by the reading thread every second or when woken (and by tests directly).
-    func step() {
+    /// One round: hold the lease, hand what is due to the lanes. True when it ran (false: another instance holds the
+    /// lease, or the store could not be asked; the next round tries again).
+    @discardableResult
+    func step() -> Bool {
         let now = monotonicMillis()
-        guard holdLease(now: now) else { return }
+        guard holdLease(now: now) else { return false }
         let backlogDue: Bool = lock.withLock {
             guard now >= state.nextBacklogAt else { return false }
             state.nextBacklogAt = now + 5_000
@@ -204,7 +207,7 @@ public final class EventDeliverer: @unchecked Sendable {
         let due: [OutboxDelivery]
         do { due = try store.dueEvents(now: clock.now(), limit: Self.batch) } catch {
             warn("read", "cannot read the events outbox (\(error)); trying again")
-            return
+            return false
         }
         lock.withLock {
             for delivery in due {
@@ -218,6 +221,7 @@ public final class EventDeliverer: @unchecked Sendable {
             // Also what wakes the workers for a lane whose rest has ended.
             lock.broadcast(1)
         }
+        return true
     }
 
     /// Delivers until every lane handed over is empty or resting: for tests, which call `step` themselves.

@@ -67,19 +67,23 @@ public final class CheckinWatcher: Sendable {
         while !state.withLock({ $0.finished }) && monotonicMillis() < deadline { usleep(10_000) }
     }
 
-    /// One round: hold the lease, fire what is due, end what arrived. Called every second (and by tests).
-    public func step() {
+    /// One round: hold the lease, fire what is due, end what arrived. Called every second (and by tests). True when
+    /// the round ran: false when another instance holds the lease, or the store could not be asked (the lease waits
+    /// only briefly for another connection's lock, so on a busy machine a round may be skipped; the next one, a
+    /// second later, does its work).
+    @discardableResult
+    public func step() -> Bool {
         let held: Bool
         do { held = try store.holdLease(Self.leaseName, holder: holder, now: clock.now(), durationMillis: Self.leaseMillis) != nil } catch {
             warn("lease", "cannot renew the check-in lease (\(error)); trying again")
-            return
+            return false
         }
         let changed = state.withLock { state in
             defer { state.holding = held }
             return state.holding != held
         }
         if changed { logger.info(held ? "watching check-in deadlines" : "another instance watches check-in deadlines now") }
-        guard held else { return }
+        guard held else { return false }
         do {
             for checkin in try store.dueCheckins(now: clock.now(), limit: Self.batch) { try shares.fireCheckin(checkin) }
             let cursor = state.withLock { $0.arrivalCursor }
@@ -96,7 +100,9 @@ public final class CheckinWatcher: Sendable {
             }
         } catch {
             warn("read", "cannot read or fire check-ins (\(error)); trying again")
+            return false
         }
+        return true
     }
 
     private func warn(_ key: String, _ message: @autoclosure () -> String) {

@@ -70,12 +70,12 @@ import Testing
         let armed = try arm(#"{"in_s":3600,"grace_s":0,"contacts":["\#(mum)","\#(dad)"],"message":"Late shift"}"#).decode(CheckinInfo.self)
         let watcher = watcher()
         // Not yet due: nothing happens.
-        watcher.step()
+        #expect(eventually { watcher.step() })
         #expect(try fixture.send("GET", "/api/v1/checkins/\(armed.checkinID)", bearer: fixture.ownerKey).decode(CheckinInfo.self).state == "armed")
         // The deadline passes (moved into the past in the store, rather than waited for).
         #expect(try fixture.store.moveCheckin(CheckinID(armed.checkinID)!, dueAt: Int64(Date().timeIntervalSince1970 * 1000) - 1_000))
-        watcher.step()
-        watcher.step()
+        #expect(eventually { watcher.step() })
+        #expect(eventually { watcher.step() })
         let after = try fixture.send("GET", "/api/v1/checkins/\(armed.checkinID)", bearer: fixture.ownerKey).decode(CheckinInfo.self)
         #expect(after.state == "missed" && after.stateAt != nil)
         let links = try fixture.send("GET", "/api/v1/shares/\(armed.shareID)/links", bearer: fixture.ownerKey).decode(PersonalLinkList.self).links
@@ -100,14 +100,14 @@ import Testing
         let watcher = watcher()
         // Near, but its accuracy is coarser than the zone: no arrival.
         try fixture.recordFix(share, latitude: 48.1372, longitude: 11.5762, tst: GatewayFixture.now, accuracy: 2000)
-        watcher.step()
+        #expect(eventually { watcher.step() })
         #expect(try fixture.store.checkin(id: CheckinID(armed.checkinID)!)?.state == .armed)
         // 2 km away: no arrival.
         try fixture.recordFix(share, latitude: 48.155, longitude: 11.576, tst: GatewayFixture.now + 1, accuracy: 10)
-        watcher.step()
+        #expect(eventually { watcher.step() })
         #expect(try fixture.store.checkin(id: CheckinID(armed.checkinID)!)?.state == .armed)
         try fixture.recordFix(share, latitude: 48.1378, longitude: 11.5765, tst: GatewayFixture.now + 2, accuracy: 12)
-        watcher.step()
+        #expect(eventually { watcher.step() })
         #expect(try fixture.store.checkin(id: CheckinID(armed.checkinID)!)?.state == .arrived)
         #expect(try fixture.store.dueEvents(now: .max, limit: 50).contains { $0.event.type == .checkinArrived })
     }
