@@ -27,20 +27,23 @@ public final class RateLimiter: Sendable {
     /// `nowMillis` is a monotonic time in milliseconds.
     public func take(_ key: String, cost: Double = 1, nowMillis: Int64) -> Int? {
         buckets.withLock { buckets in
-            var bucket = buckets[key] ?? Bucket(tokens: rule.burst, updatedAt: nowMillis)
-            let elapsed = Double(max(0, nowMillis - bucket.updatedAt)) / 1000
-            bucket.tokens = min(rule.burst, bucket.tokens + elapsed * rule.ratePerSecond)
-            bucket.updatedAt = nowMillis
-            if bucket.tokens >= cost {
-                bucket.tokens -= cost
-                if buckets[key] == nil, buckets.count >= maximumKeys { evict(&buckets, nowMillis: nowMillis) }
-                buckets[key] = bucket
-                return nil
-            }
-            buckets[key] = bucket
-            let missing = cost - bucket.tokens
-            return max(1, Int((missing / rule.ratePerSecond).rounded(.up)))
+            if buckets.count >= maximumKeys, buckets[key] == nil { evict(&buckets, nowMillis: nowMillis) }
+            // One hash of the key, and the bucket changed where it is stored: every link request takes two buckets
+            // under contended locks.
+            return Self.take(&buckets[key, default: Bucket(tokens: rule.burst, updatedAt: nowMillis)], cost: cost, nowMillis: nowMillis, rule: rule)
         }
+    }
+
+    private static func take(_ bucket: inout Bucket, cost: Double, nowMillis: Int64, rule: Rule) -> Int? {
+        let elapsed = Double(max(0, nowMillis - bucket.updatedAt)) / 1000
+        bucket.tokens = min(rule.burst, bucket.tokens + elapsed * rule.ratePerSecond)
+        bucket.updatedAt = nowMillis
+        if bucket.tokens >= cost {
+            bucket.tokens -= cost
+            return nil
+        }
+        let missing = cost - bucket.tokens
+        return max(1, Int((missing / rule.ratePerSecond).rounded(.up)))
     }
 
     public var trackedKeys: Int { buckets.withLock { $0.count } }

@@ -18,29 +18,56 @@ extension Gateway {
     }
 
     func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse) -> LinkLookup {
-        let now = monotonicMillis()
-        let client = clientKey(request)
-        if let wait = addressLimiter.take(client, nowMillis: now) {
+        switch admitLink(request, token: token) {
+        case .refused(let response): return .refused(response)
+        case .unknown(let charge): return .refused(unknownLink(charge, notFound))
+        case .admitted(let hash, let charge): return lookUpLink(hash, charge: charge, notFound: notFound)
+        }
+    }
+
+    /// Who a link request is charged to: its client's rate-limit key, at the time it came.
+    struct LinkCharge {
+        let client: String
+        let at: Int64
+    }
+
+    enum LinkAdmission {
+        /// Within the rate limits and well formed: the token's hash.
+        case admitted(SecretHash, LinkCharge)
+        /// Not a token at all.
+        case unknown(LinkCharge)
+        case refused(HTTPResponse)
+    }
+
+    /// The rate limits of a link request (its address, then its token) and the token's form, before any lookup.
+    func admitLink(_ request: HTTPRequest, token: String) -> LinkAdmission {
+        let charge = LinkCharge(client: clientKey(request), at: monotonicMillis())
+        if let wait = addressLimiter.take(charge.client, nowMillis: charge.at) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)
         }
-        func unknown() -> LinkLookup {
-            _ = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: now)
-            return .refused(notFound())
-        }
-        guard Secret.isWellFormed(token) else { return unknown() }
+        guard Secret.isWellFormed(token) else { return .unknown(charge) }
         let hash = SecretHash(of: token)
-        let hashKey = Base64URL.encode(hash.bytes)
-        if let wait = tokenLimiter.take(hashKey, nowMillis: now) {
+        if let wait = tokenLimiter.take(Base64URL.encode(hash.bytes), nowMillis: charge.at) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "token")])
             return .refused(APIError.rateLimited(retryAfter: wait).response)
         }
+        return .admitted(hash, charge)
+    }
+
+    /// An unknown token costs its caller several requests' worth.
+    func unknownLink(_ charge: LinkCharge, _ notFound: () -> HTTPResponse) -> HTTPResponse {
+        _ = addressLimiter.take(charge.client, cost: configuration.unknownTokenCost, nowMillis: charge.at)
+        return notFound()
+    }
+
+    private func lookUpLink(_ hash: SecretHash, charge: LinkCharge, notFound: () -> HTTPResponse) -> LinkLookup {
         let found: ShareService.LinkLookup?
         do { found = try shares.link(viewTokenHash: hash) } catch {
             // Not charged as an unknown token: the link may be good, and the family will try it again.
             return .refused(storeFailed(error, "looking up a link").response)
         }
-        guard let found else { return unknown() }
+        guard let found else { return .refused(unknownLink(charge, notFound)) }
         return .found(found.lookup, found.link)
     }
 
@@ -71,7 +98,18 @@ extension Gateway {
 
     /// `FlareAPI.ViewDocument`: 200 while active, 410 once ended. `?v=` is the page's viewer id (the audience).
     func viewJSON(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
+        let notFound = { APIError.shareNotFound.response }
+        let hash: SecretHash, charge: LinkCharge
+        switch admitLink(request, token: token) {
+        case .refused(let response): return response
+        case .unknown(let unknown): return unknownLink(unknown, notFound)
+        case .admitted(let admitted, let charged): (hash, charge) = (admitted, charged)
+        }
+        // The share's own link, rendered already, and no viewer to note: the document as it is.
+        if request.query["v"] == nil, let cached = shares.cachedView(viewTokenHash: hash) {
+            return .json(cached.isActive ? 200 : 410, ViewDocumentRenderer.closing(cached.body, serverTime: clock.now()))
+        }
+        switch lookUpLink(hash, charge: charge, notFound: notFound) {
         case .refused(let response):
             return response
         case .found(let lookup, let link?) where link.isWithdrawn:

@@ -126,9 +126,24 @@ package final class ShareRegistry: Sendable {
 
     package func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
         state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
-                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
-            return Self.snapshot(entry)
+            guard let id = state.byViewHash[viewTokenHash], let index = state.entries.index(forKey: id) else { return nil }
+            return Self.readInPlace(&state.entries.values[index]) { entry in
+                entry.share.viewTokenHash.matches(viewTokenHash) ? Self.snapshot(entry) : nil
+            }
+        }
+    }
+
+    /// The rendered view document of the share whose own view token hashes to `viewTokenHash`, and whether it is
+    /// active, when that rendering is current: all that most link requests need, read where the entry is stored
+    /// (a snapshot retains the share's every field, and the lock is held meanwhile by every request of every link).
+    package func cachedView(viewTokenHash: SecretHash) -> (isActive: Bool, body: [UInt8])? {
+        state.withLock { state in
+            guard let id = state.byViewHash[viewTokenHash], let index = state.entries.index(forKey: id) else { return nil }
+            return Self.readInPlace(&state.entries.values[index]) { entry in
+                guard let cached = entry.cachedView, cached.version == entry.version,
+                      entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+                return (entry.share.isActive, cached.bytes)
+            }
         }
     }
 

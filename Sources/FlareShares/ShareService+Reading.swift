@@ -74,6 +74,13 @@ extension ShareService {
         return RenderedView(share: snapshot.share, body: body)
     }
 
+    /// The view document of the share whose own link this is, when it is in memory and rendered already (most
+    /// requests: a share changes far less often than its link is polled); nil otherwise, and `link(viewTokenHash:)`
+    /// then `view(of:)` answer.
+    public func cachedView(viewTokenHash: SecretHash) -> (isActive: Bool, body: [UInt8])? {
+        registry.cachedView(viewTokenHash: viewTokenHash)
+    }
+
     /// The view document of any share found by `share(viewTokenHash:)`.
     public func view(of lookup: ShareLookup) -> RenderedView {
         switch lookup {

@@ -80,6 +80,17 @@ public enum ViewDocumentRenderer {
 
     /// Closes a rendered body with the one field that changes every second.
     public static func closing(_ body: [UInt8], serverTime: UnixMillis) -> [UInt8] {
-        body + Array(",\"server_time\":\"\(RFC3339.format(millis: serverTime))\"}".utf8)
+        var document: [UInt8] = []
+        document.reserveCapacity(body.count + serverTimeSuffixLength)
+        document += body
+        document += serverTimeKey
+        RFC3339.append(millis: serverTime, to: &document)
+        document.append(UInt8(ascii: "\""))
+        document.append(UInt8(ascii: "}"))
+        return document
     }
+
+    private static let serverTimeKey = Array(#","server_time":""#.utf8)
+    /// The key, the 20 bytes of the time, the quote and the brace.
+    private static let serverTimeSuffixLength = serverTimeKey.count + 22
 }

@@ -145,6 +145,23 @@ import Testing
         #expect(RFC3339.format(seconds: 951_782_400) == "2000-02-29T00:00:00Z")
         #expect(RFC3339.format(millis: 1_795_963_001_877) == "2026-11-29T14:36:41Z")
         #expect(RFC3339.format(seconds: -1) == "1969-12-31T23:59:59Z")
+        #expect(RFC3339.format(seconds: 253_402_300_799) == "9999-12-31T23:59:59Z")
+        #expect(RFC3339.format(seconds: 253_402_300_800) == "10000-01-01T00:00:00Z")
+        #expect(RFC3339.format(seconds: -62_167_219_201) == "00-1-12-31T23:59:59Z", "a year before 0 as it always was written")
+    }
+
+    /// Every second of a sample of instants over four centuries reads back as itself, and appending writes what
+    /// `format` does.
+    @Test func appendsWhatItFormatsAndParsesItBack() throws {
+        var random = SplitMix64(seed: 3339)
+        for _ in 0..<20_000 {
+            let seconds = Int64.random(in: -2_208_988_800...7_258_118_400, using: &random)  // 1900 to 2200
+            var bytes = Array("x".utf8)
+            RFC3339.append(millis: seconds * 1000 + 999, to: &bytes)
+            let text = RFC3339.format(seconds: seconds)
+            #expect(bytes == Array("x\(text)".utf8))
+            #expect(try #require(RFC3339.parse(text)).timeIntervalSince1970 == Double(seconds))
+        }
     }
 }
 
