@@ -1,6 +1,10 @@
 public struct HTTPResponse: Sendable {
     public enum Body: Sendable {
         case bytes([UInt8])
+        /// The body is these pieces, in order: joined once, into the buffer the server sends from (`.bytes` is
+        /// copied into it, which for a body made of parts kept for many responses is a second copy: the viewer
+        /// page is 50 KB, of which only the title changes from share to share).
+        case segments([[UInt8]])
         /// Sent with chunked encoding until the stream finishes or closes.
         case stream(EventStream)
     }
@@ -34,5 +38,16 @@ extension HTTPResponse {
         }
         let json = "{\"error\":\(quoted(code)),\"message\":\(quoted(message))}"
         return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: .bytes(Array(json.utf8)))
+    }
+}
+
+extension HTTPResponse.Body {
+    /// The whole body, joined (for tests and the in-memory router); nil for a stream.
+    public var joinedBytes: [UInt8]? {
+        switch self {
+        case .bytes(let bytes): bytes
+        case .segments(let segments): Array(segments.joined())
+        case .stream: nil
+        }
     }
 }

@@ -254,10 +254,7 @@ struct Reply {
 
     var contentType: String? { header("Content-Type") }
 
-    var bytes: [UInt8] {
-        if case .bytes(let bytes) = response.body { return bytes }
-        return []
-    }
+    var bytes: [UInt8] { response.body.joinedBytes ?? [] }
 
     var text: String { String(decoding: bytes, as: UTF8.self) }
 

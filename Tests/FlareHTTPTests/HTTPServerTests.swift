@@ -59,6 +59,25 @@ func startServer(
         #expect(seen.value.count == 2)
     }
 
+    /// A body of segments arrives whole and in order: kept parts shared by many responses (one of them larger than a
+    /// socket's buffer, sent in several writes), one made for this response, an empty one.
+    @Test func aBodyOfSegmentsArrivesWholeAndInOrder() throws {
+        let large = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let tail = Array("</html>".utf8)
+        let server = try startServer { request in
+            HTTPResponse(status: 200, headers: [("Content-Type", "text/html")],
+                         body: .segments([large, Array(request.path.utf8), tail, []]))
+        }
+        defer { server.stop() }
+        let client = try RawHTTPClient(port: server.port)
+        for path in ["/s/first", "/s/second"] {
+            try client.send("GET \(path) HTTP/1.1\r\nHost: t\r\n\r\n")
+            let response = try client.readResponse()
+            #expect(response.status == 200)
+            #expect(response.body == large + Array(path.utf8) + Array("</html>".utf8))
+        }
+    }
+
     @Test func oddInputReachesTheHandlerUnchanged() throws {
         let paths = Locked<[String]>([])
         let server = try startServer { request in
