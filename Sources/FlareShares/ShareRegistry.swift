@@ -42,7 +42,11 @@ public struct ShareSnapshot: Sendable {
 package final class ShareRegistry: Sendable {
     package typealias Subscriber = LiveSubscriber
 
-    private struct Entry {
+    /// A class, not a struct: the entries dictionary keeps a reference per bucket instead of the whole entry (about
+    /// 500 bytes), and a dictionary's buckets are up to half empty after it grows, so inline entries cost some 1,280
+    /// bytes a share at 100,000 shares (docs/performance.md, "Where the memory goes"). Reached only under the
+    /// registry's lock.
+    private final class Entry: @unchecked Sendable {
         var row: Int64
         var share: Share
         var last: Fix?
@@ -63,8 +67,14 @@ package final class ShareRegistry: Sendable {
         /// endpoint's CPU time, and a share changes far less often than its link is polled.
         var cachedView: (version: UInt64, bytes: [UInt8])?
 
+        init(row: Int64, share: Share, lastHeardAt: UnixMillis) {
+            self.row = row
+            self.share = share
+            self.lastHeardAt = lastHeardAt
+        }
+
         /// Every change goes through here, so a cached rendering can never outlive the state it shows.
-        mutating func changed() {
+        func changed() {
             version &+= 1
             cachedView = nil
         }
@@ -93,12 +103,12 @@ package final class ShareRegistry: Sendable {
 
     /// - Parameter storedFixes: how many fixes the store holds for it, if known (0 for a share just created).
     package func insert(_ stored: StoredShare, recentFixes: [Fix] = [], storedFixes: Int? = nil) {
-        var entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
+        let entry = Entry(row: stored.row, share: stored.share, lastHeardAt: stored.share.createdAt)
         entry.storedFixes = storedFixes
-        for fix in recentFixes { Self.append(fix, to: &entry, trailLength: trailLength) }
+        for fix in recentFixes { Self.append(fix, to: entry, trailLength: trailLength) }
         // What the store knows: the newest fix (its time stands in for when it came), the recorded state.
         if let last = entry.last { entry.lastHeardAt = max(entry.lastHeardAt, last.timestamp * 1000) }
-        Self.takeHeardTimes(from: stored.share, into: &entry)
+        Self.takeHeardTimes(from: stored.share, into: entry)
         state.withLock { state in
             if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
             state.entries[stored.share.id] = entry
@@ -126,10 +136,9 @@ package final class ShareRegistry: Sendable {
 
     package func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
         state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let index = state.entries.index(forKey: id) else { return nil }
-            return Self.readInPlace(&state.entries.values[index]) { entry in
-                entry.share.viewTokenHash.matches(viewTokenHash) ? Self.snapshot(entry) : nil
-            }
+            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
+                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return Self.snapshot(entry)
         }
     }
 
@@ -138,12 +147,10 @@ package final class ShareRegistry: Sendable {
     /// (a snapshot retains the share's every field, and the lock is held meanwhile by every request of every link).
     package func cachedView(viewTokenHash: SecretHash) -> (isActive: Bool, body: [UInt8])? {
         state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let index = state.entries.index(forKey: id) else { return nil }
-            return Self.readInPlace(&state.entries.values[index]) { entry in
-                guard let cached = entry.cachedView, cached.version == entry.version,
-                      entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
-                return (entry.share.isActive, cached.bytes)
-            }
+            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
+                  let cached = entry.cachedView, cached.version == entry.version,
+                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return (entry.share.isActive, cached.bytes)
         }
     }
 
@@ -285,18 +292,15 @@ package final class ShareRegistry: Sendable {
         var changed: [ShareID] = []
         state.withLock { state in
             for heard in fixes {
-                // Changed in place: copying the entry out would copy its trail and subscribers for every fix.
-                guard let index = state.entries.index(forKey: heard.share) else { continue }
-                if let count = state.entries.values[index].storedFixes { state.entries.values[index].storedFixes = count + 1 }
-                let isNewest = Self.record(heard.fix, into: &state.entries.values[index], trailLength: trailLength)
-                Self.heard(at: heard.heardAt, transport: heard.transport, into: &state.entries.values[index])
-                Self.readInPlace(&state.entries.values[index]) { entry in
-                    if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
-                        for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
-                    }
-                    if entry.share.isActive, changed.last != heard.share,
-                       trackerOutOfDate(entry, now: heard.heardAt) || Self.batteryFlagChange(entry) != nil { changed.append(heard.share) }
+                guard let entry = state.entries[heard.share] else { continue }
+                if let count = entry.storedFixes { entry.storedFixes = count + 1 }
+                let isNewest = Self.record(heard.fix, into: entry, trailLength: trailLength)
+                Self.heard(at: heard.heardAt, transport: heard.transport, into: entry)
+                if isNewest && entry.share.isActive && !entry.subscribers.isEmpty {
+                    for subscriber in entry.subscribers.values { notifications.append((subscriber, heard.fix)) }
                 }
+                if entry.share.isActive, changed.last != heard.share,
+                   trackerOutOfDate(entry, now: heard.heardAt) || Self.batteryFlagChange(entry) != nil { changed.append(heard.share) }
             }
         }
         for (subscriber, fix) in notifications { subscriber(.fix(fix)) }
@@ -307,16 +311,13 @@ package final class ShareRegistry: Sendable {
     func heard(_ id: ShareID, at: UnixMillis, transport: TrackerTransport?) -> Bool {
         state.withLock { state in
             guard let index = state.entries.index(forKey: id) else { return false }
-            Self.heard(at: at, transport: transport, into: &state.entries.values[index])
-            return Self.readInPlace(&state.entries.values[index]) { trackerOutOfDate($0, now: at) }
+            Self.heard(at: at, transport: transport, into: state.entries.values[index])
+            return trackerOutOfDate(state.entries.values[index], now: at)
         }
     }
 
-    /// Reads an entry where it is stored. A plain read of `state.entries.values[index]` hands out a copy (its share,
-    /// trail and subscribers, retained one by one); the in-place (`inout`) accessor does not, and nothing is changed.
-    private static func readInPlace<T>(_ entry: inout Entry, _ read: (inout Entry) -> T) -> T { read(&entry) }
 
-    private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: inout Entry) {
+    private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: Entry) {
         if at >= entry.lastHeardAt {
             entry.lastHeardAt = at
             if let transport { entry.transport = transport }
@@ -325,7 +326,7 @@ package final class ShareRegistry: Sendable {
 
     /// What a share's row says of when its tracker was last heard from: a recorded `live` began with a fix, an
     /// answer is a message from the phone.
-    private static func takeHeardTimes(from share: Share, into entry: inout Entry) {
+    private static func takeHeardTimes(from share: Share, into entry: Entry) {
         if let tracker = share.tracker, tracker.state == .live { entry.lastHeardAt = max(entry.lastHeardAt, tracker.since) }
         if let answered = share.locateAnsweredAt { entry.lastHeardAt = max(entry.lastHeardAt, answered) }
     }
@@ -371,22 +372,27 @@ package final class ShareRegistry: Sendable {
     /// Active shares whose tracker state has changed by the rules (a silence grew past the stale limit) but is not
     /// recorded yet.
     func trackersOutOfDate(now: UnixMillis) -> [ShareID] {
-        state.withLock { state in
-            // Each entry read in place (`readInPlace`): copying each one cost about 90 ms with 100,000 shares, every
-            // 5 s, with every creation, fix and view waiting for the lock meanwhile. The index is walked by hand: a
-            // `for` over `indices` would hold a second reference to the storage, and the first in-place access would
-            // then copy the whole dictionary.
-            var found: [ShareID] = []
-            var index = state.entries.values.startIndex
-            while index != state.entries.values.endIndex {
-                if Self.readInPlace(&state.entries.values[index], { $0.share.isActive && trackerOutOfDate($0, now: now) }) {
-                    found.append(state.entries.keys[index])
+        // A slice at a time, each under its own short hold of the lock: walking 100,000 entries in one go held every
+        // creation, fix and view back for the whole walk, every 5 s. Taking the ids is one pass over the keys; a share
+        // removed meanwhile is skipped, one added meanwhile waits for the next sweep.
+        let ids: [ShareID] = state.withLock { Array($0.entries.keys) }
+        var found: [ShareID] = []
+        var start = ids.startIndex
+        while start < ids.endIndex {
+            let end = min(ids.endIndex, start + Self.sweepSlice)
+            state.withLock { state in
+                for id in ids[start..<end] {
+                    guard let entry = state.entries[id], entry.share.isActive, trackerOutOfDate(entry, now: now) else { continue }
+                    found.append(id)
                 }
-                state.entries.values.formIndex(after: &index)
             }
-            return found
+            start = end
         }
+        return found
     }
+
+    /// Entries the tracker sweep reads per hold of the lock (about 0.1 ms).
+    static let sweepSlice = 1_000
 
     /// Takes a share's tracker and "locate now" fields as the store has them, and tells its viewers if they changed.
     func updateTracker(from share: Share) {
@@ -408,7 +414,7 @@ package final class ShareRegistry: Sendable {
             let after = state.entries.values[index].share
             guard before.tracker != after.tracker || before.locateRequestedAt != after.locateRequestedAt
                     || before.locateAnsweredAt != after.locateAnsweredAt || before.missedCheckinDueAt != after.missedCheckinDueAt else { return ([], nil) }
-            Self.takeHeardTimes(from: after, into: &state.entries.values[index])
+            Self.takeHeardTimes(from: after, into: state.entries.values[index])
             state.entries.values[index].changed()
             let entry = state.entries.values[index]
             guard entry.share.isActive else { return ([], nil) }
@@ -418,14 +424,14 @@ package final class ShareRegistry: Sendable {
     }
 
     /// Returns whether the fix is the share's newest.
-    private static func record(_ fix: Fix, into entry: inout Entry, trailLength: Int) -> Bool {
+    private static func record(_ fix: Fix, into entry: Entry, trailLength: Int) -> Bool {
         let isNewest = entry.last.map { fix.timestamp >= $0.timestamp } ?? true
-        append(fix, to: &entry, trailLength: trailLength)
+        append(fix, to: entry, trailLength: trailLength)
         entry.changed()
         return isNewest
     }
 
-    private static func append(_ fix: Fix, to entry: inout Entry, trailLength: Int) {
+    private static func append(_ fix: Fix, to entry: Entry, trailLength: Int) {
         // A ciphertext is placed by when it arrived, which is always the newest.
         if fix.isSealed {
             entry.last = fix
@@ -452,7 +458,7 @@ package final class ShareRegistry: Sendable {
     @discardableResult
     func addAnswers(_ id: ShareID, _ answers: [Answer]) -> [Answer] {
         let (fresh, subscribers): ([Answer], [Subscriber]) = state.withLock { state in
-            guard var entry = state.entries[id] else { return ([], []) }
+            guard let entry = state.entries[id] else { return ([], []) }
             let known = entry.answers.last?.id ?? 0
             let fresh = answers.filter { $0.id > known }.sorted { $0.id < $1.id }
             guard !fresh.isEmpty else { return ([], []) }
@@ -483,7 +489,7 @@ package final class ShareRegistry: Sendable {
     /// Marks the share ended and tells its viewers, who are then dropped.
     package func markEnded(_ id: ShareID, reason: EndReason, at endedAt: UnixMillis) {
         let subscribers: [Subscriber] = state.withLock { state in
-            guard var entry = state.entries[id], entry.share.isActive else { return [] }
+            guard let entry = state.entries[id], entry.share.isActive else { return [] }
             entry.share.endedAt = endedAt
             entry.share.endReason = reason
             entry.changed()
@@ -522,7 +528,7 @@ package final class ShareRegistry: Sendable {
             state.entries.values[index].last = nil
             state.entries.values[index].trail = []
             state.entries.values[index].sealed = []
-            for fix in fixes { Self.append(fix, to: &state.entries.values[index], trailLength: trailLength) }
+            for fix in fixes { Self.append(fix, to: state.entries.values[index], trailLength: trailLength) }
             state.entries.values[index].changed()
         }
     }

@@ -80,6 +80,19 @@ import Testing
         #expect(Set(registry.trackersOutOfDate(now: 300_000)) == [silent.share.id, recent.share.id])
     }
 
+    /// The sweep reads the entries a slice at a time: over several slices it still names every one, once.
+    @Test func theTrackerSweepFindsEveryStaleShareAcrossItsSlices() {
+        let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
+        var silent: Set<ShareID> = []
+        for index in 0..<(2 * ShareRegistry.sweepSlice + 7) {
+            let share = stored(createdAt: index % 3 == 0 ? 150_000 : 0)
+            registry.insert(share)
+            if index % 3 != 0 { silent.insert(share.share.id) }
+        }
+        let found = registry.trackersOutOfDate(now: 200_000)
+        #expect(found.count == silent.count && Set(found) == silent)
+    }
+
     @Test func countsActiveSharesAndViewers() {
         let registry = ShareRegistry(trailLength: 32, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let a = stored(), b = stored(active: false)
