@@ -353,7 +353,7 @@ def test_no_third_party_requests_and_no_csp_violations(flare, viewer, e2e):
     d.get(share.url() + ('#k=' + passphrase if e2e else ''))
     wait_coords(d, a)
     if e2e:
-        wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open' and text(drv, '#e2e-off'), 'the banner with its strings')
+        wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open' and text(drv, '#e2e-more'), 'the banner with its strings')
     wait_for(d, lambda drv: body_attr(drv, 'conn') == 'live', 'SSE connected')
     wait_for(d, lambda drv: body_attr(drv, 'tiles') != 'pending', 'tiles tried')
     assert d.execute_script('return window.__csp') == []
@@ -697,9 +697,13 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wait_coords(d, a)
     wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open', 'the page to open the positions')
     assert 'End-to-end encrypted' in text(d, '#e2e')
-    # What the server cannot do for such a share, said on its page.
+    # What the server cannot do for such a share, said on its page, one tap away (the map comes first on a phone).
+    assert text(d, '#e2e-off') == '' and 'cannot do' in text(d, '#e2e-more')
+    d.find_element(By.CSS_SELECTOR, '#e2e-more').click()
+    wait_for(d, lambda drv: text(drv, '#e2e-off'), 'the details to open')
     off = text(d, '#e2e-off')
     assert all(w in off for w in ('low-battery alert', 'check-in', 'mail to contacts', 'Ask for a fresh position')), off
+    d.find_element(By.CSS_SELECTOR, '#e2e-more').click()  # closed again, as the page opens
     # Live: the next one arrives over the stream and opens too.
     b = flare.publish_sealed(share, flare.fix(), passphrase)
     wait_coords(d, b)
@@ -716,6 +720,8 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     wrong.get(share.url() + '#k=' + 'x' * 32)
     wait_for(wrong, lambda drv: body_attr(drv, 'e2e') == 'wrong-key', 'the page to say the key is wrong')
     assert '密钥' in text(wrong, '#e2e') and text(wrong, '#coords') != coord_text(b)
+    wrong.find_element(By.CSS_SELECTOR, '#e2e-more').click()
+    wait_for(wrong, lambda drv: text(drv, '#e2e-off'), 'the details to open')
     off = text(wrong, '#e2e-off')
     assert all(w in off for w in ('低电量', '报平安', '联系人', '请求最新位置')), off
 
@@ -730,7 +736,7 @@ def test_an_encrypted_page_shows_the_messages_it_opens_and_counts_the_others(fla
     d = viewer()
     d.get(share.url() + '#k=' + passphrase)
     wait_coords(d, a)
-    wait_for(d, lambda drv: '1 messages could not be opened' in text(drv, '#e2e'), 'the first one counted')
+    wait_for(d, lambda drv: '1 message could not be opened and is not shown.' in text(drv, '#e2e'), 'the first one counted')
     # Live: a changed byte, random bytes, and a well-sealed message that is no JSON; then a good one, older than the
     # bad ones by its own time, so that none of them is left showing last by arriving last.
     b = flare.fix()

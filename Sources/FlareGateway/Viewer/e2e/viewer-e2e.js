@@ -16,7 +16,11 @@ window.flareE2E = function (page) {
   section.className = 'e2e';
   section.setAttribute('role', 'status');
   section.appendChild(doc.createElement('p')).id = 'e2e-text';
-  var off = section.appendChild(doc.createElement('p'));
+  // What the server cannot do for such a share, one tap away: on a phone the map and the time of the last position
+  // come first.
+  var more = section.appendChild(doc.createElement('details'));
+  more.appendChild(doc.createElement('summary')).id = 'e2e-more';
+  var off = more.appendChild(doc.createElement('p'));
   off.id = 'e2e-off';
   off.className = 'off';
   page.$('main').insertBefore(section, page.$('main').firstChild);
@@ -93,7 +97,8 @@ window.flareE2E = function (page) {
     page.body.setAttribute('data-e2e', state);
     page.$('e2e').hidden = false;
     page.setText('e2e-text', state === 'no-key' ? t('no_key') : state === 'no-library' ? t('no_library') : state === 'wrong-key' ? t('wrong_key')
-      : t('note') + (S.failed ? ' ' + t('skipped', { count: S.failed }) : ''));
+      : t('note') + (S.failed ? ' ' + t(S.failed === 1 ? 'skipped_one' : 'skipped', { count: S.failed }) : ''));
+    page.setText('e2e-more', t('more'));
     page.setText('e2e-off', t('off'));
   }
   return { add: add, banner: banner };
