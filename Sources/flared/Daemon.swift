@@ -96,6 +96,7 @@ final class Daemon: Sendable {
         }
         var serverConfiguration = HTTPServer.Configuration(host: httpAddress.host, port: httpAddress.port)
         serverConfiguration.threadPoolSize = settings.httpThreads
+        serverConfiguration.maxHeaderBytes = 8 * 1024
         let httpLogger = logger.with(label: "http")
         serverConfiguration.errorLog = { message in httpLogger.warning(Logger.redactingSecrets(message)) }
         let server = HTTPServer(configuration: serverConfiguration, handler: gateway.handle)
