@@ -242,7 +242,17 @@ extension Gateway {
     }
 
     func viewerPage(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        switch lookUpLink(request, token: token, notFound: { notFoundPage(request) }) {
+        let hash: SecretHash, charge: LinkCharge
+        switch admitLink(request, token: token) {
+        case .refused(let response): return response
+        case .unknown(let unknown): return unknownLink(unknown) { notFoundPage(request) }
+        case .admitted(let admitted, let charged): (hash, charge) = (admitted, charged)
+        }
+        // The share's own link, in memory: its name is all the page needs.
+        if let name = shares.name(viewTokenHash: hash) {
+            return assets.viewerPage(language: assets.negotiateLanguage(request), title: name)
+        }
+        switch lookUpLink(hash, charge: charge, notFound: { notFoundPage(request) }) {
         case .refused(let response):
             return response
         case .found(let lookup, let link):

@@ -142,6 +142,15 @@ package final class ShareRegistry: Sendable {
         }
     }
 
+    /// The name of the share whose own view token hashes to `viewTokenHash`: all its page needs of it.
+    package func name(viewTokenHash: SecretHash) -> String? {
+        state.withLock { state in
+            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
+                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            return entry.share.name
+        }
+    }
+
     /// The rendered view document of the share whose own view token hashes to `viewTokenHash`, and whether it is
     /// active, when that rendering is current: all that most link requests need, read where the entry is stored
     /// (a snapshot retains the share's every field, and the lock is held meanwhile by every request of every link).

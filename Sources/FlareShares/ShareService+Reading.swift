@@ -81,6 +81,12 @@ extension ShareService {
         registry.cachedView(viewTokenHash: viewTokenHash)
     }
 
+    /// The name of the share whose own link this is, when it is in memory (its page's title); nil otherwise, and
+    /// `link(viewTokenHash:)` answers.
+    public func name(viewTokenHash: SecretHash) -> String? {
+        registry.name(viewTokenHash: viewTokenHash)
+    }
+
     /// The view document of any share found by `share(viewTokenHash:)`.
     public func view(of lookup: ShareLookup) -> RenderedView {
         switch lookup {
