@@ -11,7 +11,8 @@ enum Bench {
         switch words.count > 1 ? words[1] : "" {
         case "publish": return try publish(options)
         case "count": return try count(options)
-        default: throw CLIError("usage: flare bench publish|count (see scripts/bench/bench.py)")
+        case "store-create": return try StoreBench.create(options)
+        default: throw CLIError("usage: flare bench publish|count|store-create (see scripts/bench/bench.py)")
         }
     }
 

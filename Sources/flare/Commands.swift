@@ -20,7 +20,7 @@ struct CommonOptions {
                                           "--share-file", "--share-id", "--token", "--mqtt-url", "--interval", "--count", "--speed",
                                           "--gpx", "--speed-factor", "--gpsd", "--queue", "--status-every",
                                           "--qr", "--otrc",
-                                          "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight",
+                                          "--shares-file", "--prefix", "--qos", "--rate", "--offset", "--inflight", "--store-dir", "--live",
                                           "--pattern", "--expect", "--timeout", "--report-every",
                                           "--state", "--limit", "--cursor",
                                           "--max-live", "--max-duration", "--create-rate", "--confirm-timeout",
@@ -171,7 +171,7 @@ enum Commands {
                                                                       at the end, wait this long (60) for that;
                                                                       --no-confirm: done at the broker's PUBACK
 
-          flare bench publish|count ...                                     MQTT load tools for `make bench` (loopback only)
+          flare bench publish|count|store-create ...                        load tools and references for `make bench`
 
         options:
           --server URL     Flare's HTTP address   [env FLARE_SERVER_URL, default http://FLARE_HTTP_ADDR]

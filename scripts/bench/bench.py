@@ -286,6 +286,18 @@ def reference_creations(work, postgres, seconds=3, clients=8):
     return tps
 
 
+def reference_store_creations(stack, level, count):
+    """`flare bench store-create`: SQLiteShareStore alone, in one process, making `count` shares with their events on a
+    new file that holds `level` shares already: creations per s of the store alone (the SQLite rows' reference)."""
+    directory = os.path.join(stack.work, f"store-reference-{level}")
+    out = subprocess.run([os.path.join(RELEASE, "flare"), "bench", "store-create", "--store-dir", directory, "--live", str(level),
+                          "--count", str(count)], capture_output=True, text=True, timeout=600)
+    shutil.rmtree(directory, ignore_errors=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench: flare bench store-create failed: {out.stderr.strip()[-300:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def flare_cli(stack, *args, timeout=600):
     out = subprocess.run([os.path.join(RELEASE, "flare"), "bench", *args, "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}"],
                          capture_output=True, text=True, timeout=timeout, env=stack.env)
@@ -651,8 +663,11 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
         probe = RoundTripProbe(stack)
         rate_created, creation = creation_at(stack, level)
         stall = probe.stop()
+        reference = reference_store_creations(stack, level, max(500, min(5000, level // 10)))
         rows.append({"name": f"scale {level} shares", **state, **creation,
                      "bulk_create_per_s": round(created_rate) if created_rate else None,
+                     "store_alone_per_s": reference["creations_per_s"],
+                     "ratio_to_store_alone": round(rate_created / reference["creations_per_s"], 2),
                      **stall,
                      "target": "flared <= 300 MB at 100k; create >= 2000/s; MQTT round trip < 100 ms while creating",
                      "pass": (flared_mb <= 300 or level < 100_000) and rate_created >= 2000
@@ -989,7 +1004,8 @@ def print_table(rows):
             cells = (f"{r['flared_rss_mb']} MB", f"db alone {r['database_alone_per_s']:,}/s",
                      f"create {r['create_per_s']:,}/s (x{r['ratio_to_database_alone']}, p99 {r['create_p99_ms']} ms)")
         elif name.startswith("scale"):
-            cells = (f"{r['flared_rss_mb']} MB", f"mosq {r['mosquitto_rss_mb']} MB", f"create {r['create_per_s']:,}/s (p99 {r['create_p99_ms']} ms), MQTT rtt max {r.get('probe_max_ms', '-')} ms")
+            cells = (f"{r['flared_rss_mb']} MB", f"store alone {r['store_alone_per_s']:,}/s",
+                     f"create {r['create_per_s']:,}/s (x{r['ratio_to_store_alone']}, p99 {r['create_p99_ms']} ms), MQTT rtt max {r.get('probe_max_ms', '-')} ms")
         else:
             cells = (f"{r['open']:,} open", f"{r['events_received']}/{r['fixes_sent']}", f"RSS {r['flared_rss_mb']} MB")
         print(f"{name:34} {cells[0]:>14} {cells[1]:>14} {cells[2]:>26}  {r['target']:>34}  {'yes' if r['pass'] else 'NO'}")
