@@ -14,60 +14,37 @@ extension Gateway {
     enum LinkLookup {
         /// The share, and the personal link the token is (nil: the share's own link).
         case found(ShareLookup, ShareLink?)
-        case refused(HTTPResponse)
+        /// Answered already: refused (a rate limit, an unknown token, a store that cannot say), or from memory.
+        case answered(HTTPResponse)
     }
 
-    func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse) -> LinkLookup {
-        switch admitLink(request, token: token) {
-        case .refused(let response): return .refused(response)
-        case .unknown(let charge): return .refused(unknownLink(charge, notFound))
-        case .admitted(let hash, let charge): return lookUpLink(hash, charge: charge, notFound: notFound)
-        }
-    }
-
-    /// Who a link request is charged to: its client's rate-limit key, at the time it came.
-    struct LinkCharge {
-        let client: String
-        let at: Int64
-    }
-
-    enum LinkAdmission {
-        /// Within the rate limits and well formed: the token's hash.
-        case admitted(SecretHash, LinkCharge)
-        /// Not a token at all.
-        case unknown(LinkCharge)
-        case refused(HTTPResponse)
-    }
-
-    /// The rate limits of a link request (its address, then its token) and the token's form, before any lookup.
-    func admitLink(_ request: HTTPRequest, token: String) -> LinkAdmission {
-        let charge = LinkCharge(client: clientKey(request), at: monotonicMillis())
-        if let wait = addressLimiter.take(charge.client, nowMillis: charge.at) {
+    /// A link request's rate limits (its address, then its token), the token's form, then the share it is for.
+    /// `fromMemory` may answer an admitted request before the lookup (nil: it cannot, and the lookup goes on); an
+    /// unknown token costs its caller several requests' worth.
+    func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse,
+                    fromMemory: (SecretHash) -> HTTPResponse? = { _ in nil }) -> LinkLookup {
+        let client = clientKey(request), now = monotonicMillis()
+        if let wait = addressLimiter.take(client, nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
-            return .refused(APIError.rateLimited(retryAfter: wait).response)
+            return .answered(APIError.rateLimited(retryAfter: wait).response)
         }
-        guard Secret.isWellFormed(token) else { return .unknown(charge) }
+        func unknown() -> LinkLookup {
+            _ = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: now)
+            return .answered(notFound())
+        }
+        guard Secret.isWellFormed(token) else { return unknown() }
         let hash = SecretHash(of: token)
-        if let wait = tokenLimiter.take(Base64URL.encode(hash.bytes), nowMillis: charge.at) {
+        if let wait = tokenLimiter.take(Base64URL.encode(hash.bytes), nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "token")])
-            return .refused(APIError.rateLimited(retryAfter: wait).response)
+            return .answered(APIError.rateLimited(retryAfter: wait).response)
         }
-        return .admitted(hash, charge)
-    }
-
-    /// An unknown token costs its caller several requests' worth.
-    func unknownLink(_ charge: LinkCharge, _ notFound: () -> HTTPResponse) -> HTTPResponse {
-        _ = addressLimiter.take(charge.client, cost: configuration.unknownTokenCost, nowMillis: charge.at)
-        return notFound()
-    }
-
-    private func lookUpLink(_ hash: SecretHash, charge: LinkCharge, notFound: () -> HTTPResponse) -> LinkLookup {
+        if let answer = fromMemory(hash) { return .answered(answer) }
         let found: ShareService.LinkLookup?
         do { found = try shares.link(viewTokenHash: hash) } catch {
             // Not charged as an unknown token: the link may be good, and the family will try it again.
-            return .refused(storeFailed(error, "looking up a link").response)
+            return .answered(storeFailed(error, "looking up a link").response)
         }
-        guard let found else { return .refused(unknownLink(charge, notFound)) }
+        guard let found else { return unknown() }
         return .found(found.lookup, found.link)
     }
 
@@ -75,7 +52,7 @@ extension Gateway {
     /// is, and an ended share whose history is gone answered 410 `share_ended`; `act` gets the live share.
     func actingOnLink(_ request: HTTPRequest, token: String, _ act: (ShareSnapshot, ShareLink?) -> HTTPResponse) -> HTTPResponse {
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
-        case .refused(let response): response
+        case .answered(let response): response
         case .found(_, let link?) where link.isWithdrawn: Self.linkWithdrawn.response
         case .found(.historyDeleted, _): APIError.shareEnded.response
         case .found(.live(let snapshot), let link): act(snapshot, link)
@@ -98,19 +75,12 @@ extension Gateway {
 
     /// `FlareAPI.ViewDocument`: 200 while active, 410 once ended. `?v=` is the page's viewer id (the audience).
     func viewJSON(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        let notFound = { APIError.shareNotFound.response }
-        let hash: SecretHash, charge: LinkCharge
-        switch admitLink(request, token: token) {
-        case .refused(let response): return response
-        case .unknown(let unknown): return unknownLink(unknown, notFound)
-        case .admitted(let admitted, let charged): (hash, charge) = (admitted, charged)
-        }
         // The share's own link, rendered already, and no viewer to note: the document as it is.
-        if request.query["v"] == nil, let cached = shares.cachedView(viewTokenHash: hash) {
+        switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }, fromMemory: { hash in
+            guard request.query["v"] == nil, let cached = shares.cachedView(viewTokenHash: hash) else { return nil }
             return .json(cached.isActive ? 200 : 410, ViewDocumentRenderer.closing(cached.body, serverTime: clock.now()))
-        }
-        switch lookUpLink(hash, charge: charge, notFound: notFound) {
-        case .refused(let response):
+        }) {
+        case .answered(let response):
             return response
         case .found(let lookup, let link?) where link.isWithdrawn:
             return withdrawnView(lookup.share, link)
@@ -126,7 +96,7 @@ extension Gateway {
     func viewEvents(_ request: HTTPRequest, token: String) -> HTTPResponse {
         let snapshot: ShareSnapshot, link: ShareLink?
         switch lookUpLink(request, token: token, notFound: { APIError.shareNotFound.response }) {
-        case .refused(let response): return response
+        case .answered(let response): return response
         case .found(let lookup, let withdrawn?) where withdrawn.isWithdrawn: return withdrawnView(lookup.share, withdrawn)
         case .found(.historyDeleted(let share), _):
             return .json(410, shares.view(of: .historyDeleted(share)).document(serverTime: clock.now()))
@@ -242,18 +212,11 @@ extension Gateway {
     }
 
     func viewerPage(_ request: HTTPRequest, token: String) -> HTTPResponse {
-        let hash: SecretHash, charge: LinkCharge
-        switch admitLink(request, token: token) {
-        case .refused(let response): return response
-        case .unknown(let unknown): return unknownLink(unknown) { notFoundPage(request) }
-        case .admitted(let admitted, let charged): (hash, charge) = (admitted, charged)
-        }
         // The share's own link, in memory: its name is all the page needs.
-        if let name = shares.name(viewTokenHash: hash) {
-            return assets.viewerPage(language: assets.negotiateLanguage(request), title: name)
-        }
-        switch lookUpLink(hash, charge: charge, notFound: { notFoundPage(request) }) {
-        case .refused(let response):
+        switch lookUpLink(request, token: token, notFound: { notFoundPage(request) }, fromMemory: { hash in
+            shares.name(viewTokenHash: hash).map { assets.viewerPage(language: assets.negotiateLanguage(request), title: $0) }
+        }) {
+        case .answered(let response):
             return response
         case .found(let lookup, let link):
             // A withdrawn link's page says so, and names nothing of the share.
