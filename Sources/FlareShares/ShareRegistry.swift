@@ -135,20 +135,12 @@ package final class ShareRegistry: Sendable {
     }
 
     package func snapshot(viewTokenHash: SecretHash) -> ShareSnapshot? {
-        state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
-                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
-            return Self.snapshot(entry)
-        }
+        state.withLock { Self.entry(viewTokenHash: viewTokenHash, in: $0).map(Self.snapshot) }
     }
 
     /// The name of the share whose own view token hashes to `viewTokenHash`: all its page needs of it.
     package func name(viewTokenHash: SecretHash) -> String? {
-        state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
-                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
-            return entry.share.name
-        }
+        state.withLock { Self.entry(viewTokenHash: viewTokenHash, in: $0)?.share.name }
     }
 
     /// The rendered view document of the share whose own view token hashes to `viewTokenHash`, and whether it is
@@ -156,11 +148,17 @@ package final class ShareRegistry: Sendable {
     /// (a snapshot retains the share's every field, and the lock is held meanwhile by every request of every link).
     package func cachedView(viewTokenHash: SecretHash) -> (isActive: Bool, body: [UInt8])? {
         state.withLock { state in
-            guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
-                  let cached = entry.cachedView, cached.version == entry.version,
-                  entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+            guard let entry = Self.entry(viewTokenHash: viewTokenHash, in: state), let cached = entry.cachedView,
+                  cached.version == entry.version else { return nil }
             return (entry.share.isActive, cached.bytes)
         }
+    }
+
+    /// The entry of the share whose own view token hashes to `viewTokenHash` (compared in constant time).
+    private static func entry(viewTokenHash: SecretHash, in state: borrowing State) -> Entry? {
+        guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
+              entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+        return entry
     }
 
     /// The share and the personal link whose view token hashes to `viewTokenHash` (withdrawn or not).
@@ -319,12 +317,11 @@ package final class ShareRegistry: Sendable {
     /// The tracker was heard from without a new fix (a reply to "locate now" with a position already stored).
     func heard(_ id: ShareID, at: UnixMillis, transport: TrackerTransport?) -> Bool {
         state.withLock { state in
-            guard let index = state.entries.index(forKey: id) else { return false }
-            Self.heard(at: at, transport: transport, into: state.entries.values[index])
-            return trackerOutOfDate(state.entries.values[index], now: at)
+            guard let entry = state.entries[id] else { return false }
+            Self.heard(at: at, transport: transport, into: entry)
+            return trackerOutOfDate(entry, now: at)
         }
     }
-
 
     private static func heard(at: UnixMillis, transport: TrackerTransport?, into entry: Entry) {
         if at >= entry.lastHeardAt {
