@@ -290,7 +290,8 @@ struct TrackCommand {
             }
             let (next, finished, awaiting) = sendQueue.withLock { ($0.takeNext(), $0.producerDone, $0.awaitingConfirmation) }
             guard let head = next, let number = head.number else {
-                if finished && awaiting == 0 && sendQueue.withLock({ $0.entries.isEmpty }) { break }
+                // Nothing to take and nothing awaiting the mark: the queue is empty.
+                if finished && awaiting == 0 { break }
                 if finished {
                     // Everything is sent: wait for the last confirmations, but not for ever.
                     let since = finishedAt ?? .now
@@ -439,17 +440,19 @@ struct SendQueue: Sendable {
     /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
     mutating func confirm(stream markStream: Int64, through: Int64) {
         guard markStream == stream else { return }
-        let before = entries.count
+        // The numbered fixes come first, in order: the mark passes a prefix of the queue.
+        var passed = 0
         for entry in entries {
             guard let number = entry.number, number <= through else { break }
             if !entry.acknowledged {
                 confirmedUnacknowledged += 1
                 confirmedUnacknowledgedNumbers.insert(number)
             }
+            passed += 1
         }
-        entries.removeAll { $0.number.map { $0 <= through } ?? false }
-        numbered -= before - entries.count
-        confirmed += before - entries.count
+        entries.removeFirst(passed)
+        numbered -= passed
+        confirmed += passed
     }
 
     /// What was sent and is not confirmed goes back in line, in order, with the numbers it had. Returns how many.
