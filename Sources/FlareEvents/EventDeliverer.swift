@@ -191,9 +191,8 @@ public final class EventDeliverer: @unchecked Sendable {
     private var isStopping: Bool { lock.withLock { state.stopping } }
 
     /// One round: hold the lease, publish the backlog gauges now and then, and hand the due deliveries to the workers.
-    /// Called by the reading thread every second or when woken (and by tests directly).
-    /// One round: hold the lease, hand what is due to the lanes. True when it ran (false: another instance holds the
-    /// lease, or the store could not be asked; the next round tries again).
+    /// Called by the reading thread every second or when woken (and by tests directly). True when it ran (false:
+    /// another instance holds the lease, or the store could not be asked; the next round tries again).
     @discardableResult
     func step() -> Bool {
         let now = monotonicMillis()

@@ -467,4 +467,3 @@ private enum SocketAddress: CustomStringConvertible {
         return withSockaddr { bind(fd, $0, $1) } == 0 ? nil : errno
     }
 }
-
