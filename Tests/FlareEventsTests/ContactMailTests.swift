@@ -42,6 +42,16 @@ import Glibc
         fixture.publisher.messages.filter { $0.topic == Topics.events(id) }.compactMap { try? JSONValue.parse($0.payload).objectValue }
     }
 
+    /// The mails in the outbox, sent or not yet.
+    func waitingMails(_ fixture: ServiceFixture) throws -> [OutboxDelivery] {
+        try fixture.store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+    }
+
+    /// Deliveries that failed once are due again now, instead of after their backoff.
+    func retryNow(_ fixture: ServiceFixture, _ deliveries: [OutboxDelivery]) throws {
+        for delivery in deliveries { try fixture.store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: 1, retryAt: 0) }
+    }
+
     /// One delivery round that ran (on a busy machine the lease's short wait for the database may skip one).
     func round(_ deliverer: EventDeliverer) {
         deliverer.endRests()
@@ -63,7 +73,7 @@ import Glibc
         let links = Dictionary(uniqueKeysWithValues: created.links.map { ($0.link.contactID!, $0) })
 
         round(deliverer)
-        let waiting = try fixture.store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+        let waiting = try waitingMails(fixture)
         // A mail for each contact with an address, none for the one without; each failed once, none given up.
         #expect(Set(waiting.map(\.destination)) == Set([anna, ben, gone].map { EventDestination.mail(links[$0.id]!.link.id) }))
         #expect(waiting.allSatisfy { $0.attempts == 1 })
@@ -72,7 +82,7 @@ import Glibc
         close(held)
         let server = try TestSMTPServer(port: port, username: "flare", password: "s:cret")
         defer { server.stop() }
-        for delivery in waiting { try fixture.store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: 1, retryAt: 0) }
+        try retryNow(fixture, waiting)
         round(deliverer)
         round(deliverer)  // the reports of how each mail went reach the topic
         round(deliverer)  // and nothing is sent twice
@@ -135,10 +145,10 @@ import Glibc
         let created = try fixture.service.create(name: "Anna", durationSeconds: 3600, contacts: [ben.id])
         round(deliverer)
         #expect(server.received.count == 1, "taken once, its answer lost")
-        let waiting = try fixture.store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+        let waiting = try waitingMails(fixture)
         #expect(waiting.count == 1 && waiting.allSatisfy { $0.attempts == 1 }, "not reported as sent, and not given up")
         #expect(!events(fixture, created.share.id).contains { $0["type"]?.stringValue?.hasPrefix("contact.") == true })
-        for delivery in waiting { try fixture.store.eventFailed(row: delivery.row, destination: delivery.destination, attempts: 1, retryAt: 0) }
+        try retryNow(fixture, waiting)
         round(deliverer)
         round(deliverer)
         let mails = server.received
