@@ -299,8 +299,12 @@ import Testing
         let watcher = try fixture.client(id.rawValue, fixture.token(id, .watch))
         let flared = try fixture.flared()
         #expect(old.waitForOutcome() == .connected && watcher.waitForOutcome() == .connected && flared.waitForOutcome() == .connected)
-        // The same key read again: nobody is disconnected.
+        // The same key read again: nobody is disconnected. mosquitto clears its reload flag once a reload is done, so a
+        // SIGHUP that arrives during the reload before it is lost: the next one waits for this reload's log line.
+        let loads = { fixture.broker.log.components(separatedBy: "flare_auth: token key loaded").count - 1 }
+        let loadedBefore = loads()
         kill(pid, SIGHUP)
+        #expect(eventually { loads() > loadedBefore }, "the same key read again")
         #expect(try old.publish(Topics.location(id), #"{"lat":1,"lon":2}"#) == nil)
         #expect(old.disconnectCount == 0 && watcher.disconnectCount == 0)
 
