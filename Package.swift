@@ -83,7 +83,7 @@ let package = Package(
 
         .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).

@@ -66,6 +66,9 @@ extension PostgresShareStore: KeyRecords {
         }
     }
 
+    /// None: other instances' revocations reach this one through the change feed (`OwnerKeyService`).
+    public var ownerKeysMark: UInt64? { nil }
+
     public func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool {
         if let url, let sealedSecret {
             return try changedRows("""

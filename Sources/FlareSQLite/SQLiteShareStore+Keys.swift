@@ -1,10 +1,11 @@
 public import FlareCore
 public import FlareStore
+import FlareSystem
 
 extension SQLiteShareStore: KeyRecords {
     @discardableResult
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 {
-        try database.withLock { db throws(StoreError) in
+        let id = try database.withLock { db throws(StoreError) in
             let statement = try db.statement("""
                 INSERT INTO owner_keys (key_hash, label, created_at, admin, max_live, max_duration_s, creates_per_hour)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -20,6 +21,8 @@ extension SQLiteShareStore: KeyRecords {
             try statement.run()
             return db.lastInsertRowID
         }
+        ownerKeysChanged.touch()
+        return id
     }
 
     private static let keyColumns = "id, label, admin, max_live, max_duration_s, creates_per_hour, created_at, last_used_at, revoked_at, key_hash, webhook_url"
@@ -70,11 +73,17 @@ extension SQLiteShareStore: KeyRecords {
 
     @discardableResult
     public func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool {
-        try changedRows("UPDATE owner_keys SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL") { statement in
+        let revoked = try changedRows("UPDATE owner_keys SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL") { statement in
             statement.bind(1, at)
             statement.bind(2, id)
         } == 1
+        if revoked { ownerKeysChanged.touch() }
+        return revoked
     }
+
+    /// Moves when any process changed an owner key (`ChangeMarkerFile`: the file next to the database that each
+    /// change touches after its commit).
+    public var ownerKeysMark: UInt64? { ownerKeysChanged.mark }
 
     public func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError) {
         _ = try changedRows("UPDATE owner_keys SET last_used_at = ?1 WHERE id = ?2") { statement in
@@ -93,7 +102,8 @@ extension SQLiteShareStore: KeyRecords {
     }
 
     public func setKeyWebhook(id: Int64, url: String?, sealedSecret: [UInt8]?, at: UnixMillis) throws(StoreError) -> Bool {
-        try database.withLock { db throws(StoreError) in
+        defer { ownerKeysChanged.touch() }
+        return try database.withLock { db throws(StoreError) in
             let statement = try db.statement(url == nil ? """
                 UPDATE owner_keys SET webhook_url = NULL, webhook_secret = NULL, webhook_previous_secret = NULL, webhook_rotated_at = NULL WHERE id = ?1
                 """ : """

@@ -13,11 +13,14 @@ public final class SQLiteShareStore: ShareStore, Sendable {
     let database: Mutex<SQLiteDatabase>
     public let path: String
     public let upgradedFromSchema: Int?
+    /// Touched after every change of an owner key, by whichever process made it (`ownerKeysMark`).
+    let ownerKeysChanged: ChangeMarkerFile
 
     static let backstopCheckpointPages = 10_000
 
     public init(path: String) throws(StoreError) {
         self.path = path
+        ownerKeysChanged = ChangeMarkerFile(path: path + "-keys-changed")
         let db = try SQLiteDatabase(path: path)
         try db.execute("PRAGMA journal_mode=WAL")
         // NORMAL in WAL mode: a commit survives a crash of the process; only a power loss can roll back the

@@ -8,16 +8,19 @@ import Synchronization
 /// and checking the one a request carries.
 ///
 /// A check costs one hash and one indexed lookup. On a database server that is a round trip, and an app creating
-/// shares would pay it on every request, so with a shared store a key found is remembered for `memoryMillis`; a
-/// revocation reaches every instance through the store's change feed and is forgotten at once. With SQLite (one
-/// instance, the lookup a few microseconds) nothing is remembered, so a key revoked from the command line stops
-/// working at the next request.
+/// shares would pay it on every request, so a key found is remembered for `memoryMillis`. With a shared store a
+/// revocation reaches every instance through the store's change feed and is forgotten at once. With SQLite a
+/// lookup is a read transaction of its own (its locks as system calls, as much as a share's insert), so a key found
+/// is remembered only while the store's `ownerKeysMark` stays the same: the mark is read before the lookup and
+/// moves with any key's change by any process, so a key revoked from the command line still stops working at the
+/// next request. A store with neither (no mark, not shared) looks the key up every time.
 public final class OwnerKeyService: Sendable {
     private let store: any KeyRecords & ChangeFeed
     private let clock: any WallClock
     private let metrics: Metrics
     private let logger: Logger
-    private let known = Mutex<[SecretHash: (key: OwnerKeyRecord, until: Int64)]>([:])
+    /// Keys found, until when, and at which `ownerKeysMark` (nil with a shared store).
+    private let known = Mutex<[SecretHash: (key: OwnerKeyRecord, until: Int64, mark: UInt64?)]>([:])
     /// When each key's last use was written (at most once a minute per key).
     private let usedNoted = Mutex<[Int64: Int64]>([:])
     static let memoryMillis: Int64 = 10_000
@@ -48,15 +51,18 @@ public final class OwnerKeyService: Sendable {
         guard OwnerKey.isWellFormed(text) else { return nil }
         let hash = SecretHash(of: text)
         let now = monotonicMillis()
-        if store.isShared, let remembered = known.withLock({ $0[hash] }), now < remembered.until {
+        // Read before the lookup: a change committed after the lookup moves it (see the type's comment).
+        let mark = store.isShared ? nil : store.ownerKeysMark
+        let remembers = store.isShared || mark != nil
+        if remembers, let remembered = known.withLock({ $0[hash] }), now < remembered.until, remembered.mark == mark {
             noteUse(remembered.key.id, now: now)
             return remembered.key
         }
         guard let found = try store.ownerKey(hash: hash), !found.isRevoked else { return nil }
-        if store.isShared {
+        if remembers {
             known.withLock { known in
                 if known.count >= 1_000 { known.removeAll(keepingCapacity: true) }
-                known[hash] = (found, now + Self.memoryMillis)
+                known[hash] = (found, now + Self.memoryMillis, mark)
             }
         }
         noteUse(found.id, now: now)

@@ -25,6 +25,10 @@ public protocol KeyRecords: Sendable {
     /// (a `StoreError` is thrown). Returns how many keys' secrets were sealed anew.
     func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int
     func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
+    /// A number that moves whenever any process makes, revokes or changes an owner key, read without asking the
+    /// database; nil when the store has none. A key looked up after the mark was read is current for as long as the
+    /// mark stays the same, so a daemon may remember it without missing a revocation made from the command line.
+    var ownerKeysMark: UInt64? { get }
 }
 
 extension KeyRecords {

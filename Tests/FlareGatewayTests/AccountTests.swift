@@ -3,6 +3,7 @@ import FlareBridge
 import FlareShares
 import FlareCore
 import FlareEvents
+import FlareSQLite
 import FlareTestSupport
 import Foundation
 import Testing
@@ -114,6 +115,19 @@ import Testing
         #expect(fixture.send("POST", "/api/v1/shares/\(share.shareID)/stop", bearer: fixture.ownerKey).status == 200)
         #expect(fixture.send("DELETE", "/api/v1/keys/\(phone.info.id)", bearer: fixture.ownerKey).status == 200)  // again: the same
         #expect(fixture.send("DELETE", "/api/v1/keys/999999", bearer: fixture.ownerKey).status == 404)
+    }
+
+    /// The daemon remembers a key it found (a lookup per request cost as much as a share's insert), so the test is
+    /// that a revocation from the command line, another connection to the file, still ends it at the next request.
+    @Test func aKeyRevokedFromTheCommandLineStopsAtTheNextRequest() throws {
+        let phone = try makeKey(#"{"label":"lost phone"}"#)
+        #expect(create(phone.key).status == 201)
+        #expect(create(phone.key).status == 201, "now answered from what the daemon remembers")
+        let commandLine = try SQLiteShareStore(path: fixture.store.path)
+        #expect(try commandLine.revokeOwnerKey(id: try #require(Int64(phone.info.id)), at: GatewayFixture.now * 1000))
+        #expect(create(phone.key).status == 401)
+        #expect(fixture.send("GET", "/api/v1/keys", bearer: phone.key).status == 401)
+        #expect(create(fixture.ownerKey).status == 201, "another key goes on")
     }
 
     @Test func onlyAdminKeysManageKeysAndTheKeyItselfIsNeverListed() throws {

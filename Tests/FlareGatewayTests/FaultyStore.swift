@@ -90,6 +90,8 @@ final class FaultyStore: ShareStore {
     func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool { try fault("revokeOwnerKey"); return try base.revokeOwnerKey(id: id, at: at) }
     func noteOwnerKeyUsed(id: Int64, at: UnixMillis) throws(StoreError) { try fault("noteOwnerKeyUsed"); try base.noteOwnerKeyUsed(id: id, at: at) }
     func ownerKeyCount() throws(StoreError) -> Int { try fault("ownerKeyCount"); return try base.ownerKeyCount() }
+    /// None, so that every key check reaches the store and its faults.
+    var ownerKeysMark: UInt64? { nil }
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] { try fault("dueEvents"); return try base.dueEvents(now: now, limit: limit) }
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) { try fault("eventsDelivered"); try base.eventsDelivered(deliveries) }
     func eventDelivered(id: String, destination: EventDestination) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(id: id, destination: destination) }
