@@ -2,15 +2,17 @@ public import FlareCore
 public import FlareStore
 
 extension SQLiteShareStore: ShareRecords {
+    /// Committed with the creations that arrive at the same time (`GroupCommit`).
     @discardableResult
     public func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64 {
-        try database.withLock { db throws(StoreError) in
-            guard let event else { return try Self.insert(share, into: db) }
-            return try db.transaction { () throws(StoreError) -> Int64 in
-                let row = try Self.insert(share, into: db)
-                try Self.record(event, shareRow: row, in: db)
-                return row
-            }
+        let inserted = try creations.run(in: self) { db throws(StoreError) in
+            let row = try Self.insert(share, into: db)
+            if let event { try Self.record(event, shareRow: row, in: db) }
+            return .success(row)
+        }
+        switch inserted {
+        case .success(let row): return row
+        case .failure: preconditionFailure("a creation without limits is never refused")
         }
     }
 
@@ -30,46 +32,46 @@ extension SQLiteShareStore: ShareRecords {
         return db.lastInsertRowID
     }
 
+    /// The limits are checked inside the creations' shared transaction, after the creations before it in the same
+    /// transaction: a key at its bound is refused there as it would be alone.
     public func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> {
         guard let key = share.ownerKeyID else { return .success(try insertShare(share, event: event)) }
-        return try database.withLock { db throws(StoreError) in
-            try db.transaction { () throws(StoreError) -> Result<Int64, QuotaRefusal> in
-                if let maxLive = limits.maxLive {
-                    let live = try db.statement("SELECT count(*), min(expires_at) FROM shares WHERE owner_key = ?1 AND ended_at IS NULL AND expires_at > ?2")
-                    defer { live.reset() }
-                    live.bind(1, key)
-                    live.bind(2, now)
-                    _ = try live.step()
-                    if live.int64(0) >= Int64(maxLive) {
-                        let wait = live.optionalInt64(1).map { Int(max(1, ($0 - now + 999) / 1000)) }
-                        return .failure(QuotaRefusal(limit: .maxLive, value: Int64(maxLive), retryAfterSeconds: wait))
-                    }
+        return try creations.run(in: self) { db throws(StoreError) -> Result<Int64, QuotaRefusal> in
+            if let maxLive = limits.maxLive {
+                let live = try db.statement("SELECT count(*), min(expires_at) FROM shares WHERE owner_key = ?1 AND ended_at IS NULL AND expires_at > ?2")
+                defer { live.reset() }
+                live.bind(1, key)
+                live.bind(2, now)
+                _ = try live.step()
+                if live.int64(0) >= Int64(maxLive) {
+                    let wait = live.optionalInt64(1).map { Int(max(1, ($0 - now + 999) / 1000)) }
+                    return .failure(QuotaRefusal(limit: .maxLive, value: Int64(maxLive), retryAfterSeconds: wait))
                 }
-                if let perHour = limits.createsPerHour {
-                    let recent = try db.statement("SELECT count(*), min(at) FROM key_creations WHERE key = ?1 AND at > ?2")
-                    defer { recent.reset() }
-                    recent.bind(1, key)
-                    recent.bind(2, now - 3_600_000)
-                    _ = try recent.step()
-                    if recent.int64(0) >= Int64(perHour) {
-                        let wait = recent.optionalInt64(1).map { Int(max(1, ($0 + 3_600_000 - now + 999) / 1000)) }
-                        return .failure(QuotaRefusal(limit: .createRate, value: Int64(perHour), retryAfterSeconds: wait))
-                    }
-                    let prune = try db.statement("DELETE FROM key_creations WHERE key = ?1 AND at <= ?2")
-                    defer { prune.reset() }
-                    prune.bind(1, key)
-                    prune.bind(2, now - 3_600_000)
-                    try prune.run()
-                    let note = try db.statement("INSERT INTO key_creations (key, at) VALUES (?1, ?2)")
-                    defer { note.reset() }
-                    note.bind(1, key)
-                    note.bind(2, now)
-                    try note.run()
-                }
-                let row = try Self.insert(share, into: db)
-                if let event { try Self.record(event, shareRow: row, in: db) }
-                return .success(row)
             }
+            if let perHour = limits.createsPerHour {
+                let recent = try db.statement("SELECT count(*), min(at) FROM key_creations WHERE key = ?1 AND at > ?2")
+                defer { recent.reset() }
+                recent.bind(1, key)
+                recent.bind(2, now - 3_600_000)
+                _ = try recent.step()
+                if recent.int64(0) >= Int64(perHour) {
+                    let wait = recent.optionalInt64(1).map { Int(max(1, ($0 + 3_600_000 - now + 999) / 1000)) }
+                    return .failure(QuotaRefusal(limit: .createRate, value: Int64(perHour), retryAfterSeconds: wait))
+                }
+                let prune = try db.statement("DELETE FROM key_creations WHERE key = ?1 AND at <= ?2")
+                defer { prune.reset() }
+                prune.bind(1, key)
+                prune.bind(2, now - 3_600_000)
+                try prune.run()
+                let note = try db.statement("INSERT INTO key_creations (key, at) VALUES (?1, ?2)")
+                defer { note.reset() }
+                note.bind(1, key)
+                note.bind(2, now)
+                try note.run()
+            }
+            let row = try Self.insert(share, into: db)
+            if let event { try Self.record(event, shareRow: row, in: db) }
+            return .success(row)
         }
     }
 

@@ -13,6 +13,8 @@ public final class SQLiteShareStore: ShareStore, Sendable {
     let database: Mutex<SQLiteDatabase>
     public let path: String
     public let upgradedFromSchema: Int?
+    /// Share creations that wait for the lock together, committed together.
+    let creations = GroupCommit<Result<Int64, QuotaRefusal>>()
     /// Touched after every change of an owner key, by whichever process made it (`ownerKeysMark`).
     let ownerKeysChanged: ChangeMarkerFile
 

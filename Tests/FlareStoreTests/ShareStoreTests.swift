@@ -437,6 +437,100 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
 }
 
 extension ShareStoreTests {
+    /// Creations from many threads at once (SQLite commits those that wait together in one transaction): the
+    /// live-share bound holds exactly, every share created has its event, and a creation that fails (a share id
+    /// taken) fails alone.
+    @Test(arguments: Engine.allCases) func creationsArrivingTogetherKeepTheLimitsAndFailAlone(engine: Engine) throws {
+        let store = try open(engine)
+        let limits = KeyLimits(maxLive: 40, maxDurationSeconds: nil, createsPerHour: nil)
+        let phone = try store.insertOwnerKey(hash: SecretHash(of: "phone"), label: "phone", createdAt: 1, admin: false, limits: limits)
+        let now: UnixMillis = 10_000_000
+        @Sendable func share(_ owner: Int64?, id: ShareID = .generate()) -> Share {
+            Share(id: id, viewTokenHash: Secret.generate().hash, name: "", createdAt: now, expiresAt: now + 600_000, ownerKeyID: owner)
+        }
+        let taken = share(nil)
+        try store.insertShare(taken)
+        struct Outcome: Sendable { var rows: [Int64] = [], refused = 0, failed = 0 }
+        let outcome = Mutex(Outcome())
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for round in 0..<12 {
+                let made: Share
+                let result: Result<Int64, QuotaRefusal>
+                do {
+                    switch (thread, round) {
+                    case (7, 5):  // a share id already taken: refused by the database, for this creation alone
+                        made = share(nil, id: taken.id)
+                        result = .success(try store.insertShare(made, event: PendingEvent(.started(made), destinations: [.mqtt])))
+                    case (_, _) where round % 3 == 0:  // no limits
+                        made = share(nil)
+                        result = .success(try store.insertShare(made, event: PendingEvent(.started(made), destinations: [.mqtt])))
+                    default:
+                        made = share(phone)
+                        result = try store.insertShare(made, limits: limits, now: now, event: PendingEvent(.started(made), destinations: [.mqtt]))
+                    }
+                } catch {
+                    outcome.withLock { $0.failed += 1 }
+                    continue
+                }
+                switch result {
+                case .success(let row): outcome.withLock { $0.rows.append(row) }
+                case .failure(let refusal):
+                    #expect(refusal.limit == .maxLive)
+                    outcome.withLock { $0.refused += 1 }
+                }
+            }
+        }
+        let final = outcome.withLock { $0 }
+        #expect(final.failed == 1, "only the creation with a taken id failed")
+        // 96 creations: 32 without limits, 63 by the phone (of which 40 fit), and the one with a taken id.
+        #expect(final.rows.count == 32 + 40 && Set(final.rows).count == final.rows.count && final.refused == 23, "\(final.rows.count), \(final.refused)")
+        #expect(try store.listShares(state: .active, after: nil, limit: 100, owner: phone).count == 40)
+        let started = try store.dueEvents(now: Int64.max / 2, limit: 500).filter { $0.event.type == .started }
+        #expect(started.count == final.rows.count, "each share created has its event, and no other has one")
+    }
+
+    /// SQLite's group commit itself: creations held at the lock until eight wait, then committed together, once
+    /// all fitting and once with one that fails (a share id taken), which then fails alone.
+    @Test func creationsWaitingTogetherAreCommittedTogetherAndFailAlone() throws {
+        let store = try SQLiteShareStore(path: path)
+        let limits = KeyLimits(maxLive: 3, maxDurationSeconds: nil, createsPerHour: nil)
+        let phone = try store.insertOwnerKey(hash: SecretHash(of: "phone"), label: "phone", createdAt: 1, admin: false, limits: limits)
+        let now: UnixMillis = 10_000_000
+        let taken = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now, expiresAt: now + 600_000)
+        try store.insertShare(taken)
+        for withTakenID in [false, true] {
+            let before = try store.dueEvents(now: Int64.max / 2, limit: 500).count
+            let results = Mutex<[Int: Result<Result<Int64, QuotaRefusal>, StoreError>]>([:])
+            store.database.withLock { _ in
+                for slot in 0..<8 {
+                    Thread {
+                        let owner: Int64? = slot < 5 ? phone : nil
+                        let id = withTakenID && slot == 7 ? taken.id : ShareID.generate()
+                        let made = Share(id: id, viewTokenHash: Secret.generate().hash, name: "", createdAt: now, expiresAt: now + 600_000, ownerKeyID: owner)
+                        let event = PendingEvent(.started(made), destinations: [.mqtt])
+                        let result: Result<Result<Int64, QuotaRefusal>, StoreError>
+                        do throws(StoreError) { result = .success(try store.insertShare(made, limits: owner == nil ? .none : limits, now: now, event: event)) } catch { result = .failure(error) }
+                        results.withLock { $0[slot] = result }
+                    }.start()
+                }
+                // The lock is held here: every creation waits for it, in the group.
+                let deadline = Date().addingTimeInterval(30)
+                while store.creations.waitingCount < 8 && Date() < deadline { usleep(1_000) }
+            }
+            let deadline = Date().addingTimeInterval(30)
+            while results.withLock({ $0.count }) < 8 && Date() < deadline { usleep(1_000) }
+            let all = results.withLock { $0 }
+            try #require(all.count == 8)
+            let phones = (0..<5).compactMap { try? all[$0]?.get() }
+            #expect(phones.filter { (try? $0.get()) != nil }.count == (withTakenID ? 0 : 3), "the phone's bound holds across the group")
+            #expect(phones.filter { (try? $0.get()) == nil }.count == (withTakenID ? 5 : 2))
+            #expect((5..<7).allSatisfy { (try? all[$0]?.get().get()) != nil })
+            #expect((try? all[7]?.get()) == nil ? withTakenID : !withTakenID, "only the taken id fails")
+            let created = all.values.filter { (try? $0.get().get()) != nil }.count
+            #expect(try store.dueEvents(now: Int64.max / 2, limit: 500).count == before + created, "an event for each share made, none for the others")
+        }
+    }
+
     /// Keys with kinds and limits; the live-share and hourly limits checked in the insert's own transaction, from
     /// two connections (two instances) alike; revocation; listing with live counts and by owner.
     @Test(arguments: Engine.allCases) func keysOwnSharesWithinTheirLimits(engine: Engine) throws {
