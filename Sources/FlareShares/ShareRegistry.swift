@@ -82,8 +82,12 @@ package final class ShareRegistry: Sendable {
 
     private struct State {
         var entries: [ShareID: Entry] = [:]
-        var byViewHash: [SecretHash: ShareID] = [:]
-        var byRow: [Int64: ShareID] = [:]
+        /// By the view-token hash's first eight bytes, the entry itself: a bucket of 16 B for every share (the whole
+        /// hash, held inline, and the id would take 56). A lookup still compares the entry's whole hash in constant time;
+        /// two shares whose hashes begin alike (about one chance in 10^9 with a million shares) leave the older one
+        /// to be read from the store.
+        var byViewHash: [UInt64: Entry] = [:]
+        var byRow: [Int64: Entry] = [:]
         /// Each share's personal links, apart from its entry (which a reload replaces whole).
         var links: [ShareID: [ShareLink]] = [:]
         var byLinkHash: [SecretHash: (share: ShareID, link: LinkID)] = [:]
@@ -112,8 +116,8 @@ package final class ShareRegistry: Sendable {
         state.withLock { state in
             if let old = state.entries[stored.share.id], old.share.isActive { state.activeCount -= 1 }
             state.entries[stored.share.id] = entry
-            state.byViewHash[stored.share.viewTokenHash] = stored.share.id
-            state.byRow[stored.row] = stored.share.id
+            state.byViewHash[stored.share.viewTokenHash.indexKey] = entry
+            state.byRow[stored.row] = entry
             if stored.share.isActive { state.activeCount += 1 }
         }
     }
@@ -122,8 +126,8 @@ package final class ShareRegistry: Sendable {
     package func remove(_ id: ShareID) {
         state.withLock { state in
             guard let entry = state.entries.removeValue(forKey: id) else { return }
-            state.byViewHash[entry.share.viewTokenHash] = nil
-            state.byRow[entry.row] = nil
+            if state.byViewHash[entry.share.viewTokenHash.indexKey] === entry { state.byViewHash[entry.share.viewTokenHash.indexKey] = nil }
+            if state.byRow[entry.row] === entry { state.byRow[entry.row] = nil }
             for link in state.links.removeValue(forKey: id) ?? [] { state.byLinkHash[link.viewTokenHash] = nil }
             if entry.share.isActive { state.activeCount -= 1 }
             state.viewerCount -= entry.subscribers.count
@@ -156,8 +160,7 @@ package final class ShareRegistry: Sendable {
 
     /// The entry of the share whose own view token hashes to `viewTokenHash` (compared in constant time).
     private static func entry(viewTokenHash: SecretHash, in state: borrowing State) -> Entry? {
-        guard let id = state.byViewHash[viewTokenHash], let entry = state.entries[id],
-              entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
+        guard let entry = state.byViewHash[viewTokenHash.indexKey], entry.share.viewTokenHash.matches(viewTokenHash) else { return nil }
         return entry
     }
 
@@ -171,7 +174,7 @@ package final class ShareRegistry: Sendable {
     }
 
     package func shareID(ofRow row: Int64) -> ShareID? {
-        state.withLock { $0.byRow[row] }
+        state.withLock { $0.byRow[row]?.share.id }
     }
 
     /// The share's personal links, oldest first.
@@ -284,7 +287,7 @@ package final class ShareRegistry: Sendable {
     /// are read from the store when the share is first asked for).
     func record(rows fixes: [(shareRow: Int64, fix: Fix)], heardAt: UnixMillis) -> [ShareID] {
         let named: [HeardFix] = state.withLock { state in
-            fixes.compactMap { entry in state.byRow[entry.shareRow].map { HeardFix(share: $0, fix: entry.fix, heardAt: heardAt, transport: nil) } }
+            fixes.compactMap { entry in state.byRow[entry.shareRow].map { HeardFix(share: $0.share.id, fix: entry.fix, heardAt: heardAt, transport: nil) } }
         }
         return record(named)
     }

@@ -26,6 +26,24 @@ import Testing
         #expect(!secret.hash.matches(Secret.generate().hash))
     }
 
+    /// Held as four words now: its bytes come back as they went in, every byte counts in a comparison and a hash, and
+    /// bytes of another length (a damaged row) match nothing, not even themselves.
+    @Test func aSecretHashKeepsItsBytesAndComparesEveryOne() {
+        let hash = Secret.generate().hash
+        #expect(hash.bytes.count == 32 && SecretHash(bytes: hash.bytes) == hash && SecretHash(bytes: hash.bytes).matches(hash))
+        #expect(SecretHash(of: "abc").bytes == Crypto.sha256("abc"))
+        for index in [0, 7, 8, 15, 16, 31] {
+            var changed = hash.bytes
+            changed[index] ^= 0x01
+            let other = SecretHash(bytes: changed)
+            #expect(!other.matches(hash) && other != hash, "byte \(index)")
+        }
+        let set: Set<SecretHash> = [hash, SecretHash(bytes: hash.bytes), Secret.generate().hash]
+        #expect(set.count == 2)
+        let short = SecretHash(bytes: Array(hash.bytes.prefix(31))), long = SecretHash(bytes: hash.bytes + [0])
+        #expect(!short.matches(short) && !long.matches(hash) && !hash.matches(long) && !short.matches(hash))
+    }
+
     @Test func ownerKeysCarryTheirPrefix() {
         let key = OwnerKey.generate()
         #expect(key.hasPrefix("flare_owner_"))

@@ -13,6 +13,31 @@ import Testing
                                          endedAt: active ? nil : 5, endReason: active ? nil : .stopped))
     }
 
+    /// The view-token index is keyed by the hash's first eight bytes: a token whose hash only begins like a share's
+    /// finds nothing, and of two shares whose hashes begin alike the newer is found from memory, the older is left to
+    /// the store (nil here), and forgetting the older keeps the newer's index.
+    @Test func theViewTokenIndexComparesTheWholeHash() {
+        let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
+        let hash = Secret.generate().hash
+        var alike = hash.bytes
+        alike[31] ^= 0xff
+        func share(_ viewTokenHash: SecretHash, row: Int64) -> StoredShare {
+            StoredShare(row: row, share: Share(id: .generate(), viewTokenHash: viewTokenHash, name: "share \(row)", createdAt: 0, expiresAt: 1_000_000))
+        }
+        let older = share(hash, row: 1)
+        registry.insert(older)
+        #expect(registry.name(viewTokenHash: hash) == "share 1")
+        #expect(registry.name(viewTokenHash: SecretHash(bytes: alike)) == nil, "same first eight bytes, another hash")
+        let newer = share(SecretHash(bytes: alike), row: 2)
+        registry.insert(newer)
+        #expect(registry.name(viewTokenHash: SecretHash(bytes: alike)) == "share 2")
+        #expect(registry.name(viewTokenHash: hash) == nil)
+        #expect(registry.snapshot(older.share.id)?.share.name == "share 1", "still known by its id")
+        registry.remove(older.share.id)
+        #expect(registry.name(viewTokenHash: SecretHash(bytes: alike)) == "share 2" && registry.shareID(ofRow: 2) == newer.share.id)
+        #expect(registry.shareID(ofRow: 1) == nil)
+    }
+
     @Test func trailIsBoundedAndOlderFixesDoNotReplaceTheLast() {
         let registry = ShareRegistry(trailLength: 3, trackerRules: TrackerRules(staleAfterMillis: 120_000))
         let share = stored()
