@@ -83,7 +83,7 @@ extension ShareService {
         let share = stored.share
         if share.historyPurged {
             registry.remove(share.id)
-            scheduler.withLock { $0?.cancel(.expire(share.id)); $0?.cancel(.purge(share.id)) }
+            scheduler.withLock { $0?.cancel(.purge(share.id)) }  // its expiry job finds it gone (`expireIfDue`)
             return .historyDeleted(share)
         }
         guard let current = registry.snapshot(share.id) else {
@@ -103,7 +103,6 @@ extension ShareService {
         }
         if current.share.isActive, let reason = share.endReason, let endedAt = share.endedAt {
             registry.markEnded(share.id, reason: reason, at: endedAt)
-            scheduler.withLock { $0?.cancel(.expire(share.id)) }
             scheduleNext(for: share)
         } else if current.share.isActive, share.isActive, current.share.expiresAt != share.expiresAt {
             registry.updateExpiry(share.id, expiresAt: share.expiresAt)

@@ -159,12 +159,23 @@ public final class ShareService: Sendable {
     }
 
     func schedule(_ job: Job, at deadline: UnixMillis) {
-        scheduler.withLock { $0?.schedule(job, at: deadline) }
+        scheduler.withLock { scheduler in
+            // Every live share has an expiry job: untracked, it costs its heap item alone, and `expireIfDue` checks
+            // the share's current end, so a job left from before an extension or an end does nothing.
+            if case .expire = job { scheduler?.scheduleUntracked(job, at: deadline) } else { scheduler?.schedule(job, at: deadline) }
+        }
+    }
+
+    /// An expiry job: ends the share if it is still active and its end has come (it may have been extended since the
+    /// job was scheduled, or ended otherwise).
+    func expireIfDue(_ id: ShareID) {
+        guard let share = registry.snapshot(id)?.share, share.isActive, share.expiresAt <= clock.now() else { return }
+        end(id, reason: .expired)
     }
 
     func run(_ job: Job) {
         switch job {
-        case .expire(let id): end(id, reason: .expired)
+        case .expire(let id): expireIfDue(id)
         case .purge(let id): purge(id)
         case .sweep: sweepExpired()
         case .tracker(let id): updateTracker(id, now: clock.now())
@@ -366,8 +377,7 @@ public final class ShareService: Sendable {
             do { follow(try store.share(id: id)) } catch { warnStore("share \(id): cannot read its end (\(error))") }
             return nil
         }
-        registry.markEnded(id, reason: reason, at: now)
-        scheduler.withLock { $0?.cancel(.expire(id)) }
+        registry.markEnded(id, reason: reason, at: now)  // its expiry job, if still waiting, then does nothing
         publish(topic: Topics.location(id), payload: [], expiry: nil)
         sweepRetained(id)
         var ended = snapshot.share

@@ -156,6 +156,25 @@ import Testing
         scheduler.stop()
     }
 
+    /// Untracked items cost no table entry: rescheduling or cancelling does not touch them, each runs when due, in
+    /// deadline order with the tracked ones, and waking works for them as for the others.
+    @Test func untrackedJobsRunWhenDueWhateverWasScheduledSince() {
+        let ran = Mutex<[String]>([])
+        let clock = SystemWallClock()
+        let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
+        let now = clock.now()
+        scheduler.schedule("tomorrow", at: now + 86_400_000)
+        usleep(100_000)  // the thread now sleeps a minute (its longest wait)
+        scheduler.scheduleUntracked("expire", at: now + 150)
+        scheduler.scheduleUntracked("expire", at: now + 300)  // an extension: the first one still runs
+        scheduler.cancel("expire")  // no effect on untracked items
+        scheduler.schedule("tracked", at: now + 200)
+        #expect(scheduler.pendingCount == 4)
+        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["expire", "tracked", "expire"] })
+        #expect(scheduler.pendingCount == 1)
+        scheduler.stop()
+    }
+
     /// Only a new earliest deadline wakes the sleeping thread; a later one waits for the thread's own wake-up, also
     /// when the earliest item is a cancelled one. Either way every job runs at its time, not a minute late.
     @Test func aNewEarliestDeadlineWakesTheThreadAndALaterOneIsStillRun() {

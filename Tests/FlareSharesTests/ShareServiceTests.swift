@@ -74,6 +74,19 @@ import Testing
         #expect(fixture.publisher.lastJSON(on: Topics.status(share.id))?["expires_at"] == .string(RFC3339.format(millis: share.expiresAt)))
     }
 
+    /// The expiry job of before the extension still runs at the old time (it is untracked) and must do nothing. A
+    /// share made after it and ending a second later is the witness: the scheduler runs jobs in deadline order, so
+    /// once that one has ended, the old job has run.
+    @Test func anExtendedShareOutlivesItsFirstExpiry() throws {
+        let fixture = try ServiceFixture()
+        let extended = try fixture.service.create(name: nil, durationSeconds: 1)
+        _ = try fixture.service.extend(extended.share.id, durationSeconds: 3600)
+        let witness = try fixture.service.create(name: nil, durationSeconds: 2)
+        #expect(eventually(timeout: .seconds(10)) { fixture.registry.snapshot(witness.share.id)?.share.isActive == false })
+        #expect(fixture.registry.snapshot(extended.share.id)?.share.isActive == true)
+        #expect(try fixture.store.share(id: extended.share.id)?.share.isActive == true)
+    }
+
     @Test func expiresByItsTimer() throws {
         let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: nil, durationSeconds: 1)
