@@ -216,7 +216,7 @@ final class MicroHTTPDaemon: @unchecked Sendable {
             if !accepted { stream.finish() }
             // MHD owns one reference until it calls `Callbacks.streamDone`, also when creation fails.
             let retained = Unmanaged.passRetained(stream).toOpaque()
-            created = MHD_create_response_from_callback(UInt64.max /* MHD_SIZE_UNKNOWN: chunked */, 4096,
+            created = MHD_create_response_from_callback(UInt64.max /* MHD_SIZE_UNKNOWN: chunked */, Self.streamBlockBytes,
                                                         Callbacks.streamRead, retained, Callbacks.streamDone)
             if created == nil { Callbacks.streamDone(retained) }
         }
@@ -229,6 +229,12 @@ final class MicroHTTPDaemon: @unchecked Sendable {
         }
         return MHD_queue_response(connection, UInt32(response.status), created)
     }
+
+    /// The buffer libmicrohttpd allocates with each stream's response, kept for as long as the stream is open. A
+    /// chunked body (HTTP/1.1, every browser, Caddy) is read straight into the connection's own pool and never uses
+    /// it; only an HTTP/1.0 client (nginx's default upstream protocol) reads through it, a block at a time. At 4 KiB
+    /// it was a quarter of a live viewer's memory; at 512 B an event of a few KB reaches HTTP/1.0 in a few rounds.
+    static let streamBlockBytes = 512
 
     /// MHD writes these from the body it is given; one set by hand would contradict it.
     private static func isFraming(_ name: String) -> Bool {

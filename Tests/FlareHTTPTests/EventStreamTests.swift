@@ -70,6 +70,33 @@ final class StreamServer: Sendable {
         #expect(fixture.closes.value == 1)
     }
 
+    /// Events larger than the stream's block (`MicroHTTPDaemon.streamBlockBytes`) and than the connection's pool
+    /// arrive whole: chunked over HTTP/1.1, and over HTTP/1.0 (no chunks, the end is the connection's close), which
+    /// reads through the block a piece at a time.
+    @Test func eventsLargerThanTheBlockArriveWholeOverBothProtocols() throws {
+        let large = "data: " + String(repeating: "x", count: 20_000) + "\n\n"
+        let small = "data: small\n\n"
+        let fixture = try StreamServer()
+        defer { fixture.server.stop() }
+        let (client, stream) = try fixture.connect()
+        stream.send(Array(large.utf8))
+        stream.send(Array(small.utf8))
+        #expect(client.read { _ in client.chunkedPayload().payload == large + small })
+
+        let old = try RawHTTPClient(port: fixture.server.port)
+        let before = fixture.streams.value.count
+        try old.send("GET /api/v1/view/t/events HTTP/1.0\r\nAccept: text/event-stream\r\n\r\n")
+        let head = try old.readHead()
+        #expect(head.status == 200 && head.headers["transfer-encoding"] == nil)
+        let oldStream = try #require(fixture.streams.value.count > before ? fixture.streams.value[before] : nil)
+        oldStream.send(Array(large.utf8))
+        oldStream.send(Array(small.utf8))
+        #expect(old.read { String(decoding: $0, as: UTF8.self) == large + small })
+        oldStream.finish()
+        #expect(old.waitForClose())
+        #expect(String(decoding: old.buffer, as: UTF8.self) == large + small)
+    }
+
     @Test func aFinishedStreamLeavesTheConnectionUsable() throws {
         let fixture = try StreamServer(firstEvent: "retry: 1000\n\n")
         defer { fixture.server.stop() }

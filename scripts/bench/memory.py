@@ -309,6 +309,8 @@ def main():
     parser.add_argument("--heaptrack", metavar="FILE",
                         help="run flared under heaptrack, writing FILE (heaptrack's own memory then counts in the readings)")
     parser.add_argument("--heaptrack-report", metavar="FILE", help="only group the allocations of a heaptrack file (.zst)")
+    parser.add_argument("--viewers", type=int, default=0,
+                        help="after the last level: this many live viewers (SSE), one a share, then measure again")
     parser.add_argument("--json", help="also write the readings to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory")
     args = parser.parse_args()
@@ -336,6 +338,16 @@ def main():
             grow(stack, shares, level)
             time.sleep(args.settle)
             readings.append(report(f"{level:,} shares", stack, int(stack.metric("flare_shares_active"))))
+        if args.viewers:
+            before = readings[-1]
+            viewers = bench.SSEViewers(stack, [s[1] for s in shares[:args.viewers]])
+            bench.wait_for(lambda: viewers.open + viewers.errors >= args.viewers, 120, f"{args.viewers} SSE viewers")
+            time.sleep(args.settle)
+            live = int(stack.metric("flare_shares_active"))
+            readings.append(report(f"{viewers.open:,} viewers", stack, live))
+            print(f"memory: {viewers.open:,} viewers open ({viewers.errors} refused): RSS"
+                  f" {(readings[-1]['rss_kb'] - before['rss_kb']) * KB / max(1, viewers.open):,.0f} B a viewer", flush=True)
+            viewers.close()
         if args.burst:
             ingest = shares[:1000]
             path = bench.shares_file(stack, ingest, "memory-ingest.txt")
