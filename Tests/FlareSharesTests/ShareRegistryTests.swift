@@ -165,10 +165,11 @@ import Testing
         let now = clock.now()
         scheduler.schedule("tomorrow", at: now + 86_400_000)
         usleep(100_000)  // the thread now sleeps a minute (its longest wait)
-        scheduler.scheduleUntracked("expire", at: now + 150)
-        scheduler.scheduleUntracked("expire", at: now + 300)  // an extension: the first one still runs
+        // Half a second apart, so that a test thread held up on a loaded machine still schedules them all in time.
+        scheduler.scheduleUntracked("expire", at: now + 600)
+        scheduler.scheduleUntracked("expire", at: now + 1_600)  // an extension: the first one still runs
         scheduler.cancel("expire")  // no effect on untracked items
-        scheduler.schedule("tracked", at: now + 200)
+        scheduler.schedule("tracked", at: now + 1_100)
         #expect(scheduler.pendingCount == 4)
         #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["expire", "tracked", "expire"] })
         #expect(scheduler.pendingCount == 1)
