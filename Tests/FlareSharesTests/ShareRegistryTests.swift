@@ -137,63 +137,67 @@ import Testing
 }
 
 @Suite struct DeadlineSchedulerTests {
-    @Test func runsJobsInDeadlineOrderAndHonoursReschedulingAndCancelling() {
+    /// Runs `body` with a scheduler on the wall clock that records the jobs it runs (`ran`), and the time it was made;
+    /// stops it afterwards. `asleep`: its thread already waits for a job tomorrow (its longest wait, a minute), so a
+    /// job scheduled in `body` runs at its time only if it wakes the thread.
+    func withRecordingScheduler(asleep: Bool = false,
+                                _ body: (_ scheduler: DeadlineScheduler<String>, _ ran: () -> [String], _ now: UnixMillis) -> Void) {
         let ran = Mutex<[String]>([])
         let clock = SystemWallClock()
         let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
         let now = clock.now()
-        scheduler.schedule("c", at: now + 90)
-        scheduler.schedule("a", at: now + 10)
-        scheduler.schedule("b", at: now + 50)
-        scheduler.schedule("moved", at: now + 20)
-        scheduler.schedule("moved", at: now + 120)  // replaces the earlier deadline
-        scheduler.schedule("cancelled", at: now + 30)
-        scheduler.cancel("cancelled")
-        scheduler.schedule("past", at: now - 1000)
-        #expect(eventually { ran.withLock { $0.count } == 5 })
-        #expect(ran.withLock { $0 } == ["past", "a", "b", "c", "moved"])
-        #expect(scheduler.pendingCount == 0)
+        if asleep {
+            scheduler.schedule("tomorrow", at: now + 86_400_000)
+            usleep(100_000)
+        }
+        body(scheduler, { ran.withLock { $0 } }, now)
         scheduler.stop()
+    }
+
+    @Test func runsJobsInDeadlineOrderAndHonoursReschedulingAndCancelling() {
+        withRecordingScheduler { scheduler, ran, now in
+            scheduler.schedule("c", at: now + 90)
+            scheduler.schedule("a", at: now + 10)
+            scheduler.schedule("b", at: now + 50)
+            scheduler.schedule("moved", at: now + 20)
+            scheduler.schedule("moved", at: now + 120)  // replaces the earlier deadline
+            scheduler.schedule("cancelled", at: now + 30)
+            scheduler.cancel("cancelled")
+            scheduler.schedule("past", at: now - 1000)
+            #expect(eventually { ran().count == 5 })
+            #expect(ran() == ["past", "a", "b", "c", "moved"])
+            #expect(scheduler.pendingCount == 0)
+        }
     }
 
     /// Untracked items cost no table entry: rescheduling or cancelling does not touch them, each runs when due, in
     /// deadline order with the tracked ones, and waking works for them as for the others.
     @Test func untrackedJobsRunWhenDueWhateverWasScheduledSince() {
-        let ran = Mutex<[String]>([])
-        let clock = SystemWallClock()
-        let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
-        let now = clock.now()
-        scheduler.schedule("tomorrow", at: now + 86_400_000)
-        usleep(100_000)  // the thread now sleeps a minute (its longest wait)
-        // Half a second apart, so that a test thread held up on a loaded machine still schedules them all in time.
-        scheduler.scheduleUntracked("expire", at: now + 600)
-        scheduler.scheduleUntracked("expire", at: now + 1_600)  // an extension: the first one still runs
-        scheduler.cancel("expire")  // no effect on untracked items
-        scheduler.schedule("tracked", at: now + 1_100)
-        #expect(scheduler.pendingCount == 4)
-        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["expire", "tracked", "expire"] })
-        #expect(scheduler.pendingCount == 1)
-        scheduler.stop()
+        withRecordingScheduler(asleep: true) { scheduler, ran, now in
+            // Half a second apart, so that a test thread held up on a loaded machine still schedules them all in time.
+            scheduler.scheduleUntracked("expire", at: now + 600)
+            scheduler.scheduleUntracked("expire", at: now + 1_600)  // an extension: the first one still runs
+            scheduler.cancel("expire")  // no effect on untracked items
+            scheduler.schedule("tracked", at: now + 1_100)
+            #expect(scheduler.pendingCount == 4)
+            #expect(eventually(timeout: .seconds(10)) { ran() == ["expire", "tracked", "expire"] })
+            #expect(scheduler.pendingCount == 1)
+        }
     }
 
     /// Only a new earliest deadline wakes the sleeping thread; a later one waits for the thread's own wake-up, also
     /// when the earliest item is a cancelled one. Either way every job runs at its time, not a minute late.
     @Test func aNewEarliestDeadlineWakesTheThreadAndALaterOneIsStillRun() {
-        let ran = Mutex<[String]>([])
-        let clock = SystemWallClock()
-        let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
-        let now = clock.now()
-        scheduler.schedule("tomorrow", at: now + 86_400_000)
-        usleep(100_000)  // the thread now sleeps a minute (its longest wait)
-        scheduler.schedule("soon", at: now + 150)
-        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["soon"] })
+        withRecordingScheduler(asleep: true) { scheduler, ran, now in
+            scheduler.schedule("soon", at: now + 150)
+            #expect(eventually(timeout: .seconds(10)) { ran() == ["soon"] })
 
-        let later = clock.now()
-        scheduler.schedule("cancelled", at: later + 200)
-        scheduler.cancel("cancelled")
-        scheduler.schedule("after the cancelled one", at: later + 400)  // not the earliest item: no wake-up
-        #expect(eventually(timeout: .seconds(10)) { ran.withLock { $0 } == ["soon", "after the cancelled one"] })
-        #expect(scheduler.pendingCount == 1)
-        scheduler.stop()
+            let later = SystemWallClock().now()
+            scheduler.schedule("cancelled", at: later + 200)
+            scheduler.cancel("cancelled")
+            scheduler.schedule("after the cancelled one", at: later + 400)  // not the earliest item: no wake-up
+            #expect(eventually(timeout: .seconds(10)) { ran() == ["soon", "after the cancelled one"] })
+            #expect(scheduler.pendingCount == 1)
+        }
     }
 }
