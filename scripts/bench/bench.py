@@ -532,14 +532,7 @@ def bench_tail(stack, shares, level, rate, seconds):
     the `seconds` span several saves and the p99 and max say what a save costs a viewer."""
     missing = level - int(stack.metric("flare_shares_active"))
     if missing > 0:
-        new, _ = create_shares(stack, missing)
-        for start in range(0, len(new), 40_000):
-            chunk = new[start:start + 40_000]
-            path = shares_file(stack, chunk, "tail-shares.txt")
-            before = stack.metric("flare_fixes_accepted_total")
-            flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "9")
-            wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
-        shares.extend(new)
+        shares.extend(create_shares_with_positions(stack, missing, offset=9)[0])
     row = bench_latency(stack, shares[:100], rate, seconds)
     live = int(stack.metric("flare_shares_active"))
     row.update({"name": f"latency across saves, {live} shares", "live_shares": live, "target": "p99 <= 2 ms, max <= 10 ms",
@@ -661,6 +654,20 @@ class RoundTripProbe:
                 "probe_p99_ms": round(times[int(len(times) * 0.99) - 1], 2), "probe_max_ms": round(times[-1], 2)}
 
 
+def create_shares_with_positions(stack, count, offset):
+    """`count` new shares, each given a last position (QoS 1, retained): in publishes of 40,000 at most (see
+    bench_ingest: a larger unpaced burst gets the publisher disconnected), each waited for. Returns (shares, seconds
+    the creations took)."""
+    new, took = create_shares(stack, count)
+    for start in range(0, len(new), 40_000):
+        chunk = new[start:start + 40_000]
+        path = shares_file(stack, chunk, "positioned-shares.txt")
+        before = stack.metric("flare_fixes_accepted_total")
+        flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", str(offset))
+        wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
+    return new, took
+
+
 def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
     """Grows to each level of live shares, each with a last position; RSS and share-creation rate at each."""
     rows = []
@@ -669,16 +676,9 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
         missing = level - int(stack.metric("flare_shares_active"))
         created_rate = None
         if missing > 0:
-            new, took = create_shares(stack, missing)
+            new, took = create_shares_with_positions(stack, missing, offset=7)
             shares.extend(new)
             created_rate = missing / took
-            # In bursts of 40,000 (see bench_ingest: a larger unpaced burst gets the publisher disconnected).
-            for start in range(0, len(new), 40_000):
-                chunk = new[start:start + 40_000]
-                path = shares_file(stack, chunk, "scale-shares.txt")
-                before = stack.metric("flare_fixes_accepted_total")
-                flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
-                wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
         # Memory with `level` live shares, then the creation rate with them present: a short burst measured on its own.
         flared_mb, state = at_level(stack)
         probe = RoundTripProbe(stack)

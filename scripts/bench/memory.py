@@ -286,15 +286,9 @@ def grow(stack, shares, level):
     missing = level - int(stack.metric("flare_shares_active"))
     if missing <= 0:
         return
-    new, took = bench.create_shares(stack, missing)
+    new, took = bench.create_shares_with_positions(stack, missing, offset=7)
     shares.extend(new)
     print(f"memory: created {missing:,} shares in {took:.1f} s", flush=True)
-    for start in range(0, len(new), 40_000):
-        chunk = new[start:start + 40_000]
-        path = bench.shares_file(stack, chunk, "memory-shares.txt")
-        before = stack.metric("flare_fixes_accepted_total")
-        bench.flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "7")
-        bench.wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
 
 
 def main():
