@@ -7,7 +7,10 @@ public enum Base64URL {
         return table
     }()
 
-    public static func encode(_ bytes: [UInt8]) -> String {
+    public static func encode(_ bytes: [UInt8]) -> String { bytes.withUnsafeBytes { encode($0) } }
+
+    /// From memory the caller holds (a hash's inline words), with no array made for it.
+    public static func encode(_ bytes: UnsafeRawBufferPointer) -> String {
         var output: [UInt8] = []
         output.reserveCapacity((bytes.count * 4 + 2) / 3)
         var index = 0

@@ -60,6 +60,12 @@ public struct SecretHash: Hashable, Sendable {
     /// are uniform, so eight of them spread as well as 32. Not a comparison: use `matches`.
     public var indexKey: UInt64 { words.0 }
 
+    /// The 32 bytes in base64url, with no array made for them: the key a link request's rate limit and the miss
+    /// memory use for this hash.
+    public var base64URL: String {
+        withUnsafeBytes(of: words) { Base64URL.encode($0) }
+    }
+
     /// The 32 bytes, for the store to bind or read back.
     public var bytes: [UInt8] {
         withUnsafeBytes(of: words) { Array($0) }

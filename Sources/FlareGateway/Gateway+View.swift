@@ -34,7 +34,7 @@ extension Gateway {
         }
         guard Secret.isWellFormed(token) else { return unknown() }
         let hash = SecretHash(of: token)
-        if let wait = tokenLimiter.take(Base64URL.encode(hash.bytes), nowMillis: now) {
+        if let wait = tokenLimiter.take(hash.base64URL, nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "token")])
             return .answered(APIError.rateLimited(retryAfter: wait).response)
         }

@@ -71,7 +71,7 @@ extension ShareService {
             guard let found = try store.link(viewTokenHash: hash), found.viewTokenHash.matches(hash) else { return nil }
             link = found
             return try store.share(row: found.shareRow)
-        }, missKey: Base64URL.encode(hash.bytes)) else { return nil }
+        }, missKey: hash.base64URL) else { return nil }
         guard let link else { return LinkLookup(lookup: lookup, link: nil) }
         return LinkLookup(lookup: lookup, link: registry.links(lookup.share.id).first { $0.id == link.id } ?? link)
     }

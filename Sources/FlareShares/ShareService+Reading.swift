@@ -19,7 +19,7 @@ extension ShareService {
     /// The share whose view token hashes to `hash`; see `share(_:)`.
     public func share(viewTokenHash hash: SecretHash) throws(StoreError) -> ShareLookup? {
         if let snapshot = registry.snapshot(viewTokenHash: hash) { return .live(snapshot) }
-        return try lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: Base64URL.encode(hash.bytes))
+        return try lookUpInStore({ () throws(StoreError) in try store.share(viewTokenHash: hash) }, missKey: hash.base64URL)
     }
 
     /// Whether a share holds as many fixes as a share may (`SharePolicy.maximumFixesPerShare`): its next fixes are

@@ -32,6 +32,7 @@ import Testing
         let hash = Secret.generate().hash
         #expect(hash.bytes.count == 32 && SecretHash(bytes: hash.bytes) == hash && SecretHash(bytes: hash.bytes).matches(hash))
         #expect(SecretHash(of: "abc").bytes == Crypto.sha256("abc"))
+        #expect(hash.base64URL == Base64URL.encode(hash.bytes) && hash.base64URL.count == 43)
         for index in [0, 7, 8, 15, 16, 31] {
             var changed = hash.bytes
             changed[index] ^= 0x01
