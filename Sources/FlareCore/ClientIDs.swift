@@ -29,4 +29,27 @@ public enum ClientIDs {
     /// Whether an id is of the form share tokens use: a service account must not take one (a phone would take its
     /// session back).
     public static func isTokenForm(_ id: String) -> Bool { id.hasPrefix(prefix) }
+
+    /// Whether a token of `share` with `role` may connect as `id`: the rule above, the same as the broker plugin's
+    /// `client_id_allowed` (the NATS auth callout applies it here).
+    public static func isAllowed(_ id: String, share: ShareID, role: ShareToken.Role) -> Bool {
+        let own = prefix + share.rawValue
+        guard id.hasPrefix(own) else { return false }
+        let rest = id.utf8.dropFirst(own.utf8.count)
+        if rest.isEmpty { return role == .device }
+        guard rest.first == UInt8(ascii: "-") else { return false }
+        let suffix = rest.dropFirst()
+        let isWatcher = suffix.starts(with: watchPrefix.utf8)
+        switch role {
+        case .device: return !isWatcher && isSuffix(suffix)
+        case .watch: return isWatcher && isSuffix(suffix.dropFirst(watchPrefix.utf8.count))
+        }
+    }
+
+    private static func isSuffix(_ text: Substring.UTF8View) -> Bool {
+        guard (1...64).contains(text.count) else { return false }
+        return text.allSatisfy { c in
+            (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || (c >= 0x30 && c <= 0x39) || c == 0x2E || c == 0x5F || c == 0x2D
+        }
+    }
 }

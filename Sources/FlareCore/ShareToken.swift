@@ -100,6 +100,13 @@ public struct ShareToken: Sendable, Equatable {
 
     /// Verifies signature (constant time), algorithm (HS256 only, never `none`), expiry, and optionally the share.
     public static func verify(_ token: String, key: [UInt8], nowSeconds: Int64, expectedShare: ShareID? = nil) throws(VerificationError) -> ShareToken {
+        try verifyWithRules(token, key: key, nowSeconds: nowSeconds, expectedShare: expectedShare).token
+    }
+
+    /// `verify`, and the `acl` rules the token was signed with (a broker enforces those, not today's `acl`: a token
+    /// issued before a rule changed keeps its own). A missing or malformed list is a malformed token.
+    public static func verifyWithRules(_ token: String, key: [UInt8], nowSeconds: Int64, expectedShare: ShareID? = nil)
+        throws(VerificationError) -> (token: ShareToken, rules: [ACLRule]) {
         guard token.utf8.count <= maximumLength else { throw .malformed }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
@@ -119,6 +126,18 @@ public struct ShareToken: Sendable, Equatable {
         else { throw .malformed }
         guard Int64(exp) > nowSeconds else { throw .expired }
         if let expectedShare, expectedShare != shareID { throw .wrongShare }
-        return ShareToken(shareID: shareID, role: role, issuedAt: Int64(iat), expiresAt: Int64(exp))
+        guard case .array(let list)? = claims["acl"], list.count <= maximumRules else { throw .malformed }
+        var rules: [ACLRule] = []
+        for entry in list {
+            guard let permission = entry["permission"]?.stringValue, permission == "allow" || permission == "deny",
+                  let action = entry["action"]?.stringValue, action == "publish" || action == "subscribe" || action == "all",
+                  let topic = entry["topic"]?.stringValue, !topic.isEmpty
+            else { throw .malformed }
+            rules.append(ACLRule(allow: permission == "allow", action: action, topic: topic))
+        }
+        return (ShareToken(shareID: shareID, role: role, issuedAt: Int64(iat), expiresAt: Int64(exp)), rules)
     }
+
+    /// The most rules a token may carry (the broker plugin's MAX_RULES).
+    public static let maximumRules = 8
 }

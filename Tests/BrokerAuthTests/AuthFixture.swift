@@ -83,7 +83,7 @@ struct AuthFixture {
     }
 }
 
-/// An MQTT v5 client (the real libmosquitto one) that records its connection events and messages.
+/// An MQTT client (the real libmosquitto one; v5 unless told) that records its connection events and messages.
 final class Client: Sendable {
     enum Outcome: Equatable { case connected, refused, pending }
 
@@ -94,8 +94,10 @@ final class Client: Sendable {
     }
     private let recorder = Recorder()
 
-    init(port: Int, username: String?, password: String?, clientID: String, cleanSession: Bool = true) throws {
+    init(port: Int, username: String?, password: String?, clientID: String, cleanSession: Bool = true,
+         protocolVersion: MQTTClient.ProtocolVersion = .v5) throws {
         var options = MQTTClient.Options(clientID: clientID)
+        options.protocolVersion = protocolVersion
         options.cleanSession = cleanSession
         options.port = port
         options.username = username
@@ -137,7 +139,8 @@ final class Client: Sendable {
         events.filter { if case .refused = $0 { return true } else { return false } }.count
     }
 
-    /// QoS 1 publish; nil when the broker acknowledged it as accepted, else the MQTT v5 reason code.
+    /// QoS 1 publish; nil when the broker acknowledged it as accepted, else the MQTT v5 reason code (MQTT 3.1.1 has none:
+    /// a refused publish is acknowledged there too).
     func publish(_ topic: String, _ payload: String) throws -> Int32? {
         do {
             try mqtt.publishAndWait(topic: topic, payload: Array(payload.utf8), qos: 1, retain: false, timeout: .seconds(10))

@@ -1,0 +1,72 @@
+import FlareCore
+import FlareNATS
+import FlareStore
+
+/// Answers the NATS cluster's auth callout: every login to any node (a phone's, an integrator's, flared's own) comes
+/// here as a request on `$SYS.REQ.USER.AUTH`, and every flared instance answers as one member of the queue group
+/// `flared`, so no login depends on one process. The rules are `NATSAuthCallout.decide`'s; this is the transport and
+/// the store look-up.
+public final class AuthCalloutResponder: Sendable {
+    public static let requestSubject = "$SYS.REQ.USER.AUTH"
+    public static let queueGroup = "flared"
+    /// The account every login lands in (broker/nats/node.conf.in).
+    public static let account = "APP"
+
+    private let connection: NATSConnection
+    private let tokenKey: [UInt8]
+    private let servicePassword: [UInt8]
+    private let issuerSeed: [UInt8]
+    private let shares: any ShareRecords
+    private let clock: any WallClock
+    private let logger: Logger
+
+    /// Connects to the cluster as the callout's own user (`flare-auth`, in the AUTH account) and starts answering.
+    public init(servers: [String], password: String, issuerSeed: [UInt8], tokenKey: [UInt8], shares: any ShareRecords,
+                clock: any WallClock, logger: Logger, instanceName: String) throws(NATSError) {
+        self.tokenKey = tokenKey
+        self.servicePassword = Array(password.utf8)
+        self.issuerSeed = issuerSeed
+        self.shares = shares
+        self.clock = clock
+        self.logger = logger
+        connection = try NATSConnection(servers: servers, user: "flare-auth", password: password, name: "\(instanceName)-auth")
+        try connection.subscribe(Self.requestSubject, queue: Self.queueGroup) { [self] message in answer(message) }
+        try connection.flush()
+    }
+
+    private func answer(_ message: NATSMessage) {
+        guard let reply = message.reply else { return }
+        let now = clock.now() / 1000
+        let request: NATSAuthCallout.Request
+        do {
+            request = try NATSAuthCallout.parseRequest(message.payload, nowSeconds: now)
+        } catch {
+            // Nothing to answer to: without a user key the server cannot match an answer. It times the login out.
+            logger.warning("auth callout: unreadable request (\(error))")
+            return
+        }
+        let shares = self.shares
+        let decision = NATSAuthCallout.decide(request, tokenKey: tokenKey, servicePassword: servicePassword, nowSeconds: now) { id throws in
+            guard let stored = try shares.share(id: id) else { return false }
+            return stored.share.isActive
+        }
+        if case .refuse(let reason) = decision {
+            // The username is a share id or a service name, never a secret; the password is never logged.
+            logger.info("auth callout: refused \(request.clientType) login of \(Self.printable(request.username)): \(reason)")
+        }
+        let response = NATSAuthCallout.response(to: request, decision: decision, account: Self.account, issuerSeed: issuerSeed, nowSeconds: now)
+        do {
+            try connection.publish(reply, response)
+        } catch {
+            logger.warning("auth callout: could not answer (\(error))")
+        }
+    }
+
+    /// At most 40 characters of [A-Za-z0-9_-], so a hostile username cannot write into the log.
+    static func printable(_ name: String) -> String {
+        String(name.unicodeScalars.prefix(40).map { scalar -> Character in
+            scalar.properties.isASCIIHexDigit || ("A"..."Z").contains(scalar) || ("a"..."z").contains(scalar) || scalar == "-" || scalar == "_"
+                ? Character(scalar) : "?"
+        })
+    }
+}

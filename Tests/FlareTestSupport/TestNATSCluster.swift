@@ -1,0 +1,162 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Three real NATS 2.15.1 nodes on loopback (JetStream, MQTT, the auth callout to flared), from broker/nats/node.conf.in,
+/// the binary scripts/nats-server.sh fetched. Optionally HAProxy in front of the three MQTT listeners, as phones reach
+/// the cluster. `stop()` (or deinit) ends every process it started.
+public final class TestNATSCluster: @unchecked Sendable {
+    public struct Node {
+        public let name: String
+        public let clientPort: Int, mqttPort: Int, httpPort: Int, clusterPort: Int
+        public var url: String { "nats://127.0.0.1:\(clientPort)" }
+    }
+
+    public let directory: URL
+    public let nodes: [Node]
+    public let password: String
+    /// HAProxy's MQTT port (round robin over the nodes' MQTT listeners), when started with `balancer: true`.
+    public private(set) var balancerPort: Int?
+    private var processes: [Int: Process] = [:]
+    private var balancer: Process?
+
+    public var urls: [String] { nodes.map(\.url) }
+
+    /// Starts the three nodes and waits until each is healthy (JetStream ready) and its MQTT listener accepts.
+    public init(issuer: String, password: String = UUID().uuidString, balancer withBalancer: Bool = false) throws {
+        directory = try TempDirectory.make(prefix: "flare-nats")
+        self.password = password
+        nodes = try (1...3).map { index in
+            Node(name: "n\(index)", clientPort: try FreePort.next(), mqttPort: try FreePort.next(), httpPort: try FreePort.next(),
+                 clusterPort: try FreePort.next())
+        }
+        let template = try String(contentsOf: AuthPlugin.repositoryRoot.appendingPathComponent("broker/nats/node.conf.in"), encoding: .utf8)
+        let routes = nodes.map { "nats-route://127.0.0.1:\($0.clusterPort)" }.joined(separator: ", ")
+        for (index, node) in nodes.enumerated() {
+            let config = template
+                .replacingOccurrences(of: "@NAME@", with: node.name)
+                .replacingOccurrences(of: "@HOST@", with: "127.0.0.1")
+                .replacingOccurrences(of: "@CLIENT_PORT@", with: String(node.clientPort))
+                .replacingOccurrences(of: "@HTTP_PORT@", with: String(node.httpPort))
+                .replacingOccurrences(of: "@CLUSTER_PORT@", with: String(node.clusterPort))
+                .replacingOccurrences(of: "@MQTT_PORT@", with: String(node.mqttPort))
+                .replacingOccurrences(of: "@STORE_DIR@", with: directory.appendingPathComponent("js-\(node.name)").path)
+                .replacingOccurrences(of: "@ROUTES@", with: routes)
+                .replacingOccurrences(of: "@PASSWORD@", with: password)
+                .replacingOccurrences(of: "@ISSUER@", with: issuer)
+            try config.write(to: configURL(index), atomically: true, encoding: .utf8)
+        }
+        do {
+            for index in nodes.indices { try start(index) }
+            for index in nodes.indices { try waitHealthy(index, timeout: .seconds(30)) }
+            if withBalancer { try startBalancer() }
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    deinit { stop() }
+
+    public static var serverPath: String { AuthPlugin.repositoryRoot.appendingPathComponent(".build/nats/nats-server").path }
+
+    /// The installed server, fetched by scripts/nats-server.sh when missing (a test run outside `make test`).
+    public static func ensureServer() throws {
+        if FileManager.default.isExecutableFile(atPath: serverPath) { return }
+        let result = try runCommand("/bin/bash", [AuthPlugin.repositoryRoot.appendingPathComponent("scripts/nats-server.sh").path], timeout: .seconds(120))
+        guard result.status == 0 else { throw TestSupportError("scripts/nats-server.sh failed:\n\(result.stderr)") }
+    }
+
+    private func configURL(_ index: Int) -> URL { directory.appendingPathComponent("\(nodes[index].name).conf") }
+
+    /// (Re)starts node `index` on its own ports, configuration and store.
+    public func start(_ index: Int) throws {
+        precondition(processes[index] == nil, "node already running")
+        try Self.ensureServer()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.serverPath)
+        process.arguments = ["-c", configURL(index).path]
+        process.standardOutput = FileHandle.nullDevice
+        let logURL = directory.appendingPathComponent("\(nodes[index].name).log")
+        if !FileManager.default.fileExists(atPath: logURL.path) { _ = FileManager.default.createFile(atPath: logURL.path, contents: nil) }
+        let log = try FileHandle(forWritingTo: logURL)
+        log.seekToEndOfFile()
+        process.standardError = log
+        try process.runUnmasked()
+        processes[index] = process
+    }
+
+    /// Waits until node `index` says it is healthy (`/healthz`: JetStream current) and its MQTT port accepts.
+    public func waitHealthy(_ index: Int, timeout: Duration) throws {
+        let deadline = ContinuousClock.now + timeout
+        let node = nodes[index]
+        while ContinuousClock.now < deadline {
+            if let result = try? runCommand("/usr/bin/curl", ["-sf", "-m", "2", "http://127.0.0.1:\(node.httpPort)/healthz"], timeout: .seconds(3)),
+               result.status == 0, FreePort.waitUntilAccepting(port: node.mqttPort, timeout: .milliseconds(100)) {
+                return
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        throw TestSupportError("NATS node \(node.name) was not healthy within \(timeout): \(log(index).suffix(2000))")
+    }
+
+    /// kill -9 of node `index`: nothing saved, nothing handed over.
+    public func kill(_ index: Int) {
+        guard let process = processes.removeValue(forKey: index) else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    public func isRunning(_ index: Int) -> Bool { processes[index]?.isRunning ?? false }
+
+    public func log(_ index: Int) -> String {
+        (try? String(contentsOf: directory.appendingPathComponent("\(nodes[index].name).log"), encoding: .utf8)) ?? ""
+    }
+
+    /// Ends every node and the balancer, and removes the stores.
+    public func stop() {
+        for index in processes.keys.sorted() {
+            _ = processes[index]?.terminate(within: .seconds(10), what: "nats-server")
+        }
+        processes.removeAll()
+        _ = balancer?.terminate(within: .seconds(5), what: "haproxy")
+        balancer = nil
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private func startBalancer() throws {
+        let port = try FreePort.next()
+        let servers = nodes.map { "    server \($0.name) 127.0.0.1:\($0.mqttPort) check inter 500ms fall 2 rise 1" }.joined(separator: "\n")
+        let config = """
+        global
+            maxconn 4096
+        defaults
+            mode tcp
+            timeout connect 2s
+            timeout client 1h
+            timeout server 1h
+        frontend mqtt
+            bind 127.0.0.1:\(port)
+            default_backend nodes
+        backend nodes
+            balance roundrobin
+            option redispatch
+            retries 2
+        \(servers)
+
+        """
+        let url = directory.appendingPathComponent("haproxy.cfg")
+        try config.write(to: url, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/haproxy")
+        process.arguments = ["-db", "-f", url.path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.runUnmasked()
+        balancer = process
+        guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else { throw TestSupportError("haproxy did not listen on \(port)") }
+        balancerPort = port
+    }
+}
