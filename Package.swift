@@ -65,7 +65,7 @@ let package = Package(
         // MQTT ingest and the broker's retained state.
         .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         // The NATS cluster as the broker: the auth callout's responder, ingest from the MQTT layer's stream.
-        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem", "FlareMQTT", "FlareBridge", "FlareShares"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
@@ -77,7 +77,7 @@ let package = Package(
         // Every setting read into the typed values the components take, once, by flared's wiring.
         .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway"], swiftSettings: swiftSettings),
 
-        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
         .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).

@@ -12,7 +12,7 @@ import Glibc
 /// from "not yet" without guessing a delay, the probe then publishes a message to a topic only it listens to: the
 /// broker queues that message behind the retained one, so once the probe's message is back, a mark that did not come
 /// first does not exist.
-struct BrokerEpochProbe: BrokerEpochReading {
+public struct BrokerEpochProbe: BrokerEpochReading {
     let options: MQTTClient.Options
 
     struct Unavailable: Error, CustomStringConvertible {
@@ -20,7 +20,7 @@ struct BrokerEpochProbe: BrokerEpochReading {
     }
 
     /// - Parameter bridgeOptions: the bridge's options (host, credentials); the probe uses `<client id>-epoch`.
-    init(bridgeOptions: MQTTClient.Options) {
+    public init(bridgeOptions: MQTTClient.Options) {
         var options = bridgeOptions
         options.clientID = bridgeOptions.clientID + "-epoch"
         options.cleanSession = true
@@ -28,7 +28,7 @@ struct BrokerEpochProbe: BrokerEpochReading {
         self.options = options
     }
 
-    func readEpoch() throws -> Int64? {
+    public func readEpoch() throws -> Int64? {
         let client = try MQTTClient(options: options)
         let probeTopic = Topics.brokerEpoch + "/probe-" + String(Secret.generate().text.prefix(16))
         // (epoch mark seen, its value; probe back)

@@ -21,6 +21,8 @@ public struct NATSMessage: Sendable {
     public let subject: String
     public let reply: String?
     public let payload: [UInt8]
+    /// The QoS an MQTT client published it with (the MQTT layer's `Nmqtt-Pub` header); nil for a plain NATS publish.
+    public let mqttQoS: Int?
 }
 
 /// A connection to a NATS cluster through Debian's C client (libnats): the only importer of CNats. It reconnects by
@@ -28,7 +30,7 @@ public struct NATSMessage: Sendable {
 /// again. Callbacks run on the library's threads, one per subscription, in order.
 public final class NATSConnection: @unchecked Sendable {
     // @unchecked: libnats connections are thread-safe; `connection` is set once in init and destroyed in deinit.
-    private let connection: OpaquePointer
+    let connection: OpaquePointer
     private var subscriptions: [OpaquePointer] = []
     private var handlers: [Unmanaged<Handler>] = []
     private let lock = ConditionLock()
@@ -111,9 +113,47 @@ public final class NATSConnection: @unchecked Sendable {
         }
         return NATSMessage(subject: String(cString: natsMsg_GetSubject(message)),
                            reply: natsMsg_GetReply(message).map { String(cString: $0) },
-                           payload: payload)
+                           payload: payload, mqttQoS: mqttQoS(message))
+    }
+
+    /// The first character of `Nmqtt-Pub` is the QoS (later characters are flags the server may add).
+    static func mqttQoS(_ message: OpaquePointer) -> Int? {
+        var value: UnsafePointer<CChar>?
+        guard natsMsgHeader_Get(message, "Nmqtt-Pub", &value) == NATS_OK, let value, let first = value.pointee.asDigit else { return nil }
+        return first
+    }
+
+    /// Publishes `payload` on `subject` with a fresh reply inbox and gathers every answer that comes within `window`
+    /// (a request that every server of the cluster answers, `$SYS.REQ.SERVER.PING.…`), or the first `expecting`.
+    public func gather(_ subject: String, _ payload: [UInt8], window: Duration, expecting: Int = .max) throws(NATSError) -> [NATSMessage] {
+        var inbox: UnsafeMutablePointer<natsInbox>?
+        var status = natsInbox_Create(&inbox)
+        guard status == NATS_OK, let inbox else { throw NATSError("inbox", status) }
+        defer { natsInbox_Destroy(inbox) }
+        let inboxName = String(cString: inbox)
+        var subscription: OpaquePointer?
+        status = natsConnection_SubscribeSync(&subscription, connection, inboxName)
+        guard status == NATS_OK, let subscription else { throw NATSError("subscribe", status) }
+        defer { natsSubscription_Destroy(subscription) }
+        status = payload.withUnsafeBytes { natsConnection_PublishRequest(connection, subject, inboxName, $0.baseAddress, Int32($0.count)) }
+        guard status == NATS_OK else { throw NATSError("request", status) }
+        var answers: [NATSMessage] = []
+        let deadline = ContinuousClock.now + window
+        while ContinuousClock.now < deadline && answers.count < expecting {
+            let left = deadline - ContinuousClock.now
+            var message: OpaquePointer?
+            let millis = max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)
+            guard natsSubscription_NextMsg(&message, subscription, millis) == NATS_OK, let message else { break }
+            answers.append(Self.copy(message))
+            natsMsg_Destroy(message)
+        }
+        return answers
     }
 
     /// libnats keeps process-wide state (its timers and threads); opened once, before the first connection.
     private static let libraryOpened: Bool = nats_Open(-1) == NATS_OK
+}
+
+private extension CChar {
+    var asDigit: Int? { self >= 0x30 && self <= 0x39 ? Int(self - 0x30) : nil }
 }

@@ -19,6 +19,8 @@ public struct DaemonSettings: Sendable {
     public let mqttUsername: String?
     public let mqttPassword: String?
     public let mqttPasswordFile: String?
+    /// With FLARE_BROKER=nats: the cluster; nil for mosquitto.
+    public let nats: NATSBrokerSettings?
     public let trailLength: Int
     public let instanceStaleAfterSeconds: Int64
     public let storeMinimumFreeBytes: Int64
@@ -57,6 +59,7 @@ public struct DaemonSettings: Sendable {
         mqttUsername = config.string("FLARE_MQTT_USERNAME")
         mqttPassword = config.string("FLARE_MQTT_PASSWORD")
         mqttPasswordFile = config.string("FLARE_MQTT_PASSWORD_FILE")
+        nats = try NATSBrokerSettings.configured(config, dataDirectory: dataDirectory)
         trailLength = Int(try config.integer("FLARE_TRAIL_LENGTH"))
         instanceStaleAfterSeconds = try config.integer("FLARE_INSTANCE_STALE_AFTER_S")
         storeMinimumFreeBytes = try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576
@@ -65,5 +68,31 @@ public struct DaemonSettings: Sendable {
         trackerRules = try TrackerRules(config)
         parser = try LocationPayloadParser(config)
         gateway = try GatewayConfiguration(config)
+    }
+}
+
+/// FLARE_BROKER=nats: where the cluster is and the secrets flared's logins use.
+public struct NATSBrokerSettings: Sendable {
+    public let urls: [String]
+    public let issuerSeedFile: String
+    public let passwordFile: String
+
+    static func configured(_ config: Configuration, dataDirectory: String) throws(Configuration.ConfigurationError) -> NATSBrokerSettings? {
+        guard config.string("FLARE_BROKER") == "nats" else {
+            for name in ["FLARE_NATS_URLS", "FLARE_NATS_ISSUER_SEED_FILE", "FLARE_NATS_PASSWORD_FILE"] where config.string(name) != nil {
+                throw Configuration.ConfigurationError("\(name) is set but FLARE_BROKER is not nats")
+            }
+            return nil
+        }
+        let urls = (config.string("FLARE_NATS_URLS") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        guard !urls.isEmpty else {
+            throw Configuration.ConfigurationError("FLARE_BROKER=nats needs FLARE_NATS_URLS: the nodes' client URLs, e.g. nats://10.0.0.1:4222,nats://10.0.0.2:4222")
+        }
+        for url in urls where !(url.hasPrefix("nats://") || url.hasPrefix("tls://")) || url.utf8.count > 255 {
+            throw Configuration.ConfigurationError("FLARE_NATS_URLS: \(url) is not a nats:// URL")
+        }
+        return NATSBrokerSettings(urls: urls,
+                                  issuerSeedFile: config.string("FLARE_NATS_ISSUER_SEED_FILE") ?? dataDirectory + "/nats/issuer.seed",
+                                  passwordFile: config.string("FLARE_NATS_PASSWORD_FILE") ?? dataDirectory + "/nats/password")
     }
 }

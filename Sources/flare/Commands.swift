@@ -154,6 +154,10 @@ enum Commands {
           flare checkin extend ID --in 1h | --at TIME                       a new deadline (and a new device token)
           flare checkin show ID [--json]                                    where a check-in stands
           flare webhook-secret                                              a new secret for FLARE_WEBHOOK_SECRET
+          flare nats-issuer                                                 FLARE_BROKER=nats: the account key flared signs the
+                                                                            callout's answers with (DATA_DIR/nats/issuer.seed,
+                                                                            made if missing); prints the public key that every
+                                                                            node's auth_callout { issuer } names
           flare token-key rotate                                            a new token.key (the emergency stop for every
                                                                             device and watch token), the keys' webhook
                                                                             secrets sealed anew; says what to do next
@@ -208,6 +212,7 @@ enum Commands {
         case ("checkin", "extend"): return try checkinExtend(options, id: try argument(words, 2, "check-in id"))
         case ("checkin", "show"): return try checkinShow(options, id: try argument(words, 2, "check-in id"))
         case ("token-key", "rotate"): return try tokenKeyRotate(options)
+        case ("nats-issuer", nil): return try natsIssuer(options)
         case ("webhook-secret", nil):
             print(WebhookSecret.generate().text)
             return 0
@@ -682,6 +687,27 @@ enum Commands {
         let client = try ownerClient(options)
         try call("cannot remove contact \(id)") { () async throws(FlareClientError) in try await client.removeContact(id) }
         print("contact \(id) removed")
+        return 0
+    }
+
+    /// `flare nats-issuer`: the account seed FLARE_BROKER=nats signs with, made once (owner-only file), and the public
+    /// key the nodes' configuration needs. Printing it again is harmless; a new seed is never made over an old one, since
+    /// nodes configured with the old key would refuse every login.
+    static func natsIssuer(_ options: CommonOptions) throws -> Int32 {
+        let directory = options.dataDirectory + "/nats", path = directory + "/issuer.seed"
+        if !FileManager.default.fileExists(atPath: path) {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let account = NKey.newAccount()
+            guard FileManager.default.createFile(atPath: path, contents: Data((account.seed + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+                throw CLIError("cannot write \(path)")
+            }
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+              let seed = NKey.decodeSeed(text.trimmingCharacters(in: .whitespacesAndNewlines), kind: .account),
+              let key = Ed25519.publicKey(seed: seed) else {
+            throw CLIError("\(path) is not an account seed (SA…): move it away to make a new one, and reconfigure every node")
+        }
+        print(NKey.encodePublic(key, kind: .account))
         return 0
     }
 

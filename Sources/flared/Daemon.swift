@@ -6,6 +6,8 @@ import FlareCore
 import FlareGateway
 import FlareHTTP
 import FlareMQTT
+import FlareNATS
+import FlareNATSBroker
 import FlareSettings
 import FlareSQLite
 import FlareStore
@@ -43,26 +45,56 @@ final class Daemon: Sendable {
         var mqttOptions = MQTTClient.Options(clientID: clientID)
         mqttOptions.host = mqttURL.host
         mqttOptions.port = mqttURL.port
-        let credentials = try DataDirectory.brokerCredentials(
-            in: dataDirectory, username: settings.mqttUsername, password: settings.mqttPassword, passwordFile: settings.mqttPasswordFile)
-        mqttOptions.username = credentials.username
-        mqttOptions.password = credentials.password
-        mqttOptions.cleanSession = false
+        // On NATS: MQTT 3.1.1 (its MQTT layer has no v5), the service login the callout knows, and no session to keep
+        // (the connection only publishes; fixes come from the stream).
+        let natsSecrets = try settings.nats.map { nats in try DataDirectory.natsSecrets(nats) }
+        if let natsSecrets {
+            mqttOptions.protocolVersion = .v311
+            mqttOptions.username = NATSAuthCallout.serviceUsername
+            mqttOptions.password = natsSecrets.password
+            mqttOptions.cleanSession = true
+        } else {
+            let credentials = try DataDirectory.brokerCredentials(
+                in: dataDirectory, username: settings.mqttUsername, password: settings.mqttPassword, passwordFile: settings.mqttPasswordFile)
+            mqttOptions.username = credentials.username
+            mqttOptions.password = credentials.password
+            mqttOptions.cleanSession = false
+        }
         // The bridge acknowledges a batch of QoS 1 fixes once it is committed (one commit per read), so the broker may
         // send this many before it waits: a larger window makes fewer, larger commits. Kept below mosquitto's queue
         // limits; a flared killed with a full window gets all of it again.
         mqttOptions.receiveMaximum = 1000
         let client = try MQTTClient(options: mqttOptions)
+        // On NATS, the callout's responder answers logins before anything of flared's own logs in, and what is
+        // published goes through the NATS publisher (own positions marked, revocations as ended connections).
+        let natsSide: (responder: AuthCalloutResponder, publisher: NATSPublisher, connection: NATSConnection)?
+        if let nats = settings.nats, let natsSecrets {
+            do {
+                let responder = try AuthCalloutResponder(servers: nats.urls, password: natsSecrets.password, issuerSeed: natsSecrets.issuerSeed,
+                                                         tokenKey: tokenKey, shares: store, clock: clock, logger: logger.with(label: "callout"),
+                                                         instanceName: clientID)
+                let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.password, instanceName: clientID, logger: logger.with(label: "sessions"))
+                let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, logger: logger.with(label: "sessions"))
+                let connection = try NATSConnection(servers: nats.urls, user: NATSAuthCallout.serviceUsername, password: natsSecrets.password,
+                                                    name: clientID + "-ingest")
+                natsSide = (responder, publisher, connection)
+            } catch {
+                throw Configuration.ConfigurationError("cannot reach the NATS cluster (FLARE_NATS_URLS: \(nats.urls.joined(separator: ","))): \(error)")
+            }
+        } else {
+            natsSide = nil
+        }
+        let publisher: any BrokerPublisher = natsSide?.publisher ?? client
 
         let mailing = settings.mailServer.map { server in
             ContactMailing(server: server, sender: SMTPMailer(server: server),
                            composer: ContactNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL, clock: clock))
         }
-        let deliverer = EventDeliverer(store: store, publisher: client, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
+        let deliverer = EventDeliverer(store: store, publisher: publisher, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
                                        mailing: mailing, sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
         let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
-        let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: client,
+        let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: publisher,
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   mailsContacts: deliverer.mailsContacts,
@@ -75,10 +107,32 @@ final class Daemon: Sendable {
         // broker is away; the retained status topic stays what integrators follow).
         let isShared: Bool
         if case .postgresql = location { isShared = true } else { isShared = false }
-        let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
-                            subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
-                            staleAfterSeconds: settings.instanceStaleAfterSeconds,
-                            metrics: metrics, logger: logger.with(label: "bridge"))
+        let bridgeService: ServiceGroup.Service
+        if let natsSide {
+            let ingest = NATSIngest(connection: natsSide.connection, ingestor: ingestor, shares: shares, mark: OwnPositionMark(tokenKey: tokenKey),
+                                    metrics: metrics, logger: logger.with(label: "bridge"))
+            let bridge = NATSBridge(responder: natsSide.responder, client: client, options: mqttOptions, publisher: natsSide.publisher, ingest: ingest,
+                                    store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
+            if !isShared { logger.warning("FLARE_BROKER=nats with the SQLite store: one flared answers every login to the cluster; with PostgreSQL, several instances do") }
+            bridgeService = .init("NATS bridge", start: { try bridge.start() }, stop: { _ in
+                ingestor.prepareForShutdown()
+                bridge.stop()
+                return true
+            })
+        } else {
+            let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
+                                subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
+                                staleAfterSeconds: settings.instanceStaleAfterSeconds,
+                                metrics: metrics, logger: logger.with(label: "bridge"))
+            bridgeService = .init("MQTT bridge", start: {
+                try bridge.start()
+                bridge.startMembership()
+            }, stop: { _ in
+                ingestor.prepareForShutdown()
+                bridge.stop()
+                return true
+            })
+        }
 
         // The free-space check watches the disk of the SQLite file; a database server watches its own.
         let space: StoreSpace?
@@ -129,14 +183,7 @@ final class Daemon: Sendable {
                 }
                 return true
             }),
-            .init("MQTT bridge", start: {
-                try bridge.start()
-                bridge.startMembership()
-            }, stop: { _ in
-                ingestor.prepareForShutdown()
-                bridge.stop()
-                return true
-            }),
+            bridgeService,
             .init("check-in deadlines", start: { checkins.start() }, stop: { _ in
                 checkins.stop()
                 return true
@@ -173,7 +220,7 @@ final class Daemon: Sendable {
         } else {
             logger.info("contacts are not mailed (no FLARE_SMTP_URL): personal links are for the owner to send")
         }
-        logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(mqttURL.host):\(mqttURL.port)")
+        logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(settings.nats == nil ? "" : "NATS cluster, MQTT at ")\(mqttURL.host):\(mqttURL.port)")
     }
 
     func start() throws {

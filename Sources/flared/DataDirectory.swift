@@ -1,5 +1,6 @@
 import FlareCore
 import FlareCrypto
+import FlareSettings
 import FlareStore
 import Foundation
 
@@ -74,6 +75,24 @@ enum DataDirectory {
             throw Configuration.ConfigurationError("the broker password file \(path) is empty (FLARE_MQTT_PASSWORD_FILE)")
         }
         return (username ?? "flared", secret)
+    }
+
+    /// With FLARE_BROKER=nats: the password of flared's logins and the account seed the callout signs with. Both are
+    /// made by whoever configures the nodes (scripts/nats-cluster.py, `flare nats-issuer`): flared never makes them,
+    /// since nodes that do not hold the same would refuse every login.
+    static func natsSecrets(_ settings: NATSBrokerSettings) throws -> (password: String, issuerSeed: [UInt8]) {
+        func firstLine(_ path: String, _ setting: String) throws -> String {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+                  let line = text.split(whereSeparator: \.isNewline).first?.trimmingCharacters(in: .whitespaces), !line.isEmpty else {
+                throw Configuration.ConfigurationError("cannot read \(path) (\(setting)); scripts/nats-cluster.py writes it with the nodes' configuration")
+            }
+            return line
+        }
+        let password = try firstLine(settings.passwordFile, "FLARE_NATS_PASSWORD_FILE")
+        guard let seed = NKey.decodeSeed(try firstLine(settings.issuerSeedFile, "FLARE_NATS_ISSUER_SEED_FILE"), kind: .account) else {
+            throw Configuration.ConfigurationError("\(settings.issuerSeedFile) is not an account seed (SA…; `flare nats-issuer` makes one)")
+        }
+        return (password, seed)
     }
 
     static func writeSecretFile(_ path: String, _ contents: String) throws {

@@ -32,17 +32,22 @@ public final class FlaredProcess: @unchecked Sendable {
     private var process: Process?
     private let logURL: URL
 
-    public init(broker: TestBroker, dataDirectory: URL? = nil, extraEnvironment: [String: String] = [:]) throws {
+    public convenience init(broker: TestBroker, dataDirectory: URL? = nil, extraEnvironment: [String: String] = [:]) throws {
+        try self.init(brokerPort: broker.port, dataDirectory: dataDirectory, extraEnvironment: extraEnvironment)
+    }
+
+    /// Against any broker's MQTT port (a NATS cluster's balancer, say).
+    public init(brokerPort: Int, dataDirectory: URL? = nil, extraEnvironment: [String: String] = [:]) throws {
         httpPort = try FreePort.next()
         metricsPort = try FreePort.next()
-        self.brokerPort = broker.port
+        self.brokerPort = brokerPort
         self.dataDirectory = try dataDirectory ?? TempDirectory.make(prefix: "flared")
         logURL = self.dataDirectory.appendingPathComponent("flared-\(httpPort).log")
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLARE_") }
         environment["FLARE_DATA_DIR"] = self.dataDirectory.path
         environment["FLARE_HTTP_ADDR"] = "127.0.0.1:\(httpPort)"
         environment["FLARE_METRICS_ADDR"] = "127.0.0.1:\(metricsPort)"
-        environment["FLARE_MQTT_PORT"] = String(broker.port)
+        environment["FLARE_MQTT_PORT"] = String(brokerPort)
         environment["FLARE_MQTT_CLIENT_ID"] = "flared-\(self.dataDirectory.lastPathComponent)"
         environment["FLARE_LOG_LEVEL"] = "debug"
         environment.merge(extraEnvironment) { $1 }

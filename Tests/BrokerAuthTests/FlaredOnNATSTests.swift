@@ -1,0 +1,101 @@
+import FlareCore
+import FlareCrypto
+import FlareMQTT
+import FlareTestSupport
+import Foundation
+import Testing
+
+/// The built `flared` with FLARE_BROKER=nats against three real NATS nodes behind HAProxy, as `make cluster
+/// BROKER=nats` runs it: it answers the logins, stores what phones send at QoS 1 and 0, publishes retained state that
+/// every node serves, and ending a share cuts its phone off.
+final class NATSFlaredFixture: @unchecked Sendable {
+    let cluster: TestNATSCluster
+    let directory: URL
+    var flared: [FlaredProcess] = []
+
+    init(instances: Int = 1, extraEnvironment: [String: String] = [:]) throws {
+        let issuer = NKey.newAccount()
+        cluster = try TestNATSCluster(issuer: issuer.publicKey, balancer: true)
+        directory = try TempDirectory.make(prefix: "flare-nats-flared")
+        let nats = directory.appendingPathComponent("nats")
+        try FileManager.default.createDirectory(at: nats, withIntermediateDirectories: true)
+        try (issuer.seed + "\n").write(to: nats.appendingPathComponent("issuer.seed"), atomically: true, encoding: .utf8)
+        try (cluster.password + "\n").write(to: nats.appendingPathComponent("password"), atomically: true, encoding: .utf8)
+        var environment = extraEnvironment
+        environment["FLARE_BROKER"] = "nats"
+        environment["FLARE_NATS_URLS"] = cluster.urls.joined(separator: ",")
+        for _ in 0..<instances {
+            flared.append(try FlaredProcess(brokerPort: cluster.balancerPort!, dataDirectory: directory, extraEnvironment: environment))
+        }
+    }
+
+    deinit {
+        for process in flared { _ = process.stop() }
+        cluster.stop()
+    }
+
+    func client(node: Int?, share: ShareID, token: String, clientID: String) throws -> Client {
+        try Client(port: node.map { cluster.nodes[$0].mqttPort } ?? cluster.balancerPort!, username: share.rawValue, password: token,
+                   clientID: clientID, protocolVersion: .v311)
+    }
+}
+
+@Suite(.serialized) struct FlaredOnNATSTests {
+    @Test func fixesAreStoredRetainedStateIsEverywhereAndStoppingCutsThePhoneOff() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        #expect(created.status == 201, "\(created.text)")
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let deviceToken = try #require(share["device_token"])
+        #expect(share["mqtt_url"] == "mqtt://127.0.0.1:\(fixture.cluster.balancerPort!)")
+
+        // QoS 1 through the balancer: stored (from the MQTT layer's stream), once.
+        let phone = try fixture.client(node: nil, share: id, token: deviceToken, clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        let now = Int(Date().timeIntervalSince1970)
+        #expect(try phone.publish(Topics.location(id), #"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(now - 5)}"#) == nil)
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.1
+        })
+        // QoS 0: stored too (from the core subscription).
+        try phone.mqtt.publish(topic: Topics.location(id), payload: Array(#"{"_type":"location","lat":48.2,"lon":11.5,"tst":\#(now - 4)}"#.utf8), qos: 0, retain: false)
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.2
+        })
+
+        // The retained status and an HTTP fix's retained position, as a watcher on each node gets them.
+        let ingested = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/locations", body: #"{"lat":48.3,"lon":11.6}"#, bearer: deviceToken)
+        #expect((200...299).contains(ingested.status), "\(ingested.text)")
+        Thread.sleep(forTimeInterval: 2)
+        let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
+        let watchToken = try #require(issued.json?["watch_token"] as? String)
+        // A watcher on each node gets the retained status and position. (A subscription made while a retained message is
+        // on its way to the node's copy gets neither the retained nor the live copy: NATS's MQTT layer stores and
+        // delivers apart. So each try subscribes afresh.)
+        for node in 0..<3 {
+            #expect(eventually {
+                guard let watcher = try? fixture.client(node: node, share: id, token: watchToken, clientID: ClientIDs.watcher(id, suffix: "n\(node)")),
+                      watcher.waitForOutcome() == .connected, (try? watcher.subscribe(Topics.shareRoot(id) + "/#")) == true else { return false }
+                return eventually(timeout: .seconds(2)) {
+                    watcher.messages.contains { $0.topic == Topics.status(id) && $0.retain }
+                        && watcher.messages.contains { $0.topic == Topics.location(id) && $0.retain && String(decoding: $0.payload, as: UTF8.self).contains("48.3") }
+                }
+            }, "node \(node)")
+        }
+        // flared's own position came back through the cluster's stream and was known as such (its mark), not taken for
+        // a fix: no duplicate, and the tracker's transport is still what the last fix came over.
+        #expect(eventually { (try? flared.metrics())?.contains("flare_own_positions_skipped_total 1") == true })
+        let metrics = try flared.metrics()
+        #expect(metrics.contains("flare_fixes_duplicate_total 0"), "\(metrics)")
+
+        // Stop: the phone is cut off within a second, and its token refused from then on, on any node.
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/stop", bearer: flared.ownerKey).status == 200)
+        #expect(eventually(timeout: .seconds(2)) { !phone.mqtt.isConnected })
+        for node in 0..<3 {
+            #expect(try fixture.client(node: node, share: id, token: deviceToken, clientID: ClientIDs.device(id)).waitForOutcome() == .refused)
+        }
+        #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.cluster.password))
+    }
+}
