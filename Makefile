@@ -11,8 +11,10 @@ run: deps build plugin
 # Two flared instances on a throwaway PostgreSQL (in the data directory) and one broker, with the demo share; an
 # instance that fails is restarted (scripts/run.sh says when and how).
 # Honours FLARE_DATA_DIR (default ./data-cluster), FLARE_HTTP_ADDR (and the next port), FLARE_MQTT_PORT, FLARE_PG_PORT.
+# `make cluster BROKER=nats`: three NATS nodes behind HAProxy instead of the one mosquitto (docs/scaling.md).
+BROKER ?= mosquitto
 cluster: deps build plugin
-	FLARE_INSTANCES=2 ./scripts/run.sh
+	FLARE_INSTANCES=2 FLARE_BROKER=$(BROKER) ./scripts/run.sh
 
 test: deps build plugin swift-test scripts-test browser-test chaos-quick fuzz
 

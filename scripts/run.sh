@@ -10,6 +10,10 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
 instances=${FLARE_INSTANCES:-1}
 [[ $instances =~ ^[1-9]$ ]] || { echo "flare: FLARE_INSTANCES must be 1 to 9" >&2; exit 1; }
+# FLARE_BROKER=nats (`make cluster BROKER=nats`): three NATS nodes behind HAProxy instead of mosquitto
+# (scripts/nats-cluster.sh); flared answers their logins.
+broker=${FLARE_BROKER:-mosquitto}
+[[ $broker == mosquitto || $broker == nats ]] || { echo "flare: FLARE_BROKER must be mosquitto or nats" >&2; exit 1; }
 if ((instances > 1)); then
   export FLARE_DATA_DIR=${FLARE_DATA_DIR:-$here/data-cluster}
 else
@@ -48,8 +52,13 @@ pick_port() {  # name default offset: sets $name unless it is set, the port it t
   chosen+="$port "
   export "$name=$port"
 }
-pick_port FLARE_MQTT_TLS_PORT 8883 1
-pick_port FLARE_MQTT_WS_PORT 8083 2
+if [ "$broker" = nats ]; then
+  # scripts/broker.sh's listeners; the NATS cluster has plain MQTT only here (TLS: in front of HAProxy, deploy/).
+  export FLARE_MQTT_TLS_PORT="" FLARE_MQTT_WS_PORT=""
+else
+  pick_port FLARE_MQTT_TLS_PORT 8883 1
+  pick_port FLARE_MQTT_WS_PORT 8083 2
+fi
 
 pids=()
 postgres_started=""
@@ -117,13 +126,26 @@ if ((instances > 1)); then
   export FLARE_STORE_URL
 fi
 
-"$here/scripts/broker.sh" 2> >(sed -u 's/^/mosquitto: /' >&2) &
-pids+=($!)
-for _ in $(seq 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$FLARE_MQTT_PORT") 2>/dev/null && break
-  kill -0 "${pids[0]}" 2>/dev/null || { echo "flare: mosquitto did not start (see above)" >&2; exit 1; }
-  sleep 0.1
-done
+if [ "$broker" = nats ]; then
+  rm -f "$FLARE_DATA_DIR/nats/urls"
+  FLARE_BIN=$bin "$here/scripts/nats-cluster.sh" &
+  pids+=($!)
+  for _ in $(seq 400); do
+    [ -s "$FLARE_DATA_DIR/nats/urls" ] && (exec 3<>"/dev/tcp/127.0.0.1/$FLARE_MQTT_PORT") 2>/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "flare: the NATS cluster did not start (see above)" >&2; exit 1; }
+    sleep 0.1
+  done
+  export FLARE_BROKER=nats FLARE_NATS_URLS
+  FLARE_NATS_URLS=$(cat "$FLARE_DATA_DIR/nats/urls")
+else
+  "$here/scripts/broker.sh" 2> >(sed -u 's/^/mosquitto: /' >&2) &
+  pids+=($!)
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$FLARE_MQTT_PORT") 2>/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "flare: mosquitto did not start (see above)" >&2; exit 1; }
+    sleep 0.1
+  done
+fi
 
 # One flared per instance, each with its own HTTP port and MQTT client id (its own persistent session in the
 # shared subscription; a restarted instance takes its own session back). The first makes the token key and the
@@ -161,7 +183,7 @@ failures=()      # by instance: failures in a row, each within a minute of its s
 # The command that starts instance n by hand, as this script starts it (other FLARE_ settings given to make are
 # left out: they may hold secrets).
 manual_command() {
-  echo "FLARE_DATA_DIR=$FLARE_DATA_DIR FLARE_STORE_URL=$FLARE_STORE_URL FLARE_MQTT_PORT=$FLARE_MQTT_PORT $(instance_env "$1") $bin/flared"
+  echo "FLARE_DATA_DIR=$FLARE_DATA_DIR FLARE_STORE_URL=$FLARE_STORE_URL FLARE_MQTT_PORT=$FLARE_MQTT_PORT${FLARE_NATS_URLS:+ FLARE_BROKER=nats FLARE_NATS_URLS=$FLARE_NATS_URLS} $(instance_env "$1") $bin/flared"
 }
 describe_exit() {  # a wait status as words
   if (($1 > 128)); then echo "signal $(($1 - 128))"; else echo "exit status $1"; fi
@@ -216,7 +238,9 @@ for ((n = 0; n < instances; n++)); do
 done
 
 "$bin/flare" share create --name "Demo" --json > "$FLARE_DATA_DIR/demo-share.json"
-"$bin/flare" track --share-file "$FLARE_DATA_DIR/demo-share.json" --interval "${FLARE_DEMO_INTERVAL:-2}" --quiet &
+track_options=()
+[ "$broker" = mosquitto ] || track_options+=(--mqtt311)
+"$bin/flare" track --share-file "$FLARE_DATA_DIR/demo-share.json" --interval "${FLARE_DEMO_INTERVAL:-2}" --quiet "${track_options[@]}" &
 pids+=($!)
 link=$(sed -n 's/.*"share_url":"\([^"]*\)".*/\1/p' "$FLARE_DATA_DIR/demo-share.json")
 links=$link
@@ -243,7 +267,7 @@ cat >&2 <<MSG
   Flare is running$( ((instances > 1)) && echo " as $instances instances on one PostgreSQL").
     viewer link (the demo share moves every ${FLARE_DEMO_INTERVAL:-2} s):  $links
     owner key:  $FLARE_DATA_DIR/owner.key   (flare share create | show | stop | extend)
-    broker:     mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
+    broker:     $( [ "$broker" = nats ] && echo "NATS, three nodes ($FLARE_NATS_URLS; try kill -9 of one: cat $FLARE_DATA_DIR/nats/n1.pid), phones through HAProxy at ")mqtt://127.0.0.1:$FLARE_MQTT_PORT${FLARE_MQTT_TLS_PORT:+   mqtts://localhost:$FLARE_MQTT_TLS_PORT (self-signed unless FLARE_MQTT_TLS_CERT)}${FLARE_MQTT_WS_PORT:+   ws://127.0.0.1:$FLARE_MQTT_WS_PORT}
     metrics:    $metrics
   Ctrl-C stops everything.
 

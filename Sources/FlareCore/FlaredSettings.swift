@@ -76,6 +76,7 @@ public enum FlaredSettings {
         .init(name: "FLARE_MQTT_TLS_KEY", readBy: "scripts/broker.sh", defaultValue: "that certificate's key", help: "the TLS listener's private key (PEM)"),
         .init(name: "FLARE_MQTT_WS_PORT", readBy: "scripts/broker.sh, scripts/run.sh", defaultValue: "8083 under make run (empty: none)", help: "the broker's MQTT-over-WebSockets listener"),
         .init(name: "FLARE_MQTT_WS_BIND", readBy: "scripts/broker.sh", defaultValue: "FLARE_MQTT_BIND", help: "address of the WebSockets listener"),
+        .init(name: "FLARE_NATS_PORT", readBy: "scripts/nats-cluster.sh", defaultValue: "14222", help: "make cluster BROKER=nats: the first port the three NATS nodes take (client, MQTT, monitoring, route each; the next free ones)"),
         .init(name: "FLARE_MQTT_AUTOSAVE", readBy: "scripts/broker.sh", defaultValue: "5", help: "how often the broker saves its state: seconds, changes:N, or off (docs/durability.md)"),
         .init(name: "FLARE_BROKER_PLUGIN", readBy: "scripts/broker.sh", defaultValue: ".build/broker/flare_auth.so", help: "the broker's auth plugin"),
         .init(name: "FLARE_BIN", readBy: "scripts/run.sh", defaultValue: ".build/debug", help: "directory of the flared and flare binaries that make run and make cluster start"),

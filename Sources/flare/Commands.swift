@@ -28,7 +28,7 @@ struct CommonOptions {
                                           "--in", "--at", "--grace", "--arrive", "--message"]
     /// Flags that may be given more than once (`--contact A --contact B`); `repeated` keeps every value in order.
     static let repeatableFlags: Set<String> = ["--contact"]
-    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--http", "--no-confirm", "--admin", "--enroll", "--remove",
+    static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--mqtt311", "--http", "--no-confirm", "--admin", "--enroll", "--remove",
                                            "--notify-on-arrival", "--e2e"]
 
     init(_ arguments: [String]) throws {
@@ -167,6 +167,7 @@ enum Commands {
                       [--gpx FILE [--speed-factor N]]                 replay a GPX track, N times faster
                       [--gpsd HOST:PORT]                              a live GPS receiver through gpsd
                       [--queue N] [--status-every SECONDS] [--quiet]  send queue bound; status line period
+                      [--mqtt311]                                     MQTT 3.1.1 (a NATS cluster: it has no MQTT 5)
                       [--e2e [--e2e-key PASSPHRASE]]                  encrypt each fix for an end-to-end encrypted
                                                                       share (the key: --e2e-key, or the file
                                                                       share create --e2e wrote)

@@ -34,6 +34,8 @@ struct TrackCommand {
     let queueLimit: Int
     let statusEverySeconds: Double
     let quiet: Bool
+    /// MQTT 3.1.1 instead of 5 (`--mqtt311`): a NATS cluster speaks only 3.1.1.
+    let mqtt311: Bool
     /// Keep each fix until Flare confirms it stored (false: until the broker's PUBACK, as the OwnTracks apps do).
     let confirm: Bool
     /// At the end, how long to wait for the last confirmations.
@@ -78,6 +80,7 @@ struct TrackCommand {
         self.queueLimit = max(1, Int(try options.double("--queue") ?? 10_000))
         self.statusEverySeconds = try options.double("--status-every") ?? 10
         self.quiet = options.switches.contains("--quiet")
+        self.mqtt311 = options.switches.contains("--mqtt311")
         self.confirm = !options.switches.contains("--no-confirm")
         self.confirmTimeoutSeconds = try options.double("--confirm-timeout") ?? 60
         guard confirmTimeoutSeconds >= 0 else { throw CLIError("--confirm-timeout must be 0 or more seconds") }
@@ -126,6 +129,7 @@ struct TrackCommand {
         mqttOptions.port = broker.port
         mqttOptions.username = shareID.rawValue
         mqttOptions.password = token
+        if mqtt311 { mqttOptions.protocolVersion = .v311 }
         // A tracker wants its backlog out soon after the broker is back.
         mqttOptions.reconnectDelay = (1, 5)
         // As the OwnTracks iOS app does: if the connection is lost, the broker tells Flare, and the page says the

@@ -16,7 +16,7 @@ import Testing
     }
 
     // The benchmarks' own plumbing (`flare bench`, not for users) is left out, as docs/configuration.md says.
-    @Test(arguments: ["scripts/broker.sh", "scripts/run.sh", "scripts/postgres.sh", "scripts/swift-test.py", "Makefile",
+    @Test(arguments: ["scripts/broker.sh", "scripts/run.sh", "scripts/nats-cluster.sh", "scripts/postgres.sh", "scripts/swift-test.py", "Makefile",
                       "Sources/flare/Commands.swift", "Sources/flare/TrackCommand.swift", "Sources/flare/FixSources.swift"])
     func everySettingAProgramReadsIsDeclared(_ file: String) throws {
         let undeclared = try Self.names(in: file).subtracting(Self.declared)

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Three NATS nodes (JetStream, MQTT, the auth callout to flared) and HAProxy in front of their MQTT listeners, for
+# `make cluster BROKER=nats` and `make chaos`; in the foreground until SIGTERM/SIGINT, which stops all four.
+#   In $FLARE_DATA_DIR/nats: issuer.seed (`flare nats-issuer`), password, n1..n3.conf from broker/nats/node.conf.in,
+#   js-n1..n3 (the nodes' stores), haproxy.cfg, urls (the nodes' client URLs, for FLARE_NATS_URLS).
+#   Phones and flared's MQTT connection reach the cluster at 127.0.0.1:$FLARE_MQTT_PORT (HAProxy, round robin, a node
+#   that stops answering taken out within a second). Each node's ports: FLARE_NATS_PORT (default 14222) and up.
+# Never reload a node's configuration (a reload deletes retained messages cluster-wide: docs/scaling.md).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+: "${FLARE_DATA_DIR:?set FLARE_DATA_DIR}"
+: "${FLARE_MQTT_PORT:?set FLARE_MQTT_PORT}"
+bin=${FLARE_BIN:-$here/.build/debug}
+server=$("$here/scripts/nats-server.sh")
+[ "${server#/}" != "$server" ] || server=$here/$server
+dir=$FLARE_DATA_DIR/nats
+mkdir -p "$dir"
+chmod 700 "$dir"
+issuer=$("$bin/flare" nats-issuer --data-dir "$FLARE_DATA_DIR")
+if [ ! -s "$dir/password" ]; then
+  (umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' > "$dir/password"; echo >> "$dir/password")
+fi
+password=$(head -n 1 "$dir/password")
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+next=${FLARE_NATS_PORT:-14222}
+take_port() {  # sets $port to the first free port from $next and moves $next past it
+  while port_taken "$next" || [ "$next" = "$FLARE_MQTT_PORT" ]; do next=$((next + 1)); done
+  port=$next; next=$((next + 1))
+}
+declare -a client mqtt http route
+for n in 1 2 3; do
+  take_port; client[$n]=$port; take_port; mqtt[$n]=$port; take_port; http[$n]=$port; take_port; route[$n]=$port
+done
+routes="nats-route://127.0.0.1:${route[1]}, nats-route://127.0.0.1:${route[2]}, nats-route://127.0.0.1:${route[3]}"
+for n in 1 2 3; do
+  sed -e "s|@NAME@|n$n|" -e "s|@HOST@|127.0.0.1|g" -e "s|@CLIENT_PORT@|${client[$n]}|" -e "s|@HTTP_PORT@|${http[$n]}|" \
+      -e "s|@CLUSTER_PORT@|${route[$n]}|" -e "s|@MQTT_PORT@|${mqtt[$n]}|" -e "s|@STORE_DIR@|$dir/js-n$n|" \
+      -e "s|@ROUTES@|$routes|" -e "s|@PASSWORD@|$password|g" -e "s|@ISSUER@|$issuer|" \
+      "$here/broker/nats/node.conf.in" > "$dir/n$n.conf"
+  chmod 600 "$dir/n$n.conf"
+done
+echo "nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]},nats://127.0.0.1:${client[3]}" > "$dir/urls"
+# Two descriptors a connection (phone side, node side), within this process's limit.
+maxconn=$(( ($(ulimit -n) - 64) / 2 ))
+((maxconn <= 50000)) || maxconn=50000
+cat > "$dir/haproxy.cfg" <<CFG
+global
+    maxconn $maxconn
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 1h
+    timeout server 1h
+frontend mqtt
+    bind 127.0.0.1:$FLARE_MQTT_PORT
+    default_backend nodes
+backend nodes
+    balance roundrobin
+    option redispatch
+    retries 2
+    server n1 127.0.0.1:${mqtt[1]} check inter 500ms fall 2 rise 1
+    server n2 127.0.0.1:${mqtt[2]} check inter 500ms fall 2 rise 1
+    server n3 127.0.0.1:${mqtt[3]} check inter 500ms fall 2 rise 1
+CFG
+
+pids=()
+stop_all() {
+  trap - INT TERM EXIT
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap 'stop_all; exit 0' INT TERM
+trap stop_all EXIT
+for n in 1 2 3; do
+  "$server" -c "$dir/n$n.conf" 2> >(sed -u "s/^/nats-n$n: /" >&2) &
+  pids+=($!)
+  echo "$!" > "$dir/n$n.pid"
+done
+for n in 1 2 3; do
+  for _ in $(seq 300); do
+    curl -fsS "http://127.0.0.1:${http[$n]}/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -fsS "http://127.0.0.1:${http[$n]}/healthz" >/dev/null 2>&1 || { echo "flare: NATS node n$n did not become healthy within 30 s" >&2; exit 1; }
+done
+/usr/sbin/haproxy -db -f "$dir/haproxy.cfg" 2> >(sed -u "s/^/haproxy: /" >&2) &
+pids+=($!)
+echo "flare: NATS cluster up: nodes $(cat "$dir/urls"), MQTT through HAProxy on 127.0.0.1:$FLARE_MQTT_PORT" >&2
+wait
