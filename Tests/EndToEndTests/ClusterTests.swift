@@ -1,44 +1,82 @@
+import FlareCore
 import FlareTestSupport
 import Foundation
 import Testing
+
+/// The broker a cluster test runs on: the cluster suite's main cases run on both.
+enum BrokerKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case mosquitto, nats
+    var testDescription: String { rawValue }
+}
 
 /// Two `flared` instances on one PostgreSQL database and one broker, as `make cluster` runs them: every instance
 /// answers every link, whichever one stored the fixes or changed the share.
 @Suite struct ClusterTests {
     struct Cluster {
-        let broker: TestBroker
+        /// The mosquitto broker (nil on NATS).
+        let broker: TestBroker?
+        /// The NATS nodes (nil on mosquitto).
+        let nats: TestNATSCluster?
         let a: FlaredProcess
         let b: FlaredProcess
         let databaseURL: String
+        /// Where phones publish: mosquitto, or HAProxy in front of the NATS nodes.
+        var mqttPort: Int { broker?.port ?? nats!.balancerPort! }
     }
 
     /// A and B share the data directory (token key, owner key, broker password) and the database; each has its own
     /// MQTT client id, so each keeps its own persistent session in the shared subscription.
-    func cluster(_ extra: [String: String] = [:]) throws -> Cluster {
+    func cluster(_ extra: [String: String] = [:], on kind: BrokerKind = .mosquitto) throws -> Cluster {
         let database = try TestPostgres.shared.get().makeDatabase()
-        let broker = try TestBroker()
         let directory = try TempDirectory.make(prefix: "flare-cluster")
-        let a = try FlaredProcess(broker: broker, dataDirectory: directory,
-                                  extraEnvironment: ["FLARE_STORE_URL": database, "FLARE_MQTT_CLIENT_ID": "flared-a"].merging(extra) { $1 })
-        let b = try FlaredProcess(broker: broker, dataDirectory: directory,
-                                  extraEnvironment: ["FLARE_STORE_URL": database, "FLARE_MQTT_CLIENT_ID": "flared-b"].merging(extra) { $1 })
-        return Cluster(broker: broker, a: a, b: b, databaseURL: database)
+        var environment = ["FLARE_STORE_URL": database].merging(extra) { $1 }
+        let broker: TestBroker?, nats: TestNATSCluster?
+        switch kind {
+        case .mosquitto:
+            (broker, nats) = (try TestBroker(), nil)
+        case .nats:
+            // As scripts/nats-cluster.sh lays it out: the account seed and the password in DATA_DIR/nats.
+            let issuer = NKey.newAccount()
+            let cluster = try TestNATSCluster(issuer: issuer.publicKey, balancer: true)
+            let files = directory.appendingPathComponent("nats")
+            try FileManager.default.createDirectory(at: files, withIntermediateDirectories: true)
+            try (issuer.seed + "\n").write(to: files.appendingPathComponent("issuer.seed"), atomically: true, encoding: .utf8)
+            try (cluster.password + "\n").write(to: files.appendingPathComponent("password"), atomically: true, encoding: .utf8)
+            environment["FLARE_BROKER"] = "nats"
+            environment["FLARE_NATS_URLS"] = cluster.urls.joined(separator: ",")
+            (broker, nats) = (nil, cluster)
+        }
+        let port = broker?.port ?? nats!.balancerPort!
+        let a = try FlaredProcess(brokerPort: port, dataDirectory: directory, extraEnvironment: environment.merging(["FLARE_MQTT_CLIENT_ID": "flared-a"]) { $1 })
+        let b = try FlaredProcess(brokerPort: port, dataDirectory: directory, extraEnvironment: environment.merging(["FLARE_MQTT_CLIENT_ID": "flared-b"]) { $1 })
+        return Cluster(broker: broker, nats: nats, a: a, b: b, databaseURL: database)
     }
 
     func location(lat: Double, secondsAgo: Int = 0) -> String {
         #"{"_type":"location","lat":\#(lat),"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970) - secondsAgo)}"#
     }
 
-    func publish(_ cluster: Cluster, _ id: String, _ payload: String) throws {
-        let sent = try MosquittoClients.publish(port: cluster.broker.port, topic: "flare/v1/shares/\(id)/location", payload: payload)
+    /// A phone's QoS 1 fix. On NATS as a phone logs in (MQTT 3.1.1, the share's device token, its client id); the
+    /// test mosquitto admits anyone.
+    func publish(_ cluster: Cluster, _ id: String, _ payload: String, deviceToken: String? = nil) throws {
+        let sent: CommandResult
+        if cluster.nats != nil {
+            sent = try runCommand("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(cluster.mqttPort), "-V", "mqttv311", "-q", "1",
+                                                             "-u", id, "-P", deviceToken ?? "", "-i", "flare-\(id)-cli",
+                                                             "-t", "flare/v1/shares/\(id)/location", "-m", payload])
+        } else {
+            sent = try MosquittoClients.publish(port: cluster.mqttPort, topic: "flare/v1/shares/\(id)/location", payload: payload)
+        }
         #expect(sent.status == 0, "\(sent.stderr)")
     }
 
-    @Test func anyInstanceAnswersForSharesAndFixesTheOtherHandled() throws {
-        let cluster = try cluster()
+    @Test(arguments: BrokerKind.allCases)
+    func anyInstanceAnswersForSharesAndFixesTheOtherHandled(on kind: BrokerKind) throws {
+        let cluster = try cluster(on: kind)
         let created = try cluster.a.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"name":"Anna"}"#, bearer: cluster.a.ownerKey)
         #expect(created.status == 201, "\(created.text)")
         let id = try #require(created.json?["share_id"] as? String)
+        let deviceToken = created.json?["device_token"] as? String
         let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
 
         // Created on A: B answers the link at once (from the store if its change feed has not told it yet).
@@ -48,8 +86,8 @@ import Testing
 
         // Fixes go to whichever instance the broker hands them to; both links and B's live viewers see each one,
         // and the last position is the newest by tst, whoever stored it.
-        for (index, lat) in [48.1, 48.2, 48.3, 48.4].enumerated() { try publish(cluster, id, location(lat: lat, secondsAgo: 10 - index)) }
-        try publish(cluster, id, location(lat: 47.0, secondsAgo: 60))  // older, delivered late: not the last position
+        for (index, lat) in [48.1, 48.2, 48.3, 48.4].enumerated() { try publish(cluster, id, location(lat: lat, secondsAgo: 10 - index), deviceToken: deviceToken) }
+        try publish(cluster, id, location(lat: 47.0, secondsAgo: 60), deviceToken: deviceToken)  // older, delivered late: not the last position
         for instance in [cluster.a, cluster.b] {
             #expect(eventually(timeout: .seconds(15)) {
                 let view = try? instance.request("GET", "/api/v1/view/\(token)")
@@ -81,8 +119,9 @@ import Testing
 
     /// A share whose creator is down when it expires is ended by the other instance, once: one row update, one
     /// ended status on the broker.
-    @Test func anExpiryIsEndedByAnotherInstanceWhenItsCreatorIsDown() throws {
-        let cluster = try cluster()
+    @Test(arguments: BrokerKind.allCases)
+    func anExpiryIsEndedByAnotherInstanceWhenItsCreatorIsDown(on kind: BrokerKind) throws {
+        let cluster = try cluster(on: kind)
         let created = try cluster.a.request("POST", "/api/v1/shares", body: #"{"duration_s":3}"#, bearer: cluster.a.ownerKey)
         let id = try #require(created.json?["share_id"] as? String)
         let token = try #require((created.json?["share_url"] as? String)?.split(separator: "/").last.map(String.init))
@@ -92,7 +131,9 @@ import Testing
             let view = try? cluster.b.request("GET", "/api/v1/view/\(token)")
             return view?.status == 410 && view?.json?["reason"] as? String == "expired"
         })
-        #expect(eventually { (try? Retained.message(port: cluster.broker.port, topic: "flare/v1/shares/\(id)/status"))?.contains(#""state":"ended""#) == true })
+        if let broker = cluster.broker {
+            #expect(eventually { (try? Retained.message(port: broker.port, topic: "flare/v1/shares/\(id)/status"))?.contains(#""state":"ended""#) == true })
+        }
         #expect(try TestPostgres.shared.get().query(cluster.databaseURL, "SELECT end_reason FROM shares WHERE share_id = '\(id)'") == "expired")
         #expect(cluster.b.log.contains("share \(id) ended: expired"))
     }
@@ -154,17 +195,17 @@ import Testing
         let id = try #require(created.json?["share_id"] as? String)
         try publish(cluster, id, location(lat: 47.5))
         let locationTopic = "flare/v1/shares/\(id)/location", statusTopic = "flare/v1/shares/\(id)/status"
-        #expect(eventually { (try? Retained.message(port: cluster.broker.port, topic: locationTopic))?.contains("47.5") == true })
+        #expect(eventually { (try? Retained.message(port: cluster.broker!.port, topic: locationTopic))?.contains("47.5") == true })
         #expect(eventually { (try? TestPostgres.shared.get().query(cluster.databaseURL, "SELECT count(*) FROM fixes")) == "1" })
 
         keeper.kill()
         #expect(eventually(timeout: .seconds(30)) { other.log.contains(keeps) }, "\(other.log)")
-        #expect(eventually(timeout: .seconds(10)) { (try? Retained.message(port: cluster.broker.port, topic: "flare/v1/epoch")) != nil })
-        cluster.broker.kill()
-        try cluster.broker.start()
+        #expect(eventually(timeout: .seconds(10)) { (try? Retained.message(port: cluster.broker!.port, topic: "flare/v1/epoch")) != nil })
+        cluster.broker!.kill()
+        try cluster.broker!.start()
         #expect(eventually(timeout: .seconds(30)) {
-            (try? Retained.message(port: cluster.broker.port, topic: statusTopic))?.contains(#""state":"active""#) == true
-                && (try? Retained.message(port: cluster.broker.port, topic: locationTopic))?.contains("47.5") == true
+            (try? Retained.message(port: cluster.broker!.port, topic: statusTopic))?.contains(#""state":"active""#) == true
+                && (try? Retained.message(port: cluster.broker!.port, topic: locationTopic))?.contains("47.5") == true
         }, "\(other.log)\n--- the first keeper:\n\(keeper.log)")
         #expect(other.log.contains("the broker lost retained messages"), "\(other.log)")
     }
