@@ -31,6 +31,7 @@ final class ClientCore: @unchecked Sendable {
     var refused = false
     /// Asked before acknowledgements of received QoS 1/2 messages are written (see `NetworkLoop`).
     var acknowledgementGate: (@Sendable () -> Bool)?
+    var publishHandler: (@Sendable (Int32, Int32) -> Void)?
     /// Network thread only: QoS 1/2 messages were handed to the message handler since the last write.
     var deliveriesAwaitingAcknowledgement = false
     var publishes = AckTracker()
@@ -92,10 +93,12 @@ final class ClientCore: @unchecked Sendable {
     }
 
     func didPublish(mid: Int32, code: Int32) {
-        lock.withLock {
+        let handler = lock.withLock {
             publishes.ack(mid, code: code)
             lock.broadcast()
+            return publishHandler
         }
+        handler?(mid, code)
     }
 
     func didSubscribe(mid: Int32, granted: UnsafeBufferPointer<Int32>) {

@@ -144,6 +144,12 @@ public final class MQTTClient: @unchecked Sendable {
         core.lock.withLock { core.acknowledgementGate = gate }
     }
 
+    /// Called on the network thread with a publish's message id and reason code once the broker acknowledged it (QoS 1:
+    /// PUBACK; QoS 0: once written). For load tools that count what the broker took. Set before connect().
+    public func setPublishAcknowledgedHandler(_ handler: @escaping @Sendable (_ mid: Int32, _ code: Int32) -> Void) {
+        core.lock.withLock { core.publishHandler = handler }
+    }
+
     /// Called on the network thread, except that a first connection attempt failing at once inside
     /// `connect()` is reported on the thread calling `connect()`.
     public func setConnectionHandler(_ handler: @escaping @Sendable (MQTTConnectionEvent) -> Void) {

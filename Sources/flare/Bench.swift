@@ -1,5 +1,6 @@
 import FlareCore
 import FlareMQTT
+import FlareSystem
 import Foundation
 import Synchronization
 
@@ -31,6 +32,20 @@ enum Bench {
         mqttOptions.port = url.port
         mqttOptions.maxInflightMessages = inflight
         mqttOptions.receiveMaximum = receiveMaximum
+        mqttOptions.reconnectDelay = (1, 2)
+        if options.switches.contains("--mqtt311") {
+            // A NATS cluster: MQTT 3.1.1, flared's service login (its password in DATA_DIR/nats/password), and a session
+            // that outlives a reconnection to another node, so that what was in flight is sent again there.
+            mqttOptions.protocolVersion = .v311
+            mqttOptions.cleanSession = false
+            let passwordFile = options.dataDirectory + "/nats/password"
+            guard let password = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
+                throw CLIError("--mqtt311 logs in as the NATS cluster's service login: no password at \(passwordFile) (pass --data-dir)")
+            }
+            mqttOptions.username = "flared"
+            mqttOptions.password = password.trimmingCharacters(in: .whitespacesAndNewlines)
+            return try MQTTClient(options: mqttOptions)
+        }
         // The broker admits no one anonymously: the load tools log in as the `bench` service account, which
         // exists only where a benchmark or fault run created its password file.
         let passwordFile = options.environment["FLARE_BENCH_PASSWORD_FILE"] ?? options.dataDirectory + "/broker/bench.password"
@@ -71,6 +86,18 @@ enum Bench {
         let inflight = try integer(options, "--inflight", default: 1000)
         let topics = ids.map { "\(prefix)/\($0)/location" }
         let client = try client(options, name: "pub", inflight: max(1, inflight))
+        // --acked FILE: the fixes the broker acknowledged (their numbers, one a line), for a fault test that checks each
+        // of them was stored. A PUBACK may come before `publish` has returned the message id: both sides are noted.
+        let ackedFile = options.flags["--acked"]
+        let acknowledgements = Mutex<(byMessage: [Int32: Int], early: Set<Int32>, acked: [Int])>(([:], [], []))
+        if ackedFile != nil {
+            client.setPublishAcknowledgedHandler { mid, code in
+                guard code < 0x80 else { return }
+                acknowledgements.withLock { state in
+                    if let number = state.byMessage.removeValue(forKey: mid) { state.acked.append(number) } else { state.early.insert(mid) }
+                }
+            }
+        }
         try client.connect()
         guard client.waitUntilConnected(timeout: .seconds(10)) else { throw CLIError("cannot reach the broker") }
         let tst = Int64(Date().timeIntervalSince1970)
@@ -88,7 +115,12 @@ enum Bench {
             }
             do {
                 // Past the inflight window libmosquitto queues in memory: the broker's PUBACKs pace the stream.
-                _ = try client.publish(topic: topics[(index + offset) % ids.count], payload: payload, qos: qos, retain: true)
+                let mid = try client.publish(topic: topics[(index + offset) % ids.count], payload: payload, qos: qos, retain: true)
+                if ackedFile != nil {
+                    acknowledgements.withLock { state in
+                        if state.early.remove(mid) != nil { state.acked.append(index + offset) } else { state.byMessage[mid] = index + offset }
+                    }
+                }
                 sent += 1
                 index += 1
             } catch {
@@ -98,8 +130,19 @@ enum Bench {
         // The last one with an acknowledgement: when it is back, the broker has taken everything before it (in order).
         try? client.publishAndWait(topic: "\(prefix)/bench-done/location", payload: [], qos: 1, retain: false, timeout: .seconds(120))
         let finished = nowNanos()
+        var ackedCount = 0
+        if let ackedFile {
+            // What is still in flight gets its acknowledgement (or is sent again after a reconnection) within a minute.
+            let deadline = monotonicMillis() + 60_000
+            while acknowledgements.withLock({ !$0.byMessage.isEmpty }) && monotonicMillis() < deadline { usleep(50_000) }
+            let acked = acknowledgements.withLock { $0.acked }
+            ackedCount = acked.count
+            guard FileManager.default.createFile(atPath: ackedFile, contents: Data(acked.map { "\($0)\n" }.joined().utf8)) else {
+                throw CLIError("cannot write \(ackedFile)")
+            }
+        }
         client.disconnect()
-        print("{\"published\":\(sent),\"start_ns\":\(started),\"end_ns\":\(finished)}")
+        print("{\"published\":\(sent),\"acked\":\(ackedFile == nil ? -1 : ackedCount),\"start_ns\":\(started),\"end_ns\":\(finished)}")
         return 0
     }
 

@@ -25,7 +25,7 @@ struct CommonOptions {
                                           "--state", "--limit", "--cursor",
                                           "--max-live", "--max-duration", "--create-rate", "--confirm-timeout",
                                           "--email", "--phone", "--language", "--contact",
-                                          "--in", "--at", "--grace", "--arrive", "--message"]
+                                          "--in", "--at", "--grace", "--arrive", "--message", "--acked"]
     /// Flags that may be given more than once (`--contact A --contact B`); `repeated` keeps every value in order.
     static let repeatableFlags: Set<String> = ["--contact"]
     static let switchFlags: Set<String> = ["--json", "--help", "-h", "--quiet", "--mqtt311", "--http", "--no-confirm", "--admin", "--enroll", "--remove",

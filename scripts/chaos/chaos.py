@@ -25,6 +25,7 @@ from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processe
 import threading  # noqa: E402
 import functools  # noqa: E402
 import attacks  # noqa: E402
+import natscases  # noqa: E402
 
 BIN = os.path.join(ROOT, ".build", "debug")
 
@@ -833,7 +834,11 @@ def case_cluster_postgres_pause(work, quick):
 # The attack group (scripts/chaos/attacks.py): each against a real plugin broker and flared.
 ATTACKS = [(name, functools.partial(case, Stack, wait_for)) for name, case in attacks.CASES]
 
-CASES = ATTACKS + [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
+# The NATS group (scripts/chaos/natscases.py): three nodes behind HAProxy, one killed. BIN is read when the case runs
+# (--release changes it).
+NATS = [(name, lambda work, quick, case=case: case(work, quick, BIN, wait_for, LiveViewer)) for name, case in natscases.CASES]
+
+CASES = ATTACKS + NATS + [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
          ("cluster: PostgreSQL paused", case_cluster_postgres_pause),
          ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]

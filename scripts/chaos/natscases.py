@@ -1,0 +1,236 @@
+"""The NATS group of `make chaos`: Flare on three NATS nodes behind HAProxy (scripts/nats-cluster.sh), a node killed.
+
+Each case starts its own cluster and flared (FLARE_BROKER=nats, the SQLite store) on free loopback ports, kills one
+node with SIGKILL mid-stream, and checks what Flare promises on NATS: every fix the cluster acknowledged is stored,
+once; the retained state is served by the survivors; a live viewer keeps receiving (its longest gap is reported); a
+phone whose node died is seen stale, then live once it has reconnected. Everything started is stopped.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+from flarestack import HOST, ROOT, free_port, port_open, stop_processes
+
+
+class NatsStack:
+    """Three NATS nodes, HAProxy, and one flared on them, in `work`."""
+
+    def __init__(self, work, bin_dir, wait_for, extra_env=None):
+        self.work = work
+        self.bin = bin_dir
+        self.wait_for = wait_for
+        self.data = os.path.join(work, "data")
+        os.makedirs(self.data, exist_ok=True)
+        self.mqtt_port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port), FLARE_BIN=bin_dir,
+                        FLARE_NATS_PORT=str(free_port()), FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}",
+                        FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}", FLARE_LOG_LEVEL="info", **(extra_env or {}))
+        self.cluster = None
+        self.flared = None
+        try:
+            self.cluster = subprocess.Popen([os.path.join(ROOT, "scripts", "nats-cluster.sh")], env=self.env,
+                                            stdout=open(os.path.join(work, "nats.log"), "a"), stderr=subprocess.STDOUT)
+            urls = os.path.join(self.data, "nats", "urls")
+            wait_for(lambda: os.path.exists(urls) and os.path.getsize(urls) > 0 and port_open(self.mqtt_port), 60, "the NATS cluster up")
+            with open(urls) as f:
+                self.env.update(FLARE_BROKER="nats", FLARE_NATS_URLS=f.read().strip())
+            self.start_flared()
+            with open(os.path.join(self.data, "owner.key")) as f:
+                self.owner_key = f.read().strip()
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_flared(self):
+        self.flared = subprocess.Popen([os.path.join(self.bin, "flared")], env=self.env,
+                                       stdout=open(os.path.join(self.work, "flared.log"), "a"), stderr=subprocess.STDOUT)
+        self.wait_for(lambda: self.status("/healthz") == 200, 60, "flared healthy on NATS")
+
+    def node_pid(self, n):
+        with open(os.path.join(self.data, "nats", f"n{n}.pid")) as f:
+            return int(f.read())
+
+    def node_port(self, n, kind):
+        """A node's port from its configuration: `listen` (client), `http` (monitoring) or the MQTT listener."""
+        with open(os.path.join(self.data, "nats", f"n{n}.conf")) as f:
+            text = f.read()
+        if kind == "mqtt":
+            text = text[text.index("mqtt {"):]
+        return int(text.split(f"{'listen' if kind in ('client', 'mqtt') else kind}: 127.0.0.1:", 1)[1].split()[0])
+
+    def kill_node(self, n):
+        os.kill(self.node_pid(n), signal.SIGKILL)
+
+    def node_of_client(self, mqtt_client_id):
+        """The node (1-3) that holds a connection with this MQTT client id, from the nodes' monitoring."""
+        for n in (1, 2, 3):
+            try:
+                with urllib.request.urlopen(f"http://{HOST}:{self.node_port(n, 'http')}/connz?limit=10000", timeout=2) as r:
+                    connz = json.load(r)
+            except OSError:
+                continue
+            if any(c.get("mqtt_client") == mqtt_client_id for c in connz.get("connections", [])):
+                return n
+        return None
+
+    def request(self, method, path, body=None, headers=None):
+        import http.client
+        conn = http.client.HTTPConnection(HOST, self.http_port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
+    def status(self, path):
+        return self.request("GET", path)[0]
+
+    def create_share(self, duration=3600):
+        status, _, body = self.request("POST", "/api/v1/shares", json.dumps({"duration_s": duration}),
+                                       {"Authorization": f"Bearer {self.owner_key}", "Content-Type": "application/json"})
+        assert status == 201, (status, body[:200])
+        return json.loads(body)
+
+    def view(self, token):
+        return json.loads(self.request("GET", f"/api/v1/view/{token}")[2])
+
+    def rows(self, sql):
+        import sqlite3
+        db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
+        try:
+            return db.execute(sql).fetchall()
+        finally:
+            db.close()
+
+    def stop(self):
+        stop_processes(self.flared, self.cluster)
+
+
+def retained_on(stack, node, share_id, watch_token, topic_suffix):
+    """The retained message a new subscriber on `node`'s MQTT listener gets for the share's topic (None: nothing)."""
+    result = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.node_port(node, "mqtt")), "-V", "mqttv311",
+                             "-u", share_id, "-P", watch_token, "-i", f"flare-{share_id}-watch-chaos{node}", "-q", "0",
+                             "-t", f"flare/v1/shares/{share_id}/{topic_suffix}", "--retained-only", "-C", "1", "-W", "5"],
+                            capture_output=True, text=True, timeout=15)
+    return result.stdout.strip() or None
+
+
+def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
+    """kill -9 of one NATS node during 1,000 QoS 1 fixes/s from a publisher that reconnects through HAProxy: every
+    fix the cluster acknowledged is stored once; the survivors serve the retained state; a live viewer's longest gap
+    is measured."""
+    stack = NatsStack(work, bin_dir, wait_for)
+    viewer = None
+    try:
+        created = [stack.create_share() for _ in range(10)]
+        shares = [s["share_id"] for s in created]
+        token = created[0]["share_url"].rsplit("/", 1)[1]
+        viewer = live_viewer(stack, token)
+        seconds = 6 if quick else 20
+        total = 1000 * seconds
+        path = os.path.join(work, "shares.txt")
+        with open(path, "w") as f:
+            f.write("".join(s + "\n" for s in shares))
+        acked_path = os.path.join(work, "acked.txt")
+        pub = subprocess.Popen([os.path.join(bin_dir, "flare"), "bench", "publish", "--mqtt311", "--data-dir", stack.data,
+                                "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}", "--shares-file", path, "--count", str(total),
+                                "--rate", "1000", "--qos", "1", "--inflight", "200", "--acked", acked_path],
+                               stdout=subprocess.PIPE, stderr=open(os.path.join(work, "publish.log"), "a"), text=True, env=stack.env)
+        time.sleep(seconds / 3)
+        victim = 1
+        stack.kill_node(victim)
+        out, _ = pub.communicate(timeout=seconds + 180)
+        result = json.loads(out.strip().splitlines()[-1])
+        with open(acked_path) as f:
+            acked = [int(line) for line in f if line.strip()]
+        assert len(acked) >= total * 0.5, f"the cluster acknowledged only {len(acked)} of {total}"
+        # Fix k went to share k mod 10 with latitude 47 + (k div 10) * 1e-6.
+        expected = {(shares[k % len(shares)], round(47.0 + (k // len(shares)) * 1e-6, 7)) for k in acked}
+        count = lambda: stack.rows("SELECT count(*) FROM fixes")[0][0]
+        try:
+            wait_for(lambda: count() >= len(expected), 60, "every acknowledged fix stored")
+        except AssertionError:
+            pass
+        time.sleep(1.0)
+        rows = stack.rows("SELECT s.share_id, f.lat FROM fixes f JOIN shares s ON s.id = f.share")
+        stored = {(share, round(lat, 7)) for share, lat in rows}
+        missing = expected - stored
+        assert not missing, f"{len(missing)} acknowledged fixes not stored (of {len(expected)})"
+        assert len(rows) == len(stored), f"{len(rows) - len(stored)} fixes stored twice"
+        # The survivors serve the share's retained status and last position.
+        issued = stack.request("POST", f"/api/v1/shares/{shares[0]}/watch-tokens",
+                               headers={"Authorization": f"Bearer {stack.owner_key}"})
+        watch = json.loads(issued[2])["watch_token"]
+        for node in (2, 3):
+            wait_for(lambda: retained_on(stack, node, shares[0], watch, "status") is not None, 30, f"node {node} serving the retained status")
+            wait_for(lambda: retained_on(stack, node, shares[0], watch, "location") is not None, 30, f"node {node} serving the retained position")
+        received = len(viewer.arrivals)
+        gap = viewer.largest_gap()
+        assert received >= seconds * 100 * 0.5, f"the live viewer received only {received} fixes"
+        return (f"kill -9 of node n{victim} during {total} QoS 1 fixes at 1,000/s through HAProxy: {len(acked)} acknowledged, all "
+                f"stored once ({len(rows)} rows); survivors serve the retained state; a live viewer of one share received "
+                f"{received} fixes, longest gap {gap:.2f} s"), {
+                    "published": result["published"], "acked": len(acked), "stored": len(rows), "viewer_fixes": received,
+                    "largest_gap_s": round(gap, 3)}
+    finally:
+        if viewer:
+            viewer.close()
+        stack.stop()
+
+
+def case_phone_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
+    """kill -9 of the node a phone is connected to: its last will dies with the node, so the page turns the tracker
+    stale once no fix came for FLARE_STALE_AFTER_S; it is live again once the phone has reconnected (through HAProxy,
+    to a survivor) and sent its next fix."""
+    stack = NatsStack(work, bin_dir, wait_for, extra_env={"FLARE_STALE_AFTER_S": "3"})
+    tracker = None
+    try:
+        share = stack.create_share()
+        share_file = os.path.join(work, "share.json")
+        with open(share_file, "w") as f:
+            json.dump(share, f)
+        token = share["share_url"].rsplit("/", 1)[1]
+        tracker = subprocess.Popen([os.path.join(bin_dir, "flare"), "track", "--share-file", share_file, "--interval", "1",
+                                    "--quiet", "--mqtt311"], env=stack.env,
+                                   stdout=open(os.path.join(work, "track.log"), "a"), stderr=subprocess.STDOUT)
+        state = lambda: stack.view(token).get("tracker", {}).get("state")
+        wait_for(lambda: stack.view(token).get("last") is not None and state() == "live", 30, "the tracker live")
+        node = None
+        deadline = time.monotonic() + 10
+        while node is None and time.monotonic() < deadline:
+            ids = [c for c in _mqtt_clients(stack) if c.startswith(f"flare-{share['share_id']}-track-")]
+            node = stack.node_of_client(ids[0]) if ids else None
+            time.sleep(0.2)
+        assert node is not None, "could not find the phone's node"
+        stack.kill_node(node)
+        killed = time.monotonic()
+        wait_for(lambda: state() == "stale", 60, "the tracker seen stale")
+        stale_after = time.monotonic() - killed
+        wait_for(lambda: state() == "live", 90, "the tracker live again")
+        live_after = time.monotonic() - killed
+        return (f"kill -9 of the phone's node n{node}: tracker stale after {stale_after:.1f} s (FLARE_STALE_AFTER_S=3; the "
+                f"last will died with the node), live again after {live_after:.1f} s"), {
+                    "stale_after_s": round(stale_after, 2), "live_after_s": round(live_after, 2)}
+    finally:
+        stop_processes(tracker)
+        stack.stop()
+
+
+def _mqtt_clients(stack):
+    ids = []
+    for n in (1, 2, 3):
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{stack.node_port(n, 'http')}/connz?limit=10000", timeout=2) as r:
+                ids += [c.get("mqtt_client", "") for c in json.load(r).get("connections", [])]
+        except OSError:
+            continue
+    return ids
+
+
+CASES = [("nats: kill -9 of one node", case_node_kill9), ("nats: kill -9 of the phone's node", case_phone_node_kill9)]
