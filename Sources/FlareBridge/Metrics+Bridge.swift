@@ -10,7 +10,7 @@ extension FlareMetrics {
     public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
     public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
     public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
-    public static let brokerRateDisconnects = Metrics.Family("flare_broker_rate_disconnects", .gauge, "Devices the broker disconnected for sending beyond their share's FLARE_FIX_RATE_PER_SHARE, since the broker started (as it last said, on flare/v1/broker/stats).")
+    public static let brokerRateDisconnects = Metrics.Family("flare_broker_rate_disconnects", .gauge, "Devices disconnected for sending beyond their share's FLARE_FIX_RATE_PER_SHARE: on mosquitto since the broker started, as it last said on flare/v1/broker/stats; on NATS since this flared started.")
     public static let brokerRestores = Metrics.Family("flare_broker_restores_total", .counter, "Times the broker was found to have lost retained messages and they were published again.")
     public static let brokerRestoredMessages = Metrics.Family("flare_broker_restored_messages_total", .counter, "Retained statuses and positions published again after the broker lost them.")
     public static let brokerEpoch = Metrics.Family("flare_broker_epoch", .gauge, "The broker's epoch mark as last acknowledged (0 on instances that do not keep it).")

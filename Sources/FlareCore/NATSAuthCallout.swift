@@ -45,9 +45,41 @@ public enum NATSAuthCallout {
 
     /// What one login is granted.
     public struct Grant: Sendable, Equatable {
+        /// The name the cluster knows the connection by (`LoginNames`): how its connections are found to be ended.
         public let name: String
         public let permissions: NATSPermissions
         public let expiresAt: Int64?   // Unix seconds; the broker drops the connection then
+        /// At most this many subscriptions and this large a message (nil: no limit): a share token needs a handful of
+        /// subscriptions and messages of a few KiB, and gets no room to load the nodes with more.
+        public var subscriptions: Int? = nil
+        public var payloadBytes: Int? = nil
+    }
+
+    /// A share token's subscriptions: a phone takes five, an integrator one or two.
+    public static let shareSubscriptionLimit = 16
+    /// A share token's largest message: FLARE_MAX_PAYLOAD_BYTES can be set up to this.
+    public static let sharePayloadLimit = 65_536
+
+    /// The names share-token logins get: `<share>@<key mark>` for a device token, `<share>/watch@<key mark>` for a watch
+    /// token. The key mark (8 hex digits derived from the token key) tells the logins a rotated key verified from the
+    /// others; the share id finds one share's connections; the role keeps watchers connected when a phone is cut off
+    /// for its rate.
+    public struct LoginNames: Sendable {
+        public let keyMark: String
+
+        public init(tokenKey: [UInt8]) {
+            keyMark = Crypto.hmacSHA256(key: tokenKey, message: Array("flare nats login names v1".utf8)).prefix(4)
+                .map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        }
+
+        public func device(_ share: ShareID) -> String { "\(share.rawValue)@\(keyMark)" }
+        public func watch(_ share: ShareID) -> String { "\(share.rawValue)/watch@\(keyMark)" }
+
+        /// Whether `name` is a share-token login verified with another token key than this one.
+        public func isFromAnotherKey(_ name: String) -> Bool {
+            guard let at = name.lastIndex(of: "@"), ShareID(String(name.prefix { $0 != "@" && $0 != "/" })) != nil else { return false }
+            return name[name.index(after: at)...] != keyMark
+        }
     }
 
     public enum Decision: Sendable, Equatable {
@@ -87,7 +119,9 @@ public enum NATSAuthCallout {
         guard let permissions = NATSPermissions(rules: verified.rules) else {
             return .refuse("token rules cannot be enforced by NATS")
         }
-        return .grant(Grant(name: share.rawValue, permissions: permissions, expiresAt: verified.token.expiresAt))
+        let names = LoginNames(tokenKey: tokenKey)
+        return .grant(Grant(name: verified.token.role == .device ? names.device(share) : names.watch(share), permissions: permissions,
+                            expiresAt: verified.token.expiresAt, subscriptions: shareSubscriptionLimit, payloadBytes: sharePayloadLimit))
     }
 
     /// The signed answer to `request`: a user JWT for `account` with the grant, or the refusal's reason.
@@ -107,7 +141,7 @@ public enum NATSAuthCallout {
             user.key("nats")
             user.beginObject()
             grant.permissions.write(to: &user)
-            user.field("subs", -1); user.field("data", -1); user.field("payload", -1)
+            user.field("subs", grant.subscriptions ?? -1); user.field("data", -1); user.field("payload", grant.payloadBytes ?? -1)
             user.field("type", "user"); user.field("version", 2)
             user.endObject()
             user.endObject()

@@ -3,6 +3,7 @@ import FlareCore
 import FlareMQTT
 import FlareShares
 import FlareStore
+import FlareSystem
 
 /// The NATS cluster's side of flared, in the order it needs: the auth callout's responder first (every login, flared's
 /// own too, waits for an answer from some instance), then flared's MQTT connection (publishing: statuses, positions,
@@ -14,11 +15,15 @@ public final class NATSBridge: Sendable {
     private let ingest: NATSIngest
     private let keeper: BrokerStateKeeper
     private let shares: ShareService
+    private let sessions: NATSSessions
+    private let names: NATSAuthCallout.LoginNames
     private let logger: Logger
 
     public init(responder: AuthCalloutResponder, client: MQTTClient, options: MQTTClient.Options, publisher: NATSPublisher, ingest: NATSIngest,
-                store: any LeaseRecords, shares: ShareService, metrics: Metrics, logger: Logger) {
+                sessions: NATSSessions, names: NATSAuthCallout.LoginNames, store: any LeaseRecords, shares: ShareService, metrics: Metrics, logger: Logger) {
         self.responder = responder
+        self.sessions = sessions
+        self.names = names
         self.client = client
         self.ingest = ingest
         self.shares = shares
@@ -44,6 +49,17 @@ public final class NATSBridge: Sendable {
         try client.connect()
         try ingest.start()
         keeper.start()
+        // A token key changed since these connections logged in (`flare token-key rotate`, then a restart): their
+        // tokens no longer verify, and the connections end now rather than at their tokens' expiry.
+        let sessions = self.sessions, names = self.names, logger = self.logger
+        _ = NamedThread.start(name: "flare-key-sweep") {
+            do {
+                let ended = try sessions.endOtherKeys(than: names)
+                if ended > 0 { logger.warning("ended \(ended) connections whose tokens an earlier token key signed") }
+            } catch {
+                logger.warning("could not look for connections of an earlier token key: \(error)")
+            }
+        }
     }
 
     /// Stops taking fixes (what was fetched and not committed is delivered again), then the keeper and the connection.

@@ -30,11 +30,22 @@ public final class NATSIngest: Sendable {
     private let ackWait: Duration
     private let stopping = Atomic<Bool>(false)
     private let worker = Mutex<NamedThread?>(nil)
+    /// FLARE_FIX_RATE_PER_SHARE, as the broker plugin applies it on mosquitto. NATS acknowledges a phone's message
+    /// before anyone can look at it, so what came is stored; a share's phones beyond the rate are cut off (once a second
+    /// at most), and each reconnection costs them a login, which bounds them.
+    private let fixRate: RateLimiter
+    private let rateCuts = RateLimiter(rule: .init(ratePerSecond: 1, burst: 1))
+    private let sessions: NATSSessions
+    private let names: NATSAuthCallout.LoginNames
+    let rateDisconnects = Atomic<Int>(0)
 
     /// `connection` logs in as flared's service account (it lands in the APP account, where the MQTT layer's streams are).
     public init(connection: NATSConnection, ingestor: FixIngestor, shares: ShareService, mark: OwnPositionMark, ackWait: Duration = .seconds(10),
-                metrics: Metrics, logger: Logger) {
+                fixRate: RateLimiter.Rule, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, metrics: Metrics, logger: Logger) {
         self.connection = connection
+        self.fixRate = RateLimiter(rule: fixRate)
+        self.sessions = sessions
+        self.names = names
         self.ingestor = ingestor
         self.shares = shares
         self.mark = mark
@@ -42,6 +53,7 @@ public final class NATSIngest: Sendable {
         self.metrics = metrics
         self.logger = logger
         metrics.register(FlareMetrics.ownPositionsSkipped)
+        metrics.registerGauge(FlareMetrics.brokerRateDisconnects) { [weak self] in Double(self?.rateDisconnects.load(ordering: .relaxed) ?? 0) }
     }
 
     /// Subscribes to the direct messages and starts the stream's reader. Does not wait for the stream: it exists once
@@ -120,7 +132,25 @@ public final class NATSIngest: Sendable {
             shares.ownPositionCameBack(topic: topic, payload: original)
             return
         }
+        if let share = Topics.shareID(fromLocationTopic: topic), fixRate.take(share.rawValue, nowMillis: monotonicMillis()) != nil {
+            cutOff(share)
+        }
         _ = ingestor.handle(topic: topic, payload: payload, retained: false)
+    }
+
+    /// Ends the share's device connections (not its watchers'), off the ingest's thread.
+    private func cutOff(_ share: ShareID) {
+        guard rateCuts.take(share.rawValue, nowMillis: monotonicMillis()) == nil else { return }
+        let name = names.device(share)
+        _ = NamedThread.start(name: "flare-rate-cut") { [self] in
+            do {
+                let ended = try sessions.end(user: name)
+                rateDisconnects.add(ended, ordering: .relaxed)
+                logger.warning("share \(share.rawValue): its devices sent beyond FLARE_FIX_RATE_PER_SHARE; \(ended) of their connections ended")
+            } catch {
+                logger.warning("share \(share.rawValue): beyond its rate, but its connections could not be ended: \(error)")
+            }
+        }
     }
 
     /// `a.b.c` → `a/b/c` (Flare's topics have no `.` in a level: NATS could not carry one).

@@ -12,12 +12,14 @@ public final class NATSPublisher: BrokerPublisher {
     private let client: MQTTClient
     private let mark: OwnPositionMark
     private let sessions: NATSSessions
+    private let names: NATSAuthCallout.LoginNames
     private let logger: Logger
 
-    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, logger: Logger) {
+    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, logger: Logger) {
         self.client = client
         self.mark = mark
         self.sessions = sessions
+        self.names = names
         self.logger = logger
     }
 
@@ -41,11 +43,11 @@ public final class NATSPublisher: BrokerPublisher {
     private func revoke(_ payload: [UInt8]) -> Bool {
         guard let request = try? JSONValue.parse(payload), request["op"]?.stringValue == "revoke",
               let id = request["share_id"]?.stringValue.flatMap(ShareID.init) else { return true }
-        let sessions = self.sessions, logger = self.logger
+        let sessions = self.sessions, logger = self.logger, names = [self.names.device(id), self.names.watch(id)]
         _ = NamedThread.start(name: "flare-revoke") {
             for attempt in 1...3 {
                 do {
-                    let ended = try sessions.end(user: id.rawValue)
+                    let ended = try sessions.end(user: names[0]) + sessions.end(user: names[1])
                     logger.info("share \(id.rawValue) ended: \(ended) of its connections closed")
                     return
                 } catch {

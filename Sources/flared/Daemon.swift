@@ -67,17 +67,19 @@ final class Daemon: Sendable {
         let client = try MQTTClient(options: mqttOptions)
         // On NATS, the callout's responder answers logins before anything of flared's own logs in, and what is
         // published goes through the NATS publisher (own positions marked, revocations as ended connections).
-        let natsSide: (responder: AuthCalloutResponder, publisher: NATSPublisher, connection: NATSConnection)?
+        let natsSide: (responder: AuthCalloutResponder, publisher: NATSPublisher, connection: NATSConnection, sessions: NATSSessions)?
+        let loginNames = NATSAuthCallout.LoginNames(tokenKey: tokenKey)
         if let nats = settings.nats, let natsSecrets {
             do {
                 let responder = try AuthCalloutResponder(servers: nats.urls, password: natsSecrets.password, issuerSeed: natsSecrets.issuerSeed,
                                                          tokenKey: tokenKey, shares: store, clock: clock, logger: logger.with(label: "callout"),
                                                          instanceName: clientID)
                 let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.password, instanceName: clientID, logger: logger.with(label: "sessions"))
-                let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, logger: logger.with(label: "sessions"))
+                let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, names: loginNames,
+                                              logger: logger.with(label: "sessions"))
                 let connection = try NATSConnection(servers: nats.urls, user: NATSAuthCallout.serviceUsername, password: natsSecrets.password,
                                                     name: clientID + "-ingest")
-                natsSide = (responder, publisher, connection)
+                natsSide = (responder, publisher, connection, sessions)
             } catch {
                 throw Configuration.ConfigurationError("cannot reach the NATS cluster (FLARE_NATS_URLS: \(nats.urls.joined(separator: ","))): \(error)")
             }
@@ -110,9 +112,11 @@ final class Daemon: Sendable {
         let bridgeService: ServiceGroup.Service
         if let natsSide {
             let ingest = NATSIngest(connection: natsSide.connection, ingestor: ingestor, shares: shares, mark: OwnPositionMark(tokenKey: tokenKey),
+                                    fixRate: settings.gateway.fixRatePerShare, sessions: natsSide.sessions, names: loginNames,
                                     metrics: metrics, logger: logger.with(label: "bridge"))
             let bridge = NATSBridge(responder: natsSide.responder, client: client, options: mqttOptions, publisher: natsSide.publisher, ingest: ingest,
-                                    store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"))
+                                    sessions: natsSide.sessions, names: loginNames, store: store, shares: shares, metrics: metrics,
+                                    logger: logger.with(label: "bridge"))
             if !isShared { logger.warning("FLARE_BROKER=nats with the SQLite store: one flared answers every login to the cluster; with PostgreSQL, several instances do") }
             bridgeService = .init("NATS bridge", start: { try bridge.start() }, stop: { _ in
                 ingestor.prepareForShutdown()

@@ -98,4 +98,54 @@ final class NATSFlaredFixture: @unchecked Sendable {
         }
         #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.cluster.password))
     }
+
+    /// FLARE_FIX_RATE_PER_SHARE on NATS: the cluster acknowledges before anyone looks, so what came is stored, and the
+    /// share's phone is cut off (its watcher is not); it may log in again, and is cut off again while it keeps on.
+    @Test func aPhoneBeyondItsSharesRateIsCutOffAndItsWatcherIsNot() throws {
+        let fixture = try NATSFlaredFixture(extraEnvironment: ["FLARE_FIX_RATE_PER_SHARE": "2/5"])
+        let flared = fixture.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
+        let watcher = try fixture.client(node: 1, share: id, token: try #require(issued.json?["watch_token"] as? String),
+                                         clientID: ClientIDs.watcher(id, suffix: "w"))
+        let phone = try fixture.client(node: 0, share: id, token: try #require(share["device_token"]), clientID: ClientIDs.device(id))
+        #expect(watcher.waitForOutcome() == .connected && phone.waitForOutcome() == .connected)
+        let now = Int(Date().timeIntervalSince1970)
+        var acknowledged = 0
+        for index in 0..<20 {
+            let fix = #"{"_type":"location","lat":\#(48.0 + Double(index) / 1000),"lon":11.5,"tst":\#(now - 30 + index)}"#
+            if (try? phone.publish(Topics.location(id), fix)) == .some(nil) { acknowledged += 1 }
+            if phone.disconnectCount > 0 { break }
+        }
+        #expect(eventually(timeout: .seconds(10)) { phone.disconnectCount > 0 })
+        #expect(watcher.disconnectCount == 0)
+        #expect(eventually { (try? flared.metrics())?.contains("flare_broker_rate_disconnects 1") == true })
+        // Everything the cluster acknowledged is stored.
+        let token = try #require(share["share_url"]?.split(separator: "/").last.map(String.init))
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/view/\(token)"))?.json?["trail"] as? [Any])?.count ?? 0 >= min(acknowledged, 20)
+        }, "\(acknowledged) acknowledged")
+    }
+
+    /// After `flare token-key rotate` and a restart, the tokens of the old key stop working at once on NATS too: their
+    /// connections are ended, and logging in with them is refused.
+    @Test func aRotatedTokenKeyEndsTheOldTokensConnections() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let oldToken = try #require(share["device_token"])
+        let phone = try fixture.client(node: 2, share: id, token: oldToken, clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        _ = flared.stop()
+        let rotated = try flared.flare(["token-key", "rotate"])
+        #expect(rotated.status == 0, "\(rotated.stderr)")
+        try flared.start()
+        #expect(eventually(timeout: .seconds(15)) { phone.disconnectCount > 0 })
+        #expect(try fixture.client(node: 0, share: id, token: oldToken, clientID: ClientIDs.device(id)).waitForOutcome() == .refused)
+        #expect(flared.log.contains("ended 1 connections whose tokens an earlier token key signed"))
+    }
 }
