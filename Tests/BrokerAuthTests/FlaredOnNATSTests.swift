@@ -96,6 +96,16 @@ final class NATSFlaredFixture: @unchecked Sendable {
         for node in 0..<3 {
             #expect(try fixture.client(node: node, share: id, token: deviceToken, clientID: ClientIDs.device(id)).waitForOutcome() == .refused)
         }
+        // What the cluster keeps of the share: its ended status, and no position (cleared at the end: NATS has no
+        // message expiry, so flared clears what it retained).
+        #expect(eventually {
+            guard let reader = try? Client(port: fixture.cluster.nodes[2].mqttPort, username: "flared", password: fixture.cluster.password,
+                                           clientID: "reader-\(UUID().uuidString.prefix(8))", protocolVersion: .v311),
+                  reader.waitForOutcome() == .connected, (try? reader.subscribe(Topics.shareRoot(id) + "/#")) == true else { return false }
+            return eventually(timeout: .seconds(2)) {
+                reader.messages.contains { $0.topic == Topics.status(id) && $0.retain && String(decoding: $0.payload, as: UTF8.self).contains(#""state":"ended""#) }
+            } && !reader.messages.contains { $0.topic == Topics.location(id) && $0.retain && !$0.payload.isEmpty }
+        })
         #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.cluster.password))
     }
 
