@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
+import natsbench  # noqa: E402
 
 RELEASE = os.path.join(ROOT, ".build", "release")
 
@@ -937,19 +938,20 @@ def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
-    parser.add_argument("--only", default="ingest,latency,view,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence",
+    parser.add_argument("--only", default="ingest,latency,view,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
                         help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, restore, "
                              "tail (the latency row with many retained shares, across the broker's saves), "
-                             "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone)")
+                             "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone), "
+                             "nats (ingest through a three-node NATS cluster, and its nodes' memory per retained position)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
     args = parser.parse_args()
     only = set(args.only.split(","))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
     if args.long:
-        cfg = dict(ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
+        cfg = dict(nats=(100_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
     else:
-        cfg = dict(ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
+        cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
@@ -987,6 +989,12 @@ def main():
             bench_postgres(work, cfg, only, rows)
         if "persistence" in only:
             rows.extend(bench_persistence(work, cfg["persist_s"], topics=cfg["persist_topics"]))
+        if "nats" in only:
+            nats_work = os.path.join(work, "nats")
+            os.makedirs(nats_work)
+            for row in natsbench.bench_nats(nats_work, RELEASE, cfg["nats"][0], cfg["rounds"], cfg["nats"][1]):
+                rows.append(row)
+                print_row(row)
     finally:
         if stack:
             stack.stop()
@@ -1020,6 +1028,8 @@ def print_table(rows):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
         elif name.startswith("create on A"):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
+        elif name.startswith("NATS node memory"):
+            cells = (f"{max(r['nodes_rss_mb'])} MB", f"+{max(r['growth_mb'])} MB", f"{r['bytes_per_retained']:,} B / retained")
         elif name.startswith("restore"):
             cells = (f"{r['restore_s']} s", f"{r['restored_messages']:,} msgs", f"ingest x{r['ingest_ratio_during_restore']} meanwhile")
         elif name.startswith("persistence"):

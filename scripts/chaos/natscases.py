@@ -7,109 +7,11 @@ phone whose node died is seen stale, then live once it has reconnected. Everythi
 """
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
 
-from flarestack import HOST, ROOT, free_port, port_open, stop_processes
-
-
-class NatsStack:
-    """Three NATS nodes, HAProxy, and one flared on them, in `work`."""
-
-    def __init__(self, work, bin_dir, wait_for, extra_env=None):
-        self.work = work
-        self.bin = bin_dir
-        self.wait_for = wait_for
-        self.data = os.path.join(work, "data")
-        os.makedirs(self.data, exist_ok=True)
-        self.mqtt_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
-        self.env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port), FLARE_BIN=bin_dir,
-                        FLARE_NATS_PORT=str(free_port()), FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}",
-                        FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}", FLARE_LOG_LEVEL="info", **(extra_env or {}))
-        self.cluster = None
-        self.flared = None
-        try:
-            self.cluster = subprocess.Popen([os.path.join(ROOT, "scripts", "nats-cluster.sh")], env=self.env,
-                                            stdout=open(os.path.join(work, "nats.log"), "a"), stderr=subprocess.STDOUT)
-            urls = os.path.join(self.data, "nats", "urls")
-            wait_for(lambda: os.path.exists(urls) and os.path.getsize(urls) > 0 and port_open(self.mqtt_port), 60, "the NATS cluster up")
-            with open(urls) as f:
-                self.env.update(FLARE_BROKER="nats", FLARE_NATS_URLS=f.read().strip())
-            self.start_flared()
-            with open(os.path.join(self.data, "owner.key")) as f:
-                self.owner_key = f.read().strip()
-        except BaseException:
-            self.stop()
-            raise
-
-    def start_flared(self):
-        self.flared = subprocess.Popen([os.path.join(self.bin, "flared")], env=self.env,
-                                       stdout=open(os.path.join(self.work, "flared.log"), "a"), stderr=subprocess.STDOUT)
-        self.wait_for(lambda: self.status("/healthz") == 200, 60, "flared healthy on NATS")
-
-    def node_pid(self, n):
-        with open(os.path.join(self.data, "nats", f"n{n}.pid")) as f:
-            return int(f.read())
-
-    def node_port(self, n, kind):
-        """A node's port from its configuration: `listen` (client), `http` (monitoring) or the MQTT listener."""
-        with open(os.path.join(self.data, "nats", f"n{n}.conf")) as f:
-            text = f.read()
-        if kind == "mqtt":
-            text = text[text.index("mqtt {"):]
-        return int(text.split(f"{'listen' if kind in ('client', 'mqtt') else kind}: 127.0.0.1:", 1)[1].split()[0])
-
-    def kill_node(self, n):
-        os.kill(self.node_pid(n), signal.SIGKILL)
-
-    def node_of_client(self, mqtt_client_id):
-        """The node (1-3) that holds a connection with this MQTT client id, from the nodes' monitoring."""
-        for n in (1, 2, 3):
-            try:
-                with urllib.request.urlopen(f"http://{HOST}:{self.node_port(n, 'http')}/connz?limit=10000", timeout=2) as r:
-                    connz = json.load(r)
-            except OSError:
-                continue
-            if any(c.get("mqtt_client") == mqtt_client_id for c in connz.get("connections", [])):
-                return n
-        return None
-
-    def request(self, method, path, body=None, headers=None):
-        import http.client
-        conn = http.client.HTTPConnection(HOST, self.http_port, timeout=10)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, dict(response.getheaders()), response.read()
-        finally:
-            conn.close()
-
-    def status(self, path):
-        return self.request("GET", path)[0]
-
-    def create_share(self, duration=3600):
-        status, _, body = self.request("POST", "/api/v1/shares", json.dumps({"duration_s": duration}),
-                                       {"Authorization": f"Bearer {self.owner_key}", "Content-Type": "application/json"})
-        assert status == 201, (status, body[:200])
-        return json.loads(body)
-
-    def view(self, token):
-        return json.loads(self.request("GET", f"/api/v1/view/{token}")[2])
-
-    def rows(self, sql):
-        import sqlite3
-        db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
-        try:
-            return db.execute(sql).fetchall()
-        finally:
-            db.close()
-
-    def stop(self):
-        stop_processes(self.flared, self.cluster)
+from flarestack import HOST, NatsStack, stop_processes
 
 
 def retained_on(stack, node, share_id, watch_token, topic_suffix):
@@ -125,7 +27,7 @@ def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
     """kill -9 of one NATS node during 1,000 QoS 1 fixes/s from a publisher that reconnects through HAProxy: every
     fix the cluster acknowledged is stored once; the survivors serve the retained state; a live viewer's longest gap
     is measured."""
-    stack = NatsStack(work, bin_dir, wait_for)
+    stack = NatsStack(work, bin_dir)
     viewer = None
     try:
         created = [stack.create_share() for _ in range(10)]
@@ -188,7 +90,7 @@ def case_phone_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
     """kill -9 of the node a phone is connected to: its last will dies with the node, so the page turns the tracker
     stale once no fix came for FLARE_STALE_AFTER_S; it is live again once the phone has reconnected (through HAProxy,
     to a survivor) and sent its next fix."""
-    stack = NatsStack(work, bin_dir, wait_for, extra_env={"FLARE_STALE_AFTER_S": "3"})
+    stack = NatsStack(work, bin_dir, extra_env={"FLARE_STALE_AFTER_S": "3"})
     tracker = None
     try:
         share = stack.create_share()
