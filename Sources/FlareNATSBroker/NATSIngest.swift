@@ -82,6 +82,7 @@ public final class NATSIngest: Sendable {
     private func readStream() {
         var consumer: NATSPullConsumer?
         var lastComplaint: Int64 = 0
+        var failures = 0
         while !stopping.load(ordering: .relaxed) {
             guard let bound = consumer else {
                 do {
@@ -100,11 +101,16 @@ public final class NATSIngest: Sendable {
             let batch: [NATSStreamMessage]
             do {
                 batch = try bound.fetch(batch: 512, timeout: .milliseconds(500))
+                failures = 0
             } catch {
                 if monotonicMillis() - lastComplaint > 10_000 {
                     lastComplaint = monotonicMillis()
                     logger.warning("reading the cluster's MQTT stream failed (\(error)); trying again")
                 }
+                // A consumer that keeps failing may be gone (a cluster that lost its stores): bind it anew, which makes it
+                // again where it does not exist.
+                failures += 1
+                if failures >= 10 { consumer = nil; failures = 0 }
                 sleepMillis(100)
                 continue
             }

@@ -84,6 +84,11 @@ public struct NATSBrokerSettings: Sendable {
             }
             return nil
         }
+        // What flared would log in to mosquitto with: on NATS its logins use FLARE_NATS_PASSWORD_FILE only, and a setting
+        // that would be ignored is an operator's mistake to point out, not to pass over.
+        for name in ["FLARE_MQTT_USERNAME", "FLARE_MQTT_PASSWORD", "FLARE_MQTT_PASSWORD_FILE"] where config.string(name) != nil {
+            throw Configuration.ConfigurationError("\(name) is for mosquitto; with FLARE_BROKER=nats flared logs in with the password in FLARE_NATS_PASSWORD_FILE")
+        }
         let urls = (config.string("FLARE_NATS_URLS") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         guard !urls.isEmpty else {
             throw Configuration.ConfigurationError("FLARE_BROKER=nats needs FLARE_NATS_URLS: the nodes' client URLs, e.g. nats://10.0.0.1:4222,nats://10.0.0.2:4222")

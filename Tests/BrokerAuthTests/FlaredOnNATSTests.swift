@@ -158,4 +158,47 @@ final class NATSFlaredFixture: @unchecked Sendable {
         #expect(try fixture.client(node: 0, share: id, token: oldToken, clientID: ClientIDs.device(id)).waitForOutcome() == .refused)
         #expect(flared.log.contains("ended 1 connections whose tokens an earlier token key signed"))
     }
+
+    /// A cluster that lost its retained messages (every node's store gone; a configuration reload does the same to the
+    /// phones' retained positions): flared's keeper finds its epoch mark missing and publishes every share's retained
+    /// status and last position again, the stream's consumer is made anew, and fixes are stored again.
+    @Test func aClusterThatLostItsRetainedStateIsRestored() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let token = try #require(share["device_token"])
+        let phone = try fixture.client(node: nil, share: id, token: token, clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        #expect(try phone.publish(Topics.location(id), #"{"_type":"location","lat":48.7,"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970) - 5)}"#) == nil)
+        #expect(eventually { (try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] != nil })
+        phone.mqtt.disconnect()
+        // The keeper has recorded a mark the cluster acknowledged (a store with none is a new installation: nothing to
+        // restore).
+        #expect(eventually {
+            let line = (try? flared.metrics())?.split(separator: "\n").first { $0.hasPrefix("flare_broker_epoch ") }
+            return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 >= 2 } ?? false
+        })
+
+        try fixture.cluster.restartEmpty()
+        let retained = {
+            guard let reader = try? Client(port: fixture.cluster.nodes[1].mqttPort, username: "flared", password: fixture.cluster.password,
+                                           clientID: "reader-\(UUID().uuidString.prefix(8))", protocolVersion: .v311),
+                  reader.waitForOutcome() == .connected, (try? reader.subscribe(Topics.shareRoot(id) + "/#")) == true else { return false }
+            return eventually(timeout: .seconds(2)) {
+                reader.messages.contains { $0.topic == Topics.status(id) && $0.retain }
+                    && reader.messages.contains { $0.topic == Topics.location(id) && $0.retain && String(decoding: $0.payload, as: UTF8.self).contains("48.7") }
+            }
+        }
+        #expect(eventually(timeout: .seconds(60)) { retained() })
+        #expect(flared.log.contains("publishing every share's retained status and last position again"))
+
+        let back = try fixture.client(node: nil, share: id, token: token, clientID: ClientIDs.device(id, suffix: "again"))
+        #expect(back.waitForOutcome() == .connected)
+        #expect(eventually(timeout: .seconds(30)) {
+            _ = try? back.publish(Topics.location(id), #"{"_type":"location","lat":48.8,"lon":11.5,"tst":\#(Int(Date().timeIntervalSince1970))}"#)
+            return ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.8
+        })
+    }
 }

@@ -58,6 +58,18 @@ import Testing
         #expect(result.status == 0 && result.stdout.contains("FLARE_SMTP_FROM=flare@example.org") && !result.stdout.contains("pa55word"), "\(result.stdout)")
         environment["FLARE_SMTP_URL"] = nil
         environment["FLARE_SMTP_FROM"] = nil
+        // The NATS broker: its settings without it, it without its nodes, a node that is not a URL, a mosquitto login
+        // that would be ignored, its secrets missing; the password never shown.
+        for (settings, says) in [(["FLARE_NATS_URLS": "nats://127.0.0.1:4222"], "FLARE_NATS_URLS is set but FLARE_BROKER is not nats"),
+                                 (["FLARE_BROKER": "nats"], "FLARE_BROKER=nats needs FLARE_NATS_URLS"),
+                                 (["FLARE_BROKER": "nats", "FLARE_NATS_URLS": "http://127.0.0.1:4222"], "is not a nats:// URL"),
+                                 (["FLARE_BROKER": "nats", "FLARE_NATS_URLS": "nats://127.0.0.1:4222", "FLARE_MQTT_PASSWORD": "pa55word-x"],
+                                  "FLARE_MQTT_PASSWORD is for mosquitto"),
+                                 (["FLARE_BROKER": "nats", "FLARE_NATS_URLS": "nats://127.0.0.1:4222"], "FLARE_NATS_PASSWORD_FILE"),
+                                 (["FLARE_BROKER": "mqtt5"], "FLARE_BROKER")] {
+            result = try runCommand(flared, [], environment: environment.merging(settings) { $1 })
+            #expect(result.status == 1 && result.stderr.contains(says) && !result.stderr.contains("pa55word"), "\(settings): \(result.stderr)")
+        }
         // A database that is not there: one line naming the setting, never the password; nothing left running.
         let (refusing, closed) = try FreePort.refusing()
         defer { close(refusing) }

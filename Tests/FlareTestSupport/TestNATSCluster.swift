@@ -109,6 +109,15 @@ public final class TestNATSCluster: @unchecked Sendable {
         process.waitUntilExit()
     }
 
+    /// Every node killed, its store deleted, and started again: a cluster that lost everything it held (every retained
+    /// message, every session, the MQTT layer's streams), as after losing all its disks.
+    public func restartEmpty() throws {
+        for index in nodes.indices { kill(index) }
+        for node in nodes { try? FileManager.default.removeItem(at: directory.appendingPathComponent("js-\(node.name)")) }
+        for index in nodes.indices { try start(index) }
+        for index in nodes.indices { try waitHealthy(index, timeout: .seconds(30)) }
+    }
+
     public func isRunning(_ index: Int) -> Bool { processes[index]?.isRunning ?? false }
 
     public func log(_ index: Int) -> String {
