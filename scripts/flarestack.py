@@ -21,6 +21,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_span(room):
+    """The first of `room` + 1 free loopback ports in a row, below the ephemeral range (where outgoing connections and
+    port-0 binds would take one between the choice and the bind)."""
+    import random
+    for _ in range(500):
+        port = random.randrange(20000, 32000)
+        if all(_bindable(p) and not port_open(p) for p in range(port, port + room + 1)):
+            return port
+    raise RuntimeError("no free span of ports below the ephemeral range")
+
+
+def _bindable(port):
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+            return True
+        except OSError:
+            return False
+
+
 def port_open(port):
     try:
         socket.create_connection((HOST, port), timeout=0.2).close()
@@ -141,7 +161,7 @@ class NatsStack:
         self.http_port = free_port()
         self.metrics_port = free_port()
         self.env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port), FLARE_BIN=bin_dir,
-                        FLARE_NATS_PORT=str(free_port()), FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}",
+                        FLARE_NATS_PORT=str(free_span(12)), FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}",
                         FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}", FLARE_LOG_LEVEL="info", **(extra_env or {}))
         self.cluster = None
         self.flared = None

@@ -69,10 +69,12 @@ stop_all() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
-trap 'stop_all; exit 0' INT TERM
+trap 'stop_all; exit 0' INT TERM HUP
 trap stop_all EXIT
 for n in 1 2 3; do
-  "$server" -c "$dir/n$n.conf" 2> >(sed -u "s/^/nats-n$n: /" >&2) &
+  # A session of its own: a terminal's hangup (SIGHUP to the process group) would make a node reload its configuration,
+  # which deletes retained messages. This script stops the nodes itself, with SIGTERM.
+  setsid "$server" -c "$dir/n$n.conf" 2> >(sed -u "s/^/nats-n$n: /" >&2) &
   pids+=($!)
   echo "$!" > "$dir/n$n.pid"
 done

@@ -30,6 +30,13 @@ public enum ClientIDs {
     /// session back).
     public static func isTokenForm(_ id: String) -> Bool { id.hasPrefix(prefix) }
 
+    /// Whether `id` has a watcher's form (`flare-<share id>-watch-…`, of any share).
+    public static func isWatcherForm(_ id: String) -> Bool {
+        guard id.hasPrefix(prefix) else { return false }
+        let rest = id.utf8.dropFirst(prefix.utf8.count + 22)
+        return rest.starts(with: ("-" + watchPrefix).utf8)
+    }
+
     /// Whether a token of `share` with `role` may connect as `id`: the rule above, the same as the broker plugin's
     /// `client_id_allowed` (the NATS auth callout applies it here).
     public static func isAllowed(_ id: String, share: ShareID, role: ShareToken.Role) -> Bool {

@@ -60,10 +60,9 @@ public enum NATSAuthCallout {
     /// A share token's largest message: FLARE_MAX_PAYLOAD_BYTES can be set up to this.
     public static let sharePayloadLimit = 65_536
 
-    /// The names share-token logins get: `<share>@<key mark>` for a device token, `<share>/watch@<key mark>` for a watch
-    /// token. The key mark (8 hex digits derived from the token key) tells the logins a rotated key verified from the
-    /// others; the share id finds one share's connections; the role keeps watchers connected when a phone is cut off
-    /// for its rate.
+    /// The name a share-token login gets: `<share>@<key mark>`, device and watch token alike (the client-id rule tells
+    /// them apart: a watcher's id is `flare-<share>-watch-…`). The key mark (8 hex digits derived from the token key)
+    /// tells the logins a rotated key verified from the others; the share id finds one share's connections.
     public struct LoginNames: Sendable {
         public let keyMark: String
 
@@ -72,12 +71,11 @@ public enum NATSAuthCallout {
                 .map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
         }
 
-        public func device(_ share: ShareID) -> String { "\(share.rawValue)@\(keyMark)" }
-        public func watch(_ share: ShareID) -> String { "\(share.rawValue)/watch@\(keyMark)" }
+        public func name(_ share: ShareID) -> String { "\(share.rawValue)@\(keyMark)" }
 
         /// Whether `name` is a share-token login verified with another token key than this one.
         public func isFromAnotherKey(_ name: String) -> Bool {
-            guard let at = name.lastIndex(of: "@"), ShareID(String(name.prefix { $0 != "@" && $0 != "/" })) != nil else { return false }
+            guard let at = name.lastIndex(of: "@"), ShareID(String(name[..<at])) != nil else { return false }
             return name[name.index(after: at)...] != keyMark
         }
     }
@@ -120,7 +118,7 @@ public enum NATSAuthCallout {
             return .refuse("token rules cannot be enforced by NATS")
         }
         let names = LoginNames(tokenKey: tokenKey)
-        return .grant(Grant(name: verified.token.role == .device ? names.device(share) : names.watch(share), permissions: permissions,
+        return .grant(Grant(name: names.name(share), permissions: permissions,
                             expiresAt: verified.token.expiresAt, subscriptions: shareSubscriptionLimit, payloadBytes: sharePayloadLimit))
     }
 

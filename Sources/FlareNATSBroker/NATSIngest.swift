@@ -147,10 +147,10 @@ public final class NATSIngest: Sendable {
     /// Ends the share's device connections (not its watchers'), off the ingest's thread.
     private func cutOff(_ share: ShareID) {
         guard rateCuts.take(share.rawValue, nowMillis: monotonicMillis()) == nil else { return }
-        let name = names.device(share)
+        let name = names.name(share)
         _ = NamedThread.start(name: "flare-rate-cut") { [self] in
             do {
-                let ended = try sessions.end(user: name)
+                let ended = try sessions.end(user: name, devicesOnly: true)
                 rateDisconnects.add(ended, ordering: .relaxed)
                 logger.warning("share \(share.rawValue): its devices sent beyond FLARE_FIX_RATE_PER_SHARE; \(ended) of their connections ended")
             } catch {

@@ -43,11 +43,11 @@ public final class NATSPublisher: BrokerPublisher {
     private func revoke(_ payload: [UInt8]) -> Bool {
         guard let request = try? JSONValue.parse(payload), request["op"]?.stringValue == "revoke",
               let id = request["share_id"]?.stringValue.flatMap(ShareID.init) else { return true }
-        let sessions = self.sessions, logger = self.logger, names = [self.names.device(id), self.names.watch(id)]
+        let sessions = self.sessions, logger = self.logger, name = self.names.name(id)
         _ = NamedThread.start(name: "flare-revoke") {
             for attempt in 1...3 {
                 do {
-                    let ended = try sessions.end(user: names[0]) + sessions.end(user: names[1])
+                    let ended = try sessions.end(user: name)
                     logger.info("share \(id.rawValue) ended: \(ended) of its connections closed")
                     return
                 } catch {

@@ -14,10 +14,11 @@ public final class NATSSessions: Sendable {
         self.logger = logger
     }
 
-    /// Every node's connections of `user` (a share id: the name the callout gives a share token's login), ended. The
-    /// number ended; every node answers within `window`, or its connections are not found this time.
+    /// Every node's connections of `user` (the name the callout gives a share's logins), ended; with `devicesOnly`, not
+    /// the share's watchers (their client ids say so: `ClientIDs`). The number ended; every node answers within
+    /// `window`, or its connections are not found this time.
     @discardableResult
-    public func end(user: String, window: Duration = .milliseconds(500)) throws(NATSError) -> Int {
+    public func end(user: String, devicesOnly: Bool = false, window: Duration = .milliseconds(500)) throws(NATSError) -> Int {
         var query = JSONWriter()
         query.beginObject()
         query.field("user", user)
@@ -30,6 +31,7 @@ public final class NATSSessions: Sendable {
                   case .array(let connections)? = reply["data"]?["connections"] else { continue }
             for connection in connections {
                 guard let cid = connection["cid"]?.doubleValue, cid >= 0, cid < 1e15 else { continue }
+                if devicesOnly, connection["mqtt_client"]?.stringValue.map(ClientIDs.isWatcherForm) ?? false { continue }
                 var kick = JSONWriter()
                 kick.beginObject()
                 kick.field("cid", Int64(cid))

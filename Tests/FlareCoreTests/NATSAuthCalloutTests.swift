@@ -122,16 +122,17 @@ import Testing
         guard case .grant(let grant) = decision else { Issue.record("refused: \(decision)"); return }
         #expect(grant.expiresAt == 2_000)
         #expect(grant.permissions == NATSPermissions(rules: ShareToken(shareID: share, role: .device, issuedAt: 0, expiresAt: 1).acl))
-        #expect(grant.name == NATSAuthCallout.LoginNames(tokenKey: key).device(share))
+        #expect(grant.name == NATSAuthCallout.LoginNames(tokenKey: key).name(share))
         #expect(grant.subscriptions == NATSAuthCallout.shareSubscriptionLimit && grant.payloadBytes == NATSAuthCallout.sharePayloadLimit)
     }
 
     @Test func loginNamesTellTheRoleAndTheKey() {
         let names = NATSAuthCallout.LoginNames(tokenKey: key), other = NATSAuthCallout.LoginNames(tokenKey: Crypto.randomBytes(32))
         #expect(names.keyMark.count == 8 && names.keyMark != other.keyMark)
-        #expect(names.device(share) != names.watch(share))
-        #expect(!names.isFromAnotherKey(names.device(share)) && !names.isFromAnotherKey(names.watch(share)))
-        #expect(names.isFromAnotherKey(other.device(share)) && names.isFromAnotherKey(other.watch(share)))
+        #expect(!names.isFromAnotherKey(names.name(share)))
+        #expect(names.isFromAnotherKey(other.name(share)))
+        #expect(ClientIDs.isWatcherForm(ClientIDs.watcher(share, suffix: "x")) && !ClientIDs.isWatcherForm(ClientIDs.device(share, suffix: "x")))
+        #expect(!ClientIDs.isWatcherForm(ClientIDs.device(share)) && !ClientIDs.isWatcherForm("flared"))
         // Service logins and anything else are no share token's.
         #expect(!names.isFromAnotherKey("flared") && !names.isFromAnotherKey("flare-auth") && !names.isFromAnotherKey("x@y"))
     }

@@ -15,7 +15,7 @@ public final class TestNATSCluster: @unchecked Sendable {
     }
 
     public let directory: URL
-    public let nodes: [Node]
+    public private(set) var nodes: [Node]
     public let password: String
     /// HAProxy's MQTT port (round robin over the nodes' MQTT listeners), when started with `balancer: true`.
     public private(set) var balancerPort: Int?
@@ -24,14 +24,35 @@ public final class TestNATSCluster: @unchecked Sendable {
 
     public var urls: [String] { nodes.map(\.url) }
 
-    /// Starts the three nodes and waits until each is healthy (JetStream ready) and its MQTT listener accepts.
+    /// Starts the three nodes and waits until each is healthy (JetStream ready) and its MQTT listener accepts. A port
+    /// chosen free can be taken before the node binds it (by an outgoing connection: free ports come from the ephemeral
+    /// range): a cluster that does not come up is made again on other ports, up to three times.
     public init(issuer: String, password: String = UUID().uuidString, balancer withBalancer: Bool = false) throws {
         directory = try TempDirectory.make(prefix: "flare-nats")
         self.password = password
+        nodes = []
+        var attempt = 1
+        while true {
+            do {
+                try startCluster(issuer: issuer, balancer: withBalancer)
+                return
+            } catch {
+                stopProcesses()
+                guard attempt < 3 else {
+                    try? FileManager.default.removeItem(at: directory)
+                    throw error
+                }
+                attempt += 1
+            }
+        }
+    }
+
+    private func startCluster(issuer: String, balancer withBalancer: Bool) throws {
         nodes = try (1...3).map { index in
             Node(name: "n\(index)", clientPort: try FreePort.next(), mqttPort: try FreePort.next(), httpPort: try FreePort.next(),
                  clusterPort: try FreePort.next())
         }
+        for node in nodes { try? FileManager.default.removeItem(at: directory.appendingPathComponent("js-\(node.name)")) }
         let template = try String(contentsOf: AuthPlugin.repositoryRoot.appendingPathComponent("broker/nats/node.conf.in"), encoding: .utf8)
         let routes = nodes.map { "nats-route://127.0.0.1:\($0.clusterPort)" }.joined(separator: ", ")
         for (index, node) in nodes.enumerated() {
@@ -48,14 +69,9 @@ public final class TestNATSCluster: @unchecked Sendable {
                 .replacingOccurrences(of: "@ISSUER@", with: issuer)
             try config.write(to: configURL(index), atomically: true, encoding: .utf8)
         }
-        do {
-            for index in nodes.indices { try start(index) }
-            for index in nodes.indices { try waitHealthy(index, timeout: .seconds(30)) }
-            if withBalancer { try startBalancer() }
-        } catch {
-            stop()
-            throw error
-        }
+        for index in nodes.indices { try start(index) }
+        for index in nodes.indices { try waitHealthy(index, timeout: .seconds(30)) }
+        if withBalancer { try startBalancer() }
     }
 
     deinit { stop() }
@@ -126,13 +142,18 @@ public final class TestNATSCluster: @unchecked Sendable {
 
     /// Ends every node and the balancer, and removes the stores.
     public func stop() {
+        stopProcesses()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private func stopProcesses() {
         for index in processes.keys.sorted() {
             _ = processes[index]?.terminate(within: .seconds(10), what: "nats-server")
         }
         processes.removeAll()
         _ = balancer?.terminate(within: .seconds(5), what: "haproxy")
         balancer = nil
-        try? FileManager.default.removeItem(at: directory)
+        balancerPort = nil
     }
 
     private func startBalancer() throws {

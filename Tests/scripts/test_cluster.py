@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""`make cluster` keeps serving when an instance dies (`make scripts-test`, part of `make test`; about 40 s).
+"""`make cluster` keeps serving when an instance dies, and `make cluster BROKER=nats` when a NATS node dies
+(`make scripts-test`, part of `make test`; about 70 s).
 
 scripts/run.sh as `make cluster` starts it (FLARE_INSTANCES=2: a throwaway PostgreSQL, the broker, flared A and B),
 on free loopback ports with its own FLARE_DATA_DIR. Each instance in turn is killed with SIGKILL: the other must
@@ -25,7 +26,7 @@ import urllib.request
 
 from runsh import HOST, ROOT, RUN, Instance, free_port, http_status, port_open, processes_of
 
-TOTAL_SECONDS = 75
+TOTAL_SECONDS = 150
 
 
 class Timeout(Exception):
@@ -50,10 +51,16 @@ def last_fix_time(url):
 class Cluster(Instance):
     """run.sh with FLARE_INSTANCES=2; instance A on http_port, B on the next port."""
 
-    def __init__(self, root, name):
+    def __init__(self, root, name, broker="mosquitto"):
         pg_port = free_port()
-        super().__init__(root, name, free_port(room=2), http_room=1, other_ports=[pg_port],
-                         extra_env={"FLARE_INSTANCES": "2", "FLARE_PG_PORT": str(pg_port), "FLARE_DEMO_INTERVAL": "1"})
+        env = {"FLARE_INSTANCES": "2", "FLARE_PG_PORT": str(pg_port), "FLARE_DEMO_INTERVAL": "1", "FLARE_BROKER": broker}
+        other_ports = [pg_port]
+        if broker == "nats":
+            # The three nodes take their ports from here (client, MQTT, monitoring, route each).
+            nats_port = free_port(room=12)
+            env["FLARE_NATS_PORT"] = str(nats_port)
+            other_ports += [nats_port + n for n in range(12)]
+        super().__init__(root, name, free_port(room=2), http_room=1, other_ports=other_ports, extra_env=env)
         self.ports = {"A": self.http_port, "B": self.http_port + 1}
 
     def url(self, which, path):
@@ -89,7 +96,7 @@ class Cluster(Instance):
                 continue
         self.fail(f"no flared process for instance {which}")
 
-    def check_serving(self, which):
+    def check_serving(self, which, seconds=10):
         """/healthz, the demo share's page and view JSON answer 200 on `which`, and a new fix arrives there."""
         for path in ("/healthz", f"/s/{self.token}", f"/api/v1/view/{self.token}"):
             status = http_status(self.url(which, path))
@@ -97,7 +104,7 @@ class Cluster(Instance):
                 self.fail(f"{which} answered {status} to {path}")
         view = self.url(which, f"/api/v1/view/{self.token}")
         before = last_fix_time(view)
-        self.wait_for(lambda: (last_fix_time(view) or 0) > (before or 0), 10, f"a new demo fix on {which}")
+        self.wait_for(lambda: (last_fix_time(view) or 0) > (before or 0), seconds, f"a new demo fix on {which}")
 
     def wait_for_line(self, pattern, seconds, what):
         found = []
@@ -178,6 +185,22 @@ def either_instance_can_be_killed(root, started):
         cluster.fail("B was restarted after SIGTERM")
 
 
+def a_nats_node_can_be_killed(root, started):
+    """`make cluster BROKER=nats`: kill -9 of one of the three NATS nodes; both instances keep serving the demo share,
+    whose tracker reconnects through HAProxy to a survivor (new fixes arrive after the failover's pause); Ctrl-C
+    stops everything, the nodes and HAProxy too."""
+    cluster = Cluster(root, "nats", broker="nats")
+    started.append(cluster)
+    cluster.wait_until_running()
+    if "NATS, three nodes" not in cluster.output():
+        cluster.fail("the banner does not name the NATS cluster")
+    with open(os.path.join(cluster.data_dir, "nats", "n1.pid")) as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    for which in cluster.ports:
+        cluster.check_serving(which, seconds=45)
+    cluster.interrupt()
+
+
 def ctrl_c_stops_the_cluster(root, started):
     cluster = Cluster(root, "ctrl-c")
     started.append(cluster)
@@ -185,7 +208,7 @@ def ctrl_c_stops_the_cluster(root, started):
     cluster.interrupt()
 
 
-CASES = [either_instance_can_be_killed, ctrl_c_stops_the_cluster]
+CASES = [either_instance_can_be_killed, a_nats_node_can_be_killed, ctrl_c_stops_the_cluster]
 
 
 def main():

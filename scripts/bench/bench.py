@@ -949,7 +949,7 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
     if args.long:
-        cfg = dict(nats=(100_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
+        cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
     else:
         cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
     for tool in ("wrk", "nginx"):

@@ -1,7 +1,9 @@
 """`make bench` on NATS (the `nats` row): Flare on three NATS nodes behind HAProxy (scripts/nats-cluster.sh).
 
 - ingest: QoS 1 fixes through the cluster into flared's store, against the cluster's own delivery of the same stream
-  to a bare MQTT 3.1.1 subscriber (`flare bench count`) in the same run: the ratio says what flared's side costs;
+  to a bare MQTT 3.1.1 subscriber (`flare bench count`) in the same run: the ratio says what flared's side costs. The
+  cluster delivers QoS 1 to an MQTT subscriber more slowly than it takes it in (one JetStream consumer per
+  subscription, acknowledged one by one), and flared reads the stream itself in batches: a ratio above 1 is that;
 - memory: each node's resident memory with N retained positions (one per share, as phones leave them), less what it
   held before they came, per node and per position.
 """
@@ -33,11 +35,11 @@ def reference(stack, path, total):
     """The stream to a bare subscriber on a topic tree flared does not read: fixes per second as delivered."""
     counter = subprocess.Popen([os.path.join(stack.bin, "flare"), "bench", "count", "--mqtt311", "--data-dir", stack.data,
                                 "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}", "--pattern", "bench/n1/+/location",
-                                "--qos", "1", "--expect", str(total), "--timeout", "120"],
+                                "--qos", "1", "--expect", str(total), "--timeout", str(max(120, total // 200))],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stack.env)
     assert counter.stderr.readline().strip() == "ready"
     pub = _bench(stack, "publish", "--shares-file", path, "--prefix", "bench/n1", "--count", str(total), "--qos", "1")
-    out, _ = counter.communicate(timeout=180)
+    out, _ = counter.communicate(timeout=max(180, total // 200 + 60))
     final = json.loads(out.strip().splitlines()[-1])
     return final["received"], final["received"] / max(1e-9, (final["last_ns"] - pub["start_ns"]) / 1e9)
 
@@ -47,11 +49,11 @@ def ingest(stack, path, total, offset):
     accepted0 = stack.metric("flare_fixes_accepted_total")
     pub = _bench(stack, "publish", "--shares-file", path, "--count", str(total), "--qos", "1", "--offset", str(offset))
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and stack.metric("flare_fixes_accepted_total") - accepted0 < total:
-        time.sleep(0.005)
+    while time.monotonic() < deadline and stack.metric("flare_fixes_accepted_total") - accepted0 < pub["acked"]:
+        time.sleep(0.02)
     end_ns = time.time_ns()
     accepted = stack.metric("flare_fixes_accepted_total") - accepted0
-    return int(accepted), accepted / max(1e-9, (end_ns - pub["start_ns"]) / 1e9)
+    return int(accepted), pub["acked"], accepted / max(1e-9, (end_ns - pub["start_ns"]) / 1e9)
 
 
 def bench_nats(work, bin_dir, total, rounds, retained):
@@ -65,13 +67,13 @@ def bench_nats(work, bin_dir, total, rounds, retained):
         pairs = []
         for r in range(rounds):
             ref_received, ref_rate = reference(stack, path, total)
-            accepted, rate = ingest(stack, path, total, offset=10 * total * (r + 1))
-            pairs.append({"reference_received": ref_received, "reference_per_s": round(ref_rate), "flare_accepted": accepted,
-                          "flare_per_s": round(rate), "ratio": round(rate / ref_rate, 3)})
+            accepted, acked, rate = ingest(stack, path, total, offset=10 * total * (r + 1))
+            pairs.append({"reference_received": ref_received, "reference_per_s": round(ref_rate), "acknowledged": acked,
+                          "flare_accepted": accepted, "flare_per_s": round(rate), "ratio": round(rate / ref_rate, 3)})
         median = sorted(pairs, key=lambda p: p["ratio"])[len(pairs) // 2]
         rows.append({"name": "ingest QoS 1, NATS cluster", "fixes": total, "shares": len(shares), "rounds": rounds, **median,
                      "ratios": [p["ratio"] for p in pairs], "target": ">= 0.8 of the cluster's own delivery",
-                     "pass": median["ratio"] >= 0.8 and all(p["flare_accepted"] >= total for p in pairs)})
+                     "pass": median["ratio"] >= 0.8 and all(p["flare_accepted"] >= p["acknowledged"] == total for p in pairs)})
         # Memory: N retained positions on N topics, as N phones leave them.
         before = [stack.node_rss_mb(n) for n in (1, 2, 3)]
         ids = [f"r{i:07d}" for i in range(retained)]
