@@ -65,6 +65,12 @@ public final class NATSConnection: @unchecked Sendable {
         connection = connected
     }
 
+    /// Closes the connection: no more reconnection attempts, subscriptions ended. What holds the connection may keep
+    /// it; every call on it then fails.
+    public func close() {
+        natsConnection_Close(connection)
+    }
+
     deinit {
         natsConnection_Close(connection)
         for subscription in subscriptions { natsSubscription_Destroy(subscription) }

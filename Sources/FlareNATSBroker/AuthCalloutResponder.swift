@@ -34,6 +34,11 @@ public final class AuthCalloutResponder: Sendable {
         try connection.flush()
     }
 
+    /// Stops answering (the subscription's handler holds the responder: it lives until this or the process ends).
+    public func close() {
+        connection.close()
+    }
+
     private func answer(_ message: NATSMessage) {
         guard let reply = message.reply else { return }
         let now = clock.now() / 1000

@@ -31,6 +31,7 @@ final class NATSAuthFixture: @unchecked Sendable {
     }
 
     deinit {
+        responders.forEach { $0.close() }
         cluster.stop()
         try? FileManager.default.removeItem(at: directory)
     }
