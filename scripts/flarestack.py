@@ -27,12 +27,12 @@ def free_span(room):
     import random
     for _ in range(500):
         port = random.randrange(20000, 32000)
-        if all(_bindable(p) and not port_open(p) for p in range(port, port + room + 1)):
+        if all(bindable(p) and not port_open(p) for p in range(port, port + room + 1)):
             return port
     raise RuntimeError("no free span of ports below the ephemeral range")
 
 
-def _bindable(port):
+def bindable(port):
     with socket.socket() as s:
         try:
             s.bind((HOST, port))
@@ -138,15 +138,19 @@ class Postgres:
 
 
 def wait_until(check, seconds, what):
+    """Polls `check` until it holds; AssertionError naming `what` (a function: a message of how things stand then)
+    when `seconds` passed first."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             if check():
                 return
         except (OSError, http.client.HTTPException):
+            # Not up yet. HTTPException too: polling a free port in the ephemeral range before its server listens can
+            # connect the client to itself (TCP simultaneous open), and it then reads its own request as the answer.
             pass
         time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
+    raise AssertionError(f"{what() if callable(what) else what} did not happen within {seconds} s")
 
 
 class NatsStack:

@@ -43,25 +43,8 @@ echo "nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]},nats://127.0.0
 # Two descriptors a connection (phone side, node side), within this process's limit.
 maxconn=$(( ($(ulimit -n) - 64) / 2 ))
 ((maxconn <= 50000)) || maxconn=50000
-cat > "$dir/haproxy.cfg" <<CFG
-global
-    maxconn $maxconn
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 1h
-    timeout server 1h
-frontend mqtt
-    bind 127.0.0.1:$FLARE_MQTT_PORT
-    default_backend nodes
-backend nodes
-    balance roundrobin
-    option redispatch
-    retries 2
-    server n1 127.0.0.1:${mqtt[1]} check inter 500ms fall 2 rise 1
-    server n2 127.0.0.1:${mqtt[2]} check inter 500ms fall 2 rise 1
-    server n3 127.0.0.1:${mqtt[3]} check inter 500ms fall 2 rise 1
-CFG
+sed -e "s|@MAXCONN@|$maxconn|" -e "s|@PORT@|$FLARE_MQTT_PORT|" -e "s|@MQTT1@|${mqtt[1]}|" -e "s|@MQTT2@|${mqtt[2]}|" \
+    -e "s|@MQTT3@|${mqtt[3]}|" "$here/broker/nats/haproxy.cfg.in" > "$dir/haproxy.cfg"
 
 pids=()
 stop_all() {

@@ -55,9 +55,7 @@ public final class Bridge: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.store = store
-        keeper = BrokerStateKeeper(store: store, shares: shares, publisher: client, reader: BrokerEpochProbe(bridgeOptions: options),
-                                   holder: options.clientID, connection: { [client] in client.connectionNumber },
-                                   clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
+        keeper = .keeping(client, options: options, publisher: client, store: store, shares: shares, metrics: metrics, logger: logger)
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
         metrics.registerGauge(FlareMetrics.brokerRateDisconnects) { [brokerStats] in Double(brokerStats.rateDisconnects.load(ordering: .relaxed)) }
         metrics.register(FlareMetrics.ownPositionsSkipped)

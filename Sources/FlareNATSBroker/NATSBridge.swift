@@ -28,9 +28,7 @@ public final class NATSBridge: Sendable {
         self.ingest = ingest
         self.shares = shares
         self.logger = logger
-        keeper = BrokerStateKeeper(store: store, shares: shares, publisher: publisher, reader: BrokerEpochProbe(bridgeOptions: options),
-                                   holder: options.clientID, connection: { [client] in client.connectionNumber },
-                                   clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
+        keeper = .keeping(client, options: options, publisher: publisher, store: store, shares: shares, metrics: metrics, logger: logger)
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
     }
 

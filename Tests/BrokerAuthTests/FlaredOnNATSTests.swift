@@ -34,6 +34,15 @@ final class NATSFlaredFixture: @unchecked Sendable {
         cluster.stop()
     }
 
+    /// A ten-minute share made on the first flared: its id and the creation's answer (strings only).
+    func createShare() throws -> (id: ShareID, answer: [String: String]) {
+        let flared = self.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        #expect(created.status == 201, "\(created.text)")
+        let answer = try #require(created.json as? [String: String])
+        return (try #require(answer["share_id"].flatMap { ShareID($0) }), answer)
+    }
+
     func client(node: Int?, share: ShareID, token: String, clientID: String) throws -> Client {
         try Client(port: node.map { cluster.nodes[$0].mqttPort } ?? cluster.balancerPort!, username: share.rawValue, password: token,
                    clientID: clientID, protocolVersion: .v311)
@@ -44,10 +53,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
     @Test func fixesAreStoredRetainedStateIsEverywhereAndStoppingCutsThePhoneOff() throws {
         let fixture = try NATSFlaredFixture()
         let flared = fixture.flared[0]
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        #expect(created.status == 201, "\(created.text)")
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try fixture.createShare()
         let deviceToken = try #require(share["device_token"])
         #expect(share["mqtt_url"] == "mqtt://127.0.0.1:\(fixture.cluster.balancerPort!)")
 
@@ -114,9 +120,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
     @Test func aPhoneBeyondItsSharesRateIsCutOffAndItsWatcherIsNot() throws {
         let fixture = try NATSFlaredFixture(extraEnvironment: ["FLARE_FIX_RATE_PER_SHARE": "2/5"])
         let flared = fixture.flared[0]
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try fixture.createShare()
         let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
         let watcher = try fixture.client(node: 1, share: id, token: try #require(issued.json?["watch_token"] as? String),
                                          clientID: ClientIDs.watcher(id, suffix: "w"))
@@ -144,9 +148,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
     @Test func aRotatedTokenKeyEndsTheOldTokensConnections() throws {
         let fixture = try NATSFlaredFixture()
         let flared = fixture.flared[0]
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try fixture.createShare()
         let oldToken = try #require(share["device_token"])
         let phone = try fixture.client(node: 2, share: id, token: oldToken, clientID: ClientIDs.device(id))
         #expect(phone.waitForOutcome() == .connected)
@@ -165,9 +167,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
     @Test func aClusterThatLostItsRetainedStateIsRestored() throws {
         let fixture = try NATSFlaredFixture()
         let flared = fixture.flared[0]
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try fixture.createShare()
         let token = try #require(share["device_token"])
         let phone = try fixture.client(node: nil, share: id, token: token, clientID: ClientIDs.device(id))
         #expect(phone.waitForOutcome() == .connected)
@@ -177,8 +177,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
         // The keeper has recorded a mark the cluster acknowledged (a store with none is a new installation: nothing to
         // restore).
         #expect(eventually {
-            let line = (try? flared.metrics())?.split(separator: "\n").first { $0.hasPrefix("flare_broker_epoch ") }
-            return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 >= 2 } ?? false
+            (flared.metric("flare_broker_epoch") ?? 0) >= 2
         })
 
         try fixture.cluster.restartEmpty()

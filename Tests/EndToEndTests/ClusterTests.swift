@@ -204,8 +204,7 @@ enum BrokerKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
         // mark only published, by a keeper killed before it could record it, would leave a store that knows of none,
         // which is a new installation with nothing to restore.
         #expect(eventually(timeout: .seconds(20)) {
-            let line = (try? other.metrics())?.split(separator: "\n").first { $0.hasPrefix("flare_broker_epoch ") }
-            return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 >= 2 } ?? false
+            (other.metric("flare_broker_epoch") ?? 0) >= 2
         })
         cluster.broker!.kill()
         try cluster.broker!.start()

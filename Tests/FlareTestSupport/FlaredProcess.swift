@@ -126,6 +126,12 @@ public final class FlaredProcess: @unchecked Sendable {
         try RawHTTP.request("GET", port: metricsPort, path: "/metrics").text
     }
 
+    /// One unlabelled sample of `/metrics` (`name value`): nil when it is not there or cannot be read.
+    public func metric(_ name: String) -> Double? {
+        guard let text = try? metrics() else { return nil }
+        return text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.dropFirst(name.count + 1)) }
+    }
+
     public func request(_ method: String, _ path: String, body: String = "", bearer: String? = nil) throws -> RawHTTPResponse {
         var headers: [String: String] = [:]
         if let bearer { headers["Authorization"] = "Bearer \(bearer)" }

@@ -158,25 +158,14 @@ public final class TestNATSCluster: @unchecked Sendable {
 
     private func startBalancer() throws {
         let port = try FreePort.next()
-        let servers = nodes.map { "    server \($0.name) 127.0.0.1:\($0.mqttPort) check inter 500ms fall 2 rise 1" }.joined(separator: "\n")
-        let config = """
-        global
-            maxconn 4096
-        defaults
-            mode tcp
-            timeout connect 2s
-            timeout client 1h
-            timeout server 1h
-        frontend mqtt
-            bind 127.0.0.1:\(port)
-            default_backend nodes
-        backend nodes
-            balance roundrobin
-            option redispatch
-            retries 2
-        \(servers)
-
-        """
+        precondition(nodes.count == 3, "broker/nats/haproxy.cfg.in names three nodes")
+        let template = try String(contentsOf: AuthPlugin.repositoryRoot.appendingPathComponent("broker/nats/haproxy.cfg.in"), encoding: .utf8)
+        let config = template
+            .replacingOccurrences(of: "@MAXCONN@", with: "4096")
+            .replacingOccurrences(of: "@PORT@", with: String(port))
+            .replacingOccurrences(of: "@MQTT1@", with: String(nodes[0].mqttPort))
+            .replacingOccurrences(of: "@MQTT2@", with: String(nodes[1].mqttPort))
+            .replacingOccurrences(of: "@MQTT3@", with: String(nodes[2].mqttPort))
         let url = directory.appendingPathComponent("haproxy.cfg")
         try config.write(to: url, atomically: true, encoding: .utf8)
         let process = Process()

@@ -13,11 +13,14 @@ import socket
 import subprocess
 import time
 import urllib.error
+import sys
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN = os.path.join(ROOT, "scripts", "run.sh")
 HOST = "127.0.0.1"
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from flarestack import bindable  # noqa: E402
 
 handed_out = set()
 
@@ -28,15 +31,6 @@ def port_open(port):
             return True
     except OSError:
         return False
-
-
-def bindable(port):
-    with socket.socket() as s:
-        try:
-            s.bind((HOST, port))
-            return True
-        except OSError:
-            return False
 
 
 def free_port(room=0):

@@ -22,27 +22,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
+from flarestack import wait_until as wait_for  # noqa: E402
 import threading  # noqa: E402
 import functools  # noqa: E402
 import attacks  # noqa: E402
 import natscases  # noqa: E402
 
 BIN = os.path.join(ROOT, ".build", "debug")
-
-
-def wait_for(check, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (OSError, http.client.HTTPException):
-            # Not up yet. HTTPException too: polling a free port in the ephemeral range before its server listens can
-            # connect the client to itself (TCP simultaneous open), and it then reads its own request as the answer.
-            pass
-        time.sleep(0.05)
-    # `what` may be a function, for a message that says how things stand at the deadline.
-    raise AssertionError(f"{what() if callable(what) else what} did not happen within {seconds} s")
 
 
 class Stack:
