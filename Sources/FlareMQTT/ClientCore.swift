@@ -37,7 +37,13 @@ final class ClientCore: @unchecked Sendable {
     var publishes = AckTracker()
     var subscribes = AckTracker()
 
-    init(isV5: Bool) { self.isV5 = isV5 }
+    /// `MQTTClient.Options.retriesAfterRefusal`.
+    let retriesAfterRefusal: Bool
+
+    init(isV5: Bool, retriesAfterRefusal: Bool = false) {
+        self.isV5 = isV5
+        self.retriesAfterRefusal = retriesAfterRefusal
+    }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> ClientCore {
         Unmanaged<ClientCore>.fromOpaque(userdata!).takeUnretainedValue()
@@ -53,9 +59,11 @@ final class ClientCore: @unchecked Sendable {
         guard code == 0 else {
             // Refused credentials do not fix themselves: close the connection and, through `refused`, stop the
             // network loop's reconnecting, for v5 and v3.1.1 alike (the caller may disconnect() and connect() again).
+            // Unless the client was told that its broker's refusals can pass (`retriesAfterRefusal`): then the loop
+            // goes on trying, at its reconnection pace.
             _ = mosquitto_disconnect(handle)
             let reason = isV5 ? String(cString: mosquitto_reason_string(code)) : String(cString: mosquitto_connack_string(code))
-            let handler = lock.withLock { refused = true; return connectionHandler }
+            let handler = lock.withLock { refused = !retriesAfterRefusal; return connectionHandler }
             handler?(.refused(reason: reason))
             return
         }

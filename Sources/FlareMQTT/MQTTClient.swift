@@ -35,6 +35,10 @@ public final class MQTTClient: @unchecked Sendable {
         public var reconnectDelay: (min: Int, max: Int) = (1, 10)
         /// What the broker publishes for this client when its connection is lost without a DISCONNECT (never retained).
         public var lastWill: LastWill?
+        /// Keep reconnecting after the broker refused the login. Off: refused credentials do not fix themselves. On, for
+        /// a broker whose logins are decided by a service that can fail for a moment: a NATS cluster asks its auth
+        /// callout, which times out while the cluster fails over, and refuses then.
+        public var retriesAfterRefusal = false
 
         public init(clientID: String) {
             self.clientID = clientID
@@ -73,7 +77,7 @@ public final class MQTTClient: @unchecked Sendable {
             throw MQTTError(operation: "reconnectDelay", code: Int32(MOSQ_ERR_INVAL.rawValue), message: "needs 1 <= min <= max")
         }
         try MQTTError.check(Self.libraryInitialized, "mosquitto_lib_init")
-        let core = ClientCore(isV5: options.protocolVersion == .v5)
+        let core = ClientCore(isV5: options.protocolVersion == .v5, retriesAfterRefusal: options.retriesAfterRefusal)
         let userdata = Unmanaged.passRetained(core).toOpaque()  // released in deinit, after mosquitto_destroy
         guard let handle = mosquitto_new(options.clientID, options.cleanSession, userdata) else {
             Unmanaged<ClientCore>.fromOpaque(userdata).release()

@@ -41,7 +41,7 @@ public final class NATSBridge: Sendable {
             case .disconnected(let reason):
                 logger.warning("lost the NATS cluster's MQTT: \(reason); reconnecting")
             case .refused(let reason):
-                logger.error("the NATS cluster refused flared's MQTT login: \(reason) (FLARE_NATS_PASSWORD_FILE must hold the password the nodes' configuration has)")
+                logger.error("the NATS cluster refused flared's MQTT login: \(reason); trying again (a callout that did not answer in time during a failover passes; a wrong password does not: FLARE_NATS_PASSWORD_FILE must hold the one the nodes' configuration has)")
             }
         }
         try client.connect()

@@ -38,6 +38,7 @@ enum Bench {
             // that outlives a reconnection to another node, so that what was in flight is sent again there.
             mqttOptions.protocolVersion = .v311
             mqttOptions.cleanSession = false
+            mqttOptions.retriesAfterRefusal = true
             let passwordFile = options.dataDirectory + "/nats/password"
             guard let password = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
                 throw CLIError("--mqtt311 logs in as the NATS cluster's service login: no password at \(passwordFile) (pass --data-dir)")

@@ -53,6 +53,8 @@ final class Daemon: Sendable {
             mqttOptions.username = NATSAuthCallout.serviceUsername
             mqttOptions.password = natsSecrets.password
             mqttOptions.cleanSession = true
+            // A login refused while the cluster fails over (the callout timed out) is tried again.
+            mqttOptions.retriesAfterRefusal = true
         } else {
             let credentials = try DataDirectory.brokerCredentials(
                 in: dataDirectory, username: settings.mqttUsername, password: settings.mqttPassword, passwordFile: settings.mqttPasswordFile)

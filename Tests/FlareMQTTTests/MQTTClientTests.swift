@@ -266,6 +266,31 @@ struct MQTTClientTests {
         #expect(good.waitUntilConnected(timeout: .seconds(10)))
     }
 
+    /// A broker whose refusals can pass (a NATS cluster whose auth callout timed out in a failover): told so, the client
+    /// keeps trying on its own, and gets in once the broker accepts the login.
+    @Test(arguments: versions)
+    func aClientToldThatRefusalsPassKeepsTryingUntilItGetsIn(version: MQTTClient.ProtocolVersion) throws {
+        let directory = try TempDirectory.make(prefix: "flare-mqtt-auth")
+        let passwordFile = directory.appendingPathComponent("passwords")
+        try runTool("/usr/bin/mosquitto_passwd", ["-c", "-b", passwordFile.path, "flare", "correct-horse"])
+        let broker = try TestBroker(directory: directory, extraConfig: ["allow_anonymous false", "password_file \(passwordFile.path)"])
+        let recorder = Recorder()
+        let client = try makeClient(broker, version: version, recorder: recorder) {
+            $0.username = "flare"
+            $0.password = "battery-staple"
+            $0.retriesAfterRefusal = true
+            $0.reconnectDelay = (1, 1)
+        }
+        try client.connect()
+        #expect(eventually { recorder.refusals.count >= 2 })   // no disconnect() and connect() in between
+        #expect(!client.isConnected)
+        // The broker now takes the password (mosquitto reads its password file again on SIGHUP).
+        try runTool("/usr/bin/mosquitto_passwd", ["-b", passwordFile.path, "flare", "battery-staple"])
+        kill(try #require(broker.processIdentifier), SIGHUP)
+        #expect(client.waitUntilConnected(timeout: .seconds(20)))
+        client.disconnect()
+    }
+
     @Test(arguments: versions)
     func refusedSubscriptionIsReported(version: MQTTClient.ProtocolVersion) throws {
         // mosquitto's acl_file grants every SUBACK and filters on delivery; the dynamic-security plugin refuses
