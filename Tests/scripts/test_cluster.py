@@ -196,7 +196,13 @@ def a_nats_node_can_be_killed(root, started):
         cluster.fail("the banner does not name the NATS cluster")
     with open(os.path.join(cluster.data_dir, "nats", "n1.pid")) as f:
         os.kill(int(f.read()), signal.SIGKILL)
+    # An instance whose MQTT connection was on the dead node says so on /healthz (503) until it has logged in again
+    # through HAProxy; the link pages never stop answering.
     for which in cluster.ports:
+        if http_status(cluster.url(which, f"/api/v1/view/{cluster.token}")) != 200:
+            cluster.fail(f"with a NATS node killed, {which} stopped answering the demo share's link")
+    for which in cluster.ports:
+        cluster.wait_for(lambda: http_status(cluster.url(which, "/healthz")) == 200, 45, f"/healthz 200 on {which} after the node's death")
         cluster.check_serving(which, seconds=45)
     cluster.interrupt()
 
