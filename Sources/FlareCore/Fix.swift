@@ -5,12 +5,18 @@ public struct Fix: Sendable, Equatable {
     public var latitude: Double
     public var longitude: Double
     public var timestamp: Int64
-    public var accuracy: Double?
-    public var altitude: Double?
-    public var velocity: Double?
-    public var course: Double?
-    public var battery: Int?
-    public var batteryStatus: Int?
+    /// Metres.
+    @Packed public var accuracy: Double?
+    /// Metres.
+    @Packed public var altitude: Double?
+    /// km/h.
+    @Packed public var velocity: Double?
+    /// Degrees.
+    @Packed public var course: Double?
+    // Kept in 32 bits with a sentinel, as `Packed` does for the numbers above: the parser takes a battery from 0 to 100
+    // and a status from 0 to 3.
+    private var storedBattery = Fix.absentInteger
+    private var storedBatteryStatus = Fix.absentInteger
     public var connection: String?
     public var trackerID: String?
     /// What made the tracker send it (OwnTracks `t`); `r` answers a "report location" command. Not stored.
@@ -23,21 +29,40 @@ public struct Fix: Sendable, Equatable {
     /// `longitude` are then 0, `timestamp` is when it arrived, and nothing else is known.
     public var sealed: String?
 
+    /// Percent; kept as a 32-bit number (a larger one is clamped).
+    public var battery: Int? {
+        get { Self.integer(storedBattery) }
+        set { storedBattery = Self.storedInteger(newValue) }
+    }
+    /// `BatteryStatus`; kept as a 32-bit number (a larger one is clamped).
+    public var batteryStatus: Int? {
+        get { Self.integer(storedBatteryStatus) }
+        set { storedBatteryStatus = Self.storedInteger(newValue) }
+    }
+
+    private static let absentInteger = Int32.min
+
+    private static func integer(_ stored: Int32) -> Int? { stored == absentInteger ? nil : Int(stored) }
+    private static func storedInteger(_ value: Int?) -> Int32 {
+        guard let value else { return absentInteger }
+        return max(Int32(clamping: value), absentInteger + 1)
+    }
+
     public init(latitude: Double, longitude: Double, timestamp: Int64, accuracy: Double? = nil, altitude: Double? = nil,
                 velocity: Double? = nil, course: Double? = nil, battery: Int? = nil, batteryStatus: Int? = nil,
                 connection: String? = nil, trackerID: String? = nil, trigger: String? = nil) {
         self.latitude = latitude
         self.longitude = longitude
         self.timestamp = timestamp
+        self.connection = connection
+        self.trackerID = trackerID
+        self.trigger = trigger
         self.accuracy = accuracy
         self.altitude = altitude
         self.velocity = velocity
         self.course = course
         self.battery = battery
         self.batteryStatus = batteryStatus
-        self.connection = connection
-        self.trackerID = trackerID
-        self.trigger = trigger
     }
 
     /// An encrypted message that arrived at `receivedAt`.

@@ -3,30 +3,31 @@ public enum EndReason: String, Sendable {
     case expired, stopped
 }
 
-/// A share as stored: who may see it (by view-token hash), until when, and whether it has ended.
+/// A share as stored: who may see it (by view-token hash), until when, and whether it has ended. Its optional
+/// instants and ids are `Packed`: every live share holds one in the registry.
 public struct Share: Sendable, Equatable {
     public let id: ShareID
     public let viewTokenHash: SecretHash
     public var name: String
     public let createdAt: UnixMillis
     public var expiresAt: UnixMillis
-    public var endedAt: UnixMillis?
+    @Packed public var endedAt: UnixMillis?
     public var endReason: EndReason?
     /// Set once the share's history has been deleted after it ended.
     public var historyPurged: Bool
     /// The tracker state last recorded (nil until the first change: a new share's tracker counts as live).
     public var tracker: TrackerRecord?
     /// When a link holder last asked the phone for a fresh position ("locate now"), and when it answered that request.
-    public var locateRequestedAt: UnixMillis?
-    public var locateAnsweredAt: UnixMillis?
+    @Packed public var locateRequestedAt: UnixMillis?
+    @Packed public var locateAnsweredAt: UnixMillis?
     /// The owner key that created it (its store id); shares made before keys owned shares belong to the first key.
-    public var ownerKeyID: Int64?
+    @Packed public var ownerKeyID: Int64?
     /// The newest answer from the family (its id), if any: a change of it is a change of the share.
-    public var lastAnswerID: Int64?
+    @Packed public var lastAnswerID: Int64?
     /// Since when the phone's battery is recorded as low (the `tracker.battery_low` event was sent then); nil: not low.
-    public var batteryLowAt: UnixMillis?
+    @Packed public var batteryLowAt: UnixMillis?
     /// The deadline of the check-in this share was made for, once it was missed: the page says so first.
-    public var missedCheckinDueAt: UnixMillis?
+    @Packed public var missedCheckinDueAt: UnixMillis?
     /// End-to-end encrypted: the phone encrypts every position with a passphrase the server never receives (it is in
     /// the link's fragment), and the server keeps and relays only ciphertext (`Fix.sealed`). Set at creation.
     public let endToEnd: Bool
