@@ -48,6 +48,21 @@ final class SQLiteDatabase {
         sqlite3_close_v2(handle)
     }
 
+    enum CheckpointMode: String { case passive = "PASSIVE", restart = "RESTART" }
+
+    /// Runs a WAL checkpoint; returns the WAL's length in frames, as the checkpoint found it. A checkpoint that could
+    /// not finish (a RESTART held back by a reader) throws `SQLITE_BUSY`. The pragma, not `sqlite3_wal_checkpoint_v2`:
+    /// that one does nothing on a connection that has not read the database yet, while preparing the pragma reads it.
+    @discardableResult
+    func checkpoint(_ mode: CheckpointMode) throws(StoreError) -> Int64 {
+        let statement = try statement("PRAGMA wal_checkpoint(\(mode.rawValue))")
+        defer { statement.reset() }
+        // One row: 1 if it could not finish, the WAL's frames, the frames copied into the database so far.
+        guard try statement.step() else { return 0 }
+        guard statement.int64(0) == 0 else { throw StoreError(operation: "checkpoint", code: SQLITE_BUSY, message: "not finished: the WAL is in use") }
+        return statement.int64(1)
+    }
+
     func execute(_ sql: String) throws(StoreError) {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)

@@ -3,10 +3,10 @@ import Foundation
 
 extension SQLiteShareStore: StoreHealth {
     /// After a failed write (a full or read-only disk): checkpoints on the writer's own connection, truncates the
-    /// WAL, and from then on lets SQLite checkpoint at its default 1,000 pages. With the 10,000-page backstop,
-    /// a disk with less room than that filled up with WAL as soon as space returned, and a checkpoint, which
-    /// needs a little room in the database file, could then never run again (`make chaos`, disk full). Errors
-    /// are ignored: the retried write reports the state.
+    /// WAL, and from then on lets the writer checkpoint at SQLite's default 1,000 pages. Otherwise a disk with
+    /// less room than the WAL's bound filled up with WAL as soon as space returned, and a checkpoint, which needs a
+    /// little room in the database file, could then never run again (`make chaos`, disk full). Errors are ignored:
+    /// the retried write reports the state.
     public func recoverAfterFailedWrite() {
         database.withLock { db in
             try? db.execute("PRAGMA wal_autocheckpoint=1000")

@@ -18,9 +18,17 @@ public final class SQLiteShareStore: ShareStore, Sendable {
     /// Touched after every change of an owner key, by whichever process made it (`ownerKeysMark`).
     let ownerKeysChanged: ChangeMarkerFile
 
-    static let backstopCheckpointPages = 10_000
+    /// The WAL's length, in 4-KiB frames (about 41 MB), past which the checkpoint thread makes the next commit write
+    /// it from its start again (`RESTART`). The file can grow past it by what a quarter of a second of writes adds:
+    /// 106-123 MB in all under creations that never pause (`make bench`'s `wal_file_mb`).
+    static let restartCheckpointFrames: Int64 = 10_000
+    /// How long a `RESTART` waits for another process's reader before it gives up until its next turn: this
+    /// process's commits wait for it meanwhile.
+    static let restartBusyMillis: Int32 = 20
 
-    public init(path: String) throws(StoreError) {
+    /// `checkpointEvery`: how often the checkpoint thread runs `checkpointStep`; nil runs no thread (tests that
+    /// checkpoint by hand).
+    public init(path: String, checkpointEvery: Duration? = .milliseconds(250)) throws(StoreError) {
         self.path = path
         ownerKeysChanged = ChangeMarkerFile(path: path + "-keys-changed")
         let db = try SQLiteDatabase(path: path)
@@ -37,15 +45,18 @@ public final class SQLiteShareStore: ShareStore, Sendable {
         let found = try Self.migrate(db)
         upgradedFromSchema = found > 0 && found < Int(Self.schemaVersion) ? found : nil
         // Checkpoints (copying the WAL into the database file, with its fsyncs) run on a connection of their own,
-        // four times a second: each page is copied once however many commits rewrote it meanwhile. SQLite's own
-        // checkpoint, run by the commit that crosses its threshold, stays on as a backstop at 10,000 pages, not
-        // 1,000: a batch over 1,000 shares dirties ~1,000 pages, so at the default nearly every commit
-        // checkpointed on the writer's thread, a third of the cost of storing a fix. After a failed write the
-        // store goes back to 1,000 (`recoverAfterFailedWrite`).
-        try db.execute("PRAGMA wal_autocheckpoint=\(Self.backstopCheckpointPages)")
+        // four times a second: each page is copied once however many commits rewrote it meanwhile. The writer's
+        // connection never checkpoints: SQLite's own checkpoint runs in the commit that crosses its threshold, under
+        // the store's lock and through two fsyncs, and every request behind that commit waited for it. At the
+        // default 1,000 pages that was a third of the cost of storing a fix; as a backstop at 10,000 pages it was
+        // the p99 of a burst of creations (20-30 ms for 5,000, against 4-11 ms without it). The checkpoint thread
+        // bounds the WAL instead (`restartCheckpointFrames`). After a failed write the writer checkpoints again
+        // at 1,000 pages (`recoverAfterFailedWrite`).
+        try db.execute("PRAGMA wal_autocheckpoint=0")
         database = Mutex(db)
-        let checkpointer = try SQLiteDatabase(path: path)
-        Self.startCheckpointing(checkpointer, for: self)
+        if let checkpointEvery {
+            Self.startCheckpointing(try SQLiteDatabase(path: path), every: checkpointEvery, for: self)
+        }
     }
 
     /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
@@ -112,9 +123,9 @@ public final class SQLiteShareStore: ShareStore, Sendable {
         try deliver.run()
     }
 
-    /// Every 250 ms, a PASSIVE checkpoint: it never waits for the writer, and the writer never waits for it.
-    /// Stops when the store is gone.
-    private static func startCheckpointing(_ connection: SQLiteDatabase, for store: SQLiteShareStore) {
+    /// A checkpoint step (`checkpointStep`) every `interval`. Stops when the store is gone.
+    private static func startCheckpointing(_ connection: SQLiteDatabase, every interval: Duration, for store: SQLiteShareStore) {
+        let pause = useconds_t(interval / .microseconds(1))
         final class Connection: @unchecked Sendable {
             // @unchecked: used only by the checkpoint thread after this hand-over.
             let database: SQLiteDatabase
@@ -122,10 +133,26 @@ public final class SQLiteShareStore: ShareStore, Sendable {
         }
         let handOver = Connection(connection)
         NamedThread.start(name: "flare-checkpt") { [weak store] in
-            while store != nil {
-                usleep(250_000)
-                guard store != nil else { break }
-                try? handOver.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            while true {
+                usleep(pause)
+                guard let store else { break }
+                store.checkpointStep(handOver.database)
+            }
+        }
+    }
+
+    /// A PASSIVE checkpoint on `connection`, which never waits for the writer nor makes it wait. If the WAL has then
+    /// grown past `restartFrames` (commits without a pause long enough for the checkpoint to catch up, so none could
+    /// start it over), a RESTART under the store's lock: it copies the little the PASSIVE one could not, syncs, and
+    /// makes the next commit write the WAL from its start. Taken under the lock, it never waits for this process's
+    /// commits (SQLite's own wait for the writer's lock sleeps in steps of milliseconds, and a steady stream of
+    /// commits never let it in); another process's reader holds it back at most `restartBusyMillis`. Errors are left
+    /// to the next step: a checkpoint that cannot run now changes nothing a write depends on.
+    func checkpointStep(_ connection: SQLiteDatabase, restartFrames: Int64 = restartCheckpointFrames) {
+        guard let walFrames = try? connection.checkpoint(.passive), walFrames >= restartFrames else { return }
+        database.withLock { _ in
+            _ = try? connection.withBusyTimeout(milliseconds: Self.restartBusyMillis) { () throws(StoreError) in
+                try connection.checkpoint(.restart)
             }
         }
     }

@@ -147,6 +147,29 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         withExtendedLifetime(store) { #expect(FileManager.default.fileExists(atPath: path + "-wal")) }
     }
 
+    /// The writer's connection never checkpoints in a commit (one that did held every request behind it through two
+    /// fsyncs): the WAL outgrows SQLite's default 1,000 pages and nothing reaches the database file. The checkpoint
+    /// thread's step copies it there, and the next commit writes the WAL from its start, with new salts in its header.
+    @Test func theWriterNeverCheckpointsAndTheCheckpointStepStartsTheWALOver() throws {
+        func size(_ file: String) throws -> Int { try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int ?? 0 }
+        func walSalts() throws -> Data {
+            let wal = try #require(FileHandle(forReadingAtPath: path + "-wal"))
+            defer { try? wal.close() }
+            return try #require(try wal.read(upToCount: 24)).suffix(8)
+        }
+        let store = try SQLiteShareStore(path: path, checkpointEvery: nil)
+        let databaseBefore = try size(path)
+        for _ in 0..<300 { try store.insertShare(makeShare()) }
+        #expect(try size(path + "-wal") > 1_000 * 4_096)
+        #expect(try size(path) == databaseBefore)
+
+        let salts = try walSalts()
+        store.checkpointStep(try SQLiteDatabase(path: path), restartFrames: 1_000)
+        #expect(try size(path) > databaseBefore)
+        try store.insertShare(makeShare())
+        #expect(try walSalts() != salts)
+    }
+
     @Test(arguments: Engine.allCases) func listsNewestFirstInPagesAndByState(engine: Engine) throws {
         let store = try open(engine)
         // Two shares in the same millisecond: the row breaks the tie, so no page repeats or skips one.

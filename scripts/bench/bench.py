@@ -686,7 +686,10 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
         rate_created, creation = creation_at(stack, level)
         stall = probe.stop()
         reference = reference_store_creations(stack, level, max(500, min(5000, level // 10)))
-        rows.append({"name": f"scale {level} shares", **state, **creation,
+        # The WAL's file keeps its largest size until SQLite truncates it: how far checkpoints let it grow so far.
+        wal = os.path.join(stack.data, "flare.db-wal")
+        wal_mb = {"wal_file_mb": round(os.path.getsize(wal) / 1e6, 1)} if os.path.exists(wal) else {}
+        rows.append({"name": f"scale {level} shares", **state, **creation, **wal_mb,
                      "bulk_create_per_s": round(created_rate) if created_rate else None,
                      "store_alone_per_s": reference["creations_per_s"],
                      "ratio_to_store_alone": round(rate_created / reference["creations_per_s"], 2),
