@@ -235,10 +235,7 @@ struct MQTTClientTests {
 
     @Test(arguments: versions)
     func wrongCredentialsAreRefused(version: MQTTClient.ProtocolVersion) throws {
-        let directory = try TempDirectory.make(prefix: "flare-mqtt-auth")
-        let passwordFile = directory.appendingPathComponent("passwords")
-        try runTool("/usr/bin/mosquitto_passwd", ["-c", "-b", passwordFile.path, "flare", "correct-horse"])
-        let broker = try TestBroker(directory: directory, extraConfig: ["allow_anonymous false", "password_file \(passwordFile.path)"])
+        let (broker, _) = try passwordBroker()
 
         let recorder = Recorder()
         let client = try makeClient(broker, version: version, recorder: recorder) {
@@ -270,10 +267,7 @@ struct MQTTClientTests {
     /// keeps trying on its own, and gets in once the broker accepts the login.
     @Test(arguments: versions)
     func aClientToldThatRefusalsPassKeepsTryingUntilItGetsIn(version: MQTTClient.ProtocolVersion) throws {
-        let directory = try TempDirectory.make(prefix: "flare-mqtt-auth")
-        let passwordFile = directory.appendingPathComponent("passwords")
-        try runTool("/usr/bin/mosquitto_passwd", ["-c", "-b", passwordFile.path, "flare", "correct-horse"])
-        let broker = try TestBroker(directory: directory, extraConfig: ["allow_anonymous false", "password_file \(passwordFile.path)"])
+        let (broker, passwordFile) = try passwordBroker()
         let recorder = Recorder()
         let client = try makeClient(broker, version: version, recorder: recorder) {
             $0.username = "flare"
@@ -437,6 +431,16 @@ struct MQTTClientTests {
         #expect(!MQTTClient.topicMatches(filter: "#", topic: "$SYS/broker/uptime"))
         #expect(!MQTTClient.topicMatches(filter: "a/#/b", topic: "a/x/b"), "invalid filter")
     }
+}
+
+/// A broker that takes one login, `flare` with `correct-horse`, from a mosquitto password file: returned too, for a
+/// test that changes it (the broker reads it again on SIGHUP).
+private func passwordBroker() throws -> (broker: TestBroker, passwordFile: URL) {
+    let directory = try TempDirectory.make(prefix: "flare-mqtt-auth")
+    let passwordFile = directory.appendingPathComponent("passwords")
+    try runTool("/usr/bin/mosquitto_passwd", ["-c", "-b", passwordFile.path, "flare", "correct-horse"])
+    let broker = try TestBroker(directory: directory, extraConfig: ["allow_anonymous false", "password_file \(passwordFile.path)"])
+    return (broker, passwordFile)
 }
 
 private func runTool(_ path: String, _ arguments: [String]) throws {
