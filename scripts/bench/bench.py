@@ -225,6 +225,13 @@ def creation_at(stack, level):
     return rate, {"create_per_s": round(rate), "create_p50_ms": round(p50, 2), "create_p99_ms": round(p99, 2)}
 
 
+def wal_file_mb(stack):
+    """The size of SQLite's WAL file in MB (None on PostgreSQL). The file keeps its largest size until SQLite truncates
+    it: how far checkpoints have let the WAL grow so far."""
+    wal = os.path.join(stack.data, "flare.db-wal")
+    return round(os.path.getsize(wal) / 1e6, 1) if os.path.exists(wal) else None
+
+
 def create_burst(stack, count, connections=8):
     """Creates `count` shares with wrk (a C client, on one thread: the Python client's own CPU, on the same two cores,
     cost about a quarter of the machine per creation). Returns (created per s, p50 ms, p99 ms); any answer but 201
@@ -686,10 +693,8 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
         rate_created, creation = creation_at(stack, level)
         stall = probe.stop()
         reference = reference_store_creations(stack, level, max(500, min(5000, level // 10)))
-        # The WAL's file keeps its largest size until SQLite truncates it: how far checkpoints let it grow so far.
-        wal = os.path.join(stack.data, "flare.db-wal")
-        wal_mb = {"wal_file_mb": round(os.path.getsize(wal) / 1e6, 1)} if os.path.exists(wal) else {}
-        rows.append({"name": f"scale {level} shares", **state, **creation, **wal_mb,
+        wal_mb = wal_file_mb(stack)
+        rows.append({"name": f"scale {level} shares", **state, **creation, **({"wal_file_mb": wal_mb} if wal_mb is not None else {}),
                      "bulk_create_per_s": round(created_rate) if created_rate else None,
                      "store_alone_per_s": reference["creations_per_s"],
                      "ratio_to_store_alone": round(rate_created / reference["creations_per_s"], 2),

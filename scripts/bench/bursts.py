@@ -48,13 +48,11 @@ def main():
         if args.live:
             print(f"bursts: creating {args.live:,} live shares", flush=True)
             bench.create_shares(stack, args.live)
-        wal = os.path.join(stack.data, "flare.db-wal")
         for size in sizes:
             time.sleep(args.pause)
             rate, p50, p99 = bench.create_burst(stack, size)
-            wal_mb = os.path.getsize(wal) / 1e6 if os.path.exists(wal) else 0.0
             print(f"burst of {size:,} with {args.live:,} live: {rate:,.0f}/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
-                  f"WAL file {wal_mb:.1f} MB", flush=True)
+                  f"WAL file {bench.wal_file_mb(stack) or 0.0:.1f} MB", flush=True)
     finally:
         if stack:
             stack.stop()
