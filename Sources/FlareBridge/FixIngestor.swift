@@ -115,6 +115,7 @@ public final class FixIngestor: Sendable {
             switch stored {
             case .failure(let reason):
                 if let sequence = parser.sequence(in: payload) { shares.refused(sequence, row: context.row, share: shareID) }
+                if reason == .notEncrypted { shares.clearRefusedClearPosition(shareID, lastSealed: context.last) }
                 return reject(reason, share: shareID)
             case .success(let taken): fix = taken
             }

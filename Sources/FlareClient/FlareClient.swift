@@ -194,6 +194,22 @@ public final class FlareClient: Sendable {
                        body: nil, expecting: 200, retry: retry)
     }
 
+    /// The OwnTracks configuration of an end-to-end encrypted share, with its passphrase added here as the apps'
+    /// `encryptionKey`: the server answers 409 `e2e_needs_key` to every other way of asking, since a phone configured
+    /// without the key would publish in clear. The result holds the device token and the key: it goes to the phone only.
+    public func ownTracksConfigurationEndToEnd(_ shareID: String, passphrase: String, deviceToken: String? = nil,
+                                               mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> Data {
+        let served = try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/owntracks", query: mode.query + [("encryption", "client")],
+                                    bearer: try credential(deviceToken), body: nil, expecting: 200, retry: retry)
+        guard var configuration = (try? JSONSerialization.jsonObject(with: served)) as? [String: Any] else {
+            throw .unexpectedResponse(status: 200, detail: "the OwnTracks configuration is not a JSON object")
+        }
+        configuration["encryptionKey"] = passphrase
+        do { return try JSONSerialization.data(withJSONObject: configuration, options: [.sortedKeys, .withoutEscapingSlashes]) } catch {
+            throw .unexpectedResponse(status: 200, detail: "the OwnTracks configuration cannot be written back")
+        }
+    }
+
     /// The OwnTracks link as a QR code (PNG) for the phone to scan from the owner's screen (owner key only).
     public func ownTracksQRCode(_ shareID: String, mode: OwnTracksMode = .mqtt) async throws(FlareClientError) -> Data {
         guard let ownerKey else { throw .missingCredential("the OwnTracks QR code needs the owner key") }

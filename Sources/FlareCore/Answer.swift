@@ -24,9 +24,7 @@ public struct Answer: Sendable, Equatable {
     /// The name to store, trimmed; nil when it is too long or holds control characters (refused, not cut).
     public static func validName(_ text: String?) -> String? {
         let trimmed = (text ?? "").trimmingWhitespace
-        guard NameBounds.answerName.admits(trimmed),
-              !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format && $0.value != 0x200D })
-        else { return nil }
+        guard NameBounds.answerName.admits(trimmed), !NameBounds.hasHiddenScalars(trimmed) else { return nil }
         return trimmed
     }
 }

@@ -146,8 +146,8 @@ public enum CheckinRules {
 
     public static func validMessage(_ text: String?) throws(Refusal) -> String {
         let trimmed = (text ?? "").trimmingWhitespace
-        guard message.admits(trimmed), !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control && $0 != "\n" }) else {
-            throw Refusal(code: "invalid_message", message: "message must be \(message.description), without control characters")
+        guard message.admits(trimmed), !NameBounds.hasHiddenScalars(trimmed, allowingNewlines: true) else {
+            throw Refusal(code: "invalid_message", message: "message must be \(message.description), without control or format characters")
         }
         return trimmed
     }

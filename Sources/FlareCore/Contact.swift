@@ -62,24 +62,32 @@ public enum ContactRules {
     public static func validName(_ text: String) throws(Refusal) -> String {
         let trimmed = text.trimmingWhitespace
         guard !trimmed.isEmpty else { throw Refusal(code: "invalid_name", message: "a contact needs a name") }
-        guard name.admits(trimmed), !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw Refusal(code: "invalid_name", message: "name must be \(name.description), without control characters")
+        guard name.admits(trimmed), !NameBounds.hasHiddenScalars(trimmed) else {
+            throw Refusal(code: "invalid_name", message: "name must be \(name.description), without control or format characters")
         }
         return trimmed
     }
 
-    /// An address mail can go to: one `@`, a local part, a domain with a dot, printable ASCII without spaces, at most
-    /// 254 bytes (RFC 5321's path limit). Not a full RFC 5322 parser: what mail servers take in practice.
+    /// An address mail can go to: one `@`, a local part, a domain name with a dot, printable ASCII without spaces, at
+    /// most 254 bytes (RFC 5321's path limit). Not a full RFC 5322 parser: what mail servers take in practice, and no
+    /// more than that, since the operator's server sends what a key typed:
+    /// - the domain is a host name (letters, digits, hyphens, dots), never an address literal: `x@[10.0.0.5]` would
+    ///   make the operator's relay deliver into its own network;
+    /// - the local part has no `%` or `!`: the old source routes (`a%b@relay`, `host!user`) that some relays still
+    ///   follow, sending the mail on to a third address the check never saw.
     public static func validEmail(_ text: String) throws(Refusal) -> String {
         let refusal = Refusal(code: "invalid_email", message: "email must be an address such as anna@example.org")
         let bytes = Array(text.utf8)
         guard (3...254).contains(bytes.count), bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F }),
               bytes.filter({ $0 == UInt8(ascii: "@") }).count == 1, let at = bytes.firstIndex(of: UInt8(ascii: "@")) else { throw refusal }
         let local = bytes[..<at], domain = bytes[(at + 1)...]
-        guard !local.isEmpty, local.count <= 64, domain.count >= 3, domain.contains(UInt8(ascii: ".")),
-              domain.first != UInt8(ascii: "."), domain.last != UInt8(ascii: "."), !bytes.contains(UInt8(ascii: ",")),
-              !bytes.contains(UInt8(ascii: "<")), !bytes.contains(UInt8(ascii: ">")),
-              !bytes.contains(UInt8(ascii: "\"")), !bytes.contains(UInt8(ascii: "\\")) else { throw refusal }
+        let routing: Set<UInt8> = Set(",<>\"\\%![]():;".utf8)
+        guard !local.isEmpty, local.count <= 64, !local.contains(where: routing.contains) else { throw refusal }
+        let labels = domain.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard labels.count >= 2, labels.allSatisfy({ label in
+            (1...63).contains(label.count) && label.first != UInt8(ascii: "-") && label.last != UInt8(ascii: "-")
+                && label.allSatisfy { $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "-") }
+        }) else { throw refusal }
         return text
     }
 
@@ -98,5 +106,12 @@ public enum ContactRules {
             throw Refusal(code: "invalid_language", message: "language must be one of \(ContactLanguage.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         return language
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIILetterOrDigit: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
     }
 }

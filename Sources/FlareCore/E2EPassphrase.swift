@@ -23,6 +23,26 @@ public enum E2EPassphrase {
         return key + [UInt8](repeating: 0, count: keyBytes - key.count)
     }
 
+    /// The shortest passphrase taken from a person: 16 characters. The key is the passphrase itself (no key
+    /// derivation: the apps have none), so a short one is guessed offline from one captured ciphertext.
+    public static let minimumCharacters = 16
+
+    public struct Refusal: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Checks a passphrase given by hand: at least `minimumCharacters` characters, and at most `keyBytes` bytes of
+    /// UTF-8, since the apps key with the first 32 bytes only and what lies beyond would protect nothing (refused, not
+    /// cut: the person would believe the whole of it counts).
+    public static func checkGiven(_ passphrase: String) throws(Refusal) {
+        guard passphrase.count >= minimumCharacters else {
+            throw Refusal(description: "--e2e-key must be at least \(minimumCharacters) characters (it is the encryption key itself); omit it to use the 32-character key `flare share create --e2e` made")
+        }
+        guard passphrase.utf8.count <= keyBytes else {
+            throw Refusal(description: "--e2e-key must be at most \(keyBytes) bytes: the apps use only the first \(keyBytes), so the rest would protect nothing (it is \(passphrase.utf8.count) bytes)")
+        }
+    }
+
     /// Whether `text` is a passphrase Flare makes: 32 base64url characters.
     public static func isGenerated(_ text: String) -> Bool { Base64URL.isValid(text, length: 32) }
 }

@@ -26,6 +26,22 @@ public struct NameBounds: Sendable, Equatable {
         text.utf8.count <= maximumBytes && text.unicodeScalars.count <= maximumScalars
     }
 
+    /// Whether `text` holds a scalar that is not drawn but changes how what is around it reads: a control character, or
+    /// a format character (the bidirectional overrides and isolates U+202A-202E and U+2066-2069, which turn
+    /// "Anna\u{202E}lrig" into "Annagirl" backwards; zero-width spaces; soft hyphens). Names and messages a sharer or
+    /// a key types are shown to other people, in pages, mail subjects and notifications: such a scalar lets one
+    /// pass for another text. The zero-width joiner (U+200D) stays: emoji sequences such as a family need it.
+    /// - Parameter allowingNewlines: for messages of several lines.
+    public static func hasHiddenScalars(_ text: some StringProtocol, allowingNewlines: Bool = false) -> Bool {
+        text.unicodeScalars.contains { scalar in
+            switch scalar.properties.generalCategory {
+            case .control: !(allowingNewlines && scalar == "\n")
+            case .format: scalar.value != 0x200D
+            default: false
+            }
+        }
+    }
+
     /// For error messages: "at most 40 characters (Unicode code points) and 120 bytes".
     public var description: String { "at most \(maximumScalars) characters (Unicode code points) and \(maximumBytes) bytes" }
 }

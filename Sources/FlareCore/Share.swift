@@ -82,10 +82,12 @@ public struct SharePolicy: Sendable {
     public enum Violation: Error, Equatable, CustomStringConvertible {
         case durationOutOfRange(maximum: Int64)
         case nameTooLong
+        case nameHasHiddenCharacters
         public var description: String {
             switch self {
             case .durationOutOfRange(let maximum): "duration_s must be a whole number of seconds from 1 to \(maximum)"
             case .nameTooLong: "name must be \(NameBounds.shareName.description)"
+            case .nameHasHiddenCharacters: "name must not hold control or format characters (such as bidirectional overrides)"
             }
         }
     }
@@ -102,8 +104,10 @@ public struct SharePolicy: Sendable {
     public func validName(_ name: String?) throws(Violation) -> String {
         let trimmed = (name ?? "").trimmingWhitespace
         guard NameBounds.shareName.admits(trimmed) else { throw .nameTooLong }
-        // Control characters have no place in a name shown on a page.
-        return String(String.UnicodeScalarView(trimmed.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
+        // The name is the page's title and every contact's mail subject: refused, not cleaned, so that what the sharer
+        // sees is what the family reads.
+        guard !NameBounds.hasHiddenScalars(trimmed) else { throw .nameHasHiddenCharacters }
+        return trimmed
     }
 }
 

@@ -83,7 +83,7 @@ extension Gateway {
             name = text
         }
         guard let clean = Answer.validName(name) else {
-            return .failure(.badRequest("invalid_name", "name must be \(NameBounds.answerName.description), without control characters"))
+            return .failure(.badRequest("invalid_name", "name must be \(NameBounds.answerName.description), without control or format characters"))
         }
         return .success((kind, clean))
     }

@@ -73,7 +73,7 @@ extension Gateway {
         let key = try contactsCaller(request)
         guard let id = ContactID(text) else { throw Self.contactNotFound }
         let removed: Bool
-        do throws(StoreError) { removed = try shares.contacts.remove(id, by: key) } catch { throw storeFailed(error, "removing a contact") }
+        do throws(StoreError) { removed = try shares.removeContact(id, by: key) } catch { throw storeFailed(error, "removing a contact") }
         guard removed else { throw Self.contactNotFound }
         return HTTPResponse(status: 204, headers: [], body: .bytes([]))
     } }

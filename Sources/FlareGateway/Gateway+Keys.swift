@@ -177,9 +177,8 @@ extension Gateway {
         }
         var parsed = KeyRequest()
         if let label = object["label"], label != .null {
-            guard let text = label.stringValue, NameBounds.keyLabel.admits(text),
-                  !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw .badRequest("invalid_label", "label must be text of \(NameBounds.keyLabel.description), without control characters")
+            guard let text = label.stringValue, NameBounds.keyLabel.admits(text), !NameBounds.hasHiddenScalars(text) else {
+                throw .badRequest("invalid_label", "label must be text of \(NameBounds.keyLabel.description), without control or format characters")
             }
             parsed.label = text
         }

@@ -20,9 +20,16 @@ import FlareSystem
 ///
 /// Each takes `?mode=http` for the apps' HTTP mode (for networks that block MQTT), whose phones post to
 /// `POST /api/v1/shares/{id}/owntracks/http` (`ownTracksHTTP`).
+///
+/// An end-to-end encrypted share's phone must have the share's key, which the server never has: a configuration
+/// without it would make the app publish every position in clear. So for such a share each of these answers 409
+/// `e2e_needs_key`, except the JSON asked for with `?encryption=client`: a client that adds `encryptionKey` itself
+/// before anything reaches the phone (`flare share owntracks ID --e2e`, FlareClient's
+/// `ownTracksConfigurationEndToEnd`).
 extension Gateway {
     func ownTracksConfiguration(_ request: HTTPRequest, id text: String, download: Bool) -> HTTPResponse {
-        switch ownTracksConfiguration(request, id: text, ownerOnly: false) {
+        let keyAddedByCaller = !download && request.query["encryption"] == "client"
+        switch ownTracksConfiguration(request, id: text, ownerOnly: false, keyAddedByCaller: keyAddedByCaller) {
         case .failure(let error):
             return error.response
         case .success(let configuration):
@@ -38,7 +45,7 @@ extension Gateway {
     func ownTracksResource(_ request: HTTPRequest, id text: String, name: String) -> HTTPResponse {
         if name == "http" { return APIError.methodNotAllowed.response }  // the apps' HTTP mode only posts
         guard ["link", "qr.png", "qr.svg"].contains(name) else { return APIError.notFound("no such endpoint").response }
-        switch ownTracksConfiguration(request, id: text, ownerOnly: name != "link") {
+        switch ownTracksConfiguration(request, id: text, ownerOnly: name != "link", keyAddedByCaller: false) {
         case .failure(let error):
             return error.response
         case .success(let configuration):
@@ -54,7 +61,8 @@ extension Gateway {
         }
     }
 
-    private func ownTracksConfiguration(_ request: HTTPRequest, id text: String, ownerOnly: Bool) -> Result<OwnTracksConfiguration, APIError> {
+    private func ownTracksConfiguration(_ request: HTTPRequest, id text: String, ownerOnly: Bool,
+                                        keyAddedByCaller: Bool) -> Result<OwnTracksConfiguration, APIError> {
         guard let id = ShareID(text) else { return .failure(.shareNotFound) }
         let found: ShareLookup?, caller: Caller?
         do {
@@ -74,6 +82,7 @@ extension Gateway {
             return .failure(caller.key != nil && found != nil ? .shareEnded : .shareNotFound)
         }
         guard snapshot.share.isActive else { return .failure(.shareEnded) }
+        if snapshot.share.endToEnd && !keyAddedByCaller { return .failure(.endToEndNeedsKey(id)) }
         let connection: OwnTracksConfiguration.Connection
         switch request.query["mode"] {
         case nil, "mqtt":
@@ -89,6 +98,13 @@ extension Gateway {
         }
         return .success(OwnTracksConfiguration(shareID: id, deviceToken: shares.deviceToken(for: snapshot.share),
                                                connection: connection, shareName: snapshot.share.name))
+    }
+}
+
+extension APIError {
+    static func endToEndNeedsKey(_ id: ShareID) -> APIError {
+        APIError(status: 409, code: "e2e_needs_key",
+                 message: "share \(id) is end-to-end encrypted: the phone needs the share's key, which this server never has; make its configuration with `flare share owntracks \(id) --e2e`")
     }
 }
 

@@ -30,16 +30,25 @@ extension Gateway {
 
     /// Who the request's bearer token says the caller is; nil for no current credential. Throws
     /// `APIError.storeUnavailable` when the store cannot say: a key or share that cannot be looked up is not a wrong one.
-    func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool) throws(APIError) -> Caller? {
+    ///
+    /// A device token past its `exp` (the share was extended since it was issued) is taken only where
+    /// `expiredDeviceReports` says so, for reporting positions; anywhere else it is answered 401 `token_expired`.
+    func authenticate(_ request: HTTPRequest, share: ShareID?, allowDevice: Bool, expiredDeviceReports: Bool = false) throws(APIError) -> Caller? {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer ") else { return nil }
         let token = String(authorization.dropFirst("Bearer ".count))
+        let standing: ShareService.DeviceTokenStanding
         do {
             if OwnerKey.isWellFormed(token) { return try shares.keys.key(token).map(Caller.owner) }
-            if allowDevice, let share, try shares.authorizeDevice(token: token, for: share) { return .device }
+            guard allowDevice, let share else { return nil }
+            standing = try shares.deviceTokenStanding(token, for: share)
         } catch {
             throw storeFailed(error, "checking a bearer token")
         }
-        return nil
+        switch standing {
+        case .refused: return nil
+        case .current: return .device
+        case .expired: if expiredDeviceReports { return .device } else { throw .tokenExpired }
+        }
     }
 
     /// The owner key of the request; throws `unauthorized` without a current one (or `storeUnavailable`).

@@ -63,7 +63,7 @@ extension Gateway {
 
     /// What a withdrawn personal link shows: that it was, and nothing of the share.
     func withdrawnView(_ share: Share, _ link: ShareLink) -> HTTPResponse {
-        .json(410, ViewDocumentRenderer.closing(ViewDocumentRenderer.withdrawn(expiresAt: share.expiresAt, withdrawnAt: link.withdrawnAt ?? clock.now()),
+        .json(410, ViewDocumentRenderer.closing(ViewDocumentRenderer.withdrawn(withdrawnAt: link.withdrawnAt ?? clock.now()),
                                                 serverTime: clock.now()))
     }
 

@@ -207,6 +207,10 @@ struct APIError: Error {
     static let shareEnded = APIError(status: 410, code: "share_ended", message: "the share has ended")
     static func badRequest(_ code: String, _ message: String) -> APIError { APIError(status: 400, code: code, message: message) }
     static let methodNotAllowed = APIError(status: 405, code: "method_not_allowed", message: "this endpoint does not take that method")
+    /// A device token past its `exp`: it still reports positions into its live share, and does nothing else.
+    static let tokenExpired = APIError(status: 401, code: "token_expired",
+                                       message: "this device token has expired: it may still report positions, nothing else; use the newest token (extend answers with it)",
+                                       headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
     static let unauthorized = APIError(status: 401, code: "unauthorized", message: "a valid bearer token is required",
                                        headers: [("WWW-Authenticate", "Bearer")])
     /// The store could not answer (down, paused, out of space): a failure to retry, never "unauthorized", "not found"

@@ -39,9 +39,26 @@ extension PostgresShareStore: ContactRecords {
         }
     }
 
-    public func deleteContact(id: ContactID) throws(StoreError) -> Bool {
-        try pool.with(operation: "delete contact") { connection throws(StoreError) in
-            try connection.execute("DELETE FROM contacts WHERE id = $1 RETURNING id", [id.rawValue], operation: "delete contact").count == 1
+    public func deleteContact(id: ContactID, withdrawingLinksAt at: UnixMillis) throws(StoreError) -> [WithdrawnLink]? {
+        let operation = "delete contact"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> [WithdrawnLink]? in
+                guard try connection.execute("DELETE FROM contacts WHERE id = $1 RETURNING id", [id.rawValue], operation: operation).count == 1 else {
+                    return nil
+                }
+                let rows = try connection.execute("""
+                    UPDATE share_links SET withdrawn_at = $1
+                    WHERE contact_id = $2 AND withdrawn_at IS NULL AND share IN (SELECT id FROM shares WHERE ended_at IS NULL)
+                    RETURNING share, link_id
+                    """, [String(at), id.rawValue], operation: operation)
+                let withdrawn = (0..<rows.count).compactMap { index in
+                    rows.text(index, 1).flatMap { LinkID($0) }.map { WithdrawnLink(shareRow: rows.int64(index, 0), link: $0) }
+                }
+                for shareRow in Set(withdrawn.map(\.shareRow)).sorted() {
+                    _ = try Self.markChanged(shareRow: shareRow, onlyIfActive: false, on: connection, operation: operation)
+                }
+                return withdrawn
+            }
         }
     }
 

@@ -52,6 +52,24 @@ extension PostgresShareStore: LinkRecords {
         try selectLinks("WHERE share IN (SELECT id FROM shares WHERE NOT history_purged) ORDER BY row", [], operation: "load links", long: true)
     }
 
+    public func rekeyLinks(_ changes: [(shareRow: Int64, link: LinkID, viewTokenHash: SecretHash)]) throws(StoreError) {
+        guard !changes.isEmpty else { return }
+        let operation = "rekey links"
+        try pool.with(operation: operation, long: true) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) in
+                try connection.execute("""
+                    UPDATE share_links l SET view_token_hash = c.view_token_hash
+                    FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS c(share, link_id, view_token_hash)
+                    WHERE l.share = c.share AND l.link_id = c.link_id
+                    """, [PostgresText.textArray(changes.map { String($0.shareRow) }), PostgresText.textArray(changes.map(\.link.rawValue)),
+                          PostgresText.textArray(changes.map { PostgresText.hex($0.viewTokenHash.bytes) })], operation: operation)
+                for shareRow in Set(changes.map(\.shareRow)).sorted() {
+                    _ = try Self.markChanged(shareRow: shareRow, onlyIfActive: false, on: connection, operation: operation)
+                }
+            }
+        }
+    }
+
     public func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool {
         let operation = "withdraw link"
         return try pool.with(operation: operation) { connection throws(StoreError) in

@@ -54,13 +54,28 @@ extension SQLiteShareStore: ContactRecords {
         }
     }
 
-    public func deleteContact(id: ContactID) throws(StoreError) -> Bool {
+    public func deleteContact(id: ContactID, withdrawingLinksAt at: UnixMillis) throws(StoreError) -> [WithdrawnLink]? {
         try database.withLock { db throws(StoreError) in
-            let statement = try db.statement("DELETE FROM contacts WHERE id = ?1")
-            defer { statement.reset() }
-            statement.bind(1, id.rawValue)
-            try statement.run()
-            return db.changes == 1
+            try db.transaction { () throws(StoreError) -> [WithdrawnLink]? in
+                let delete = try db.statement("DELETE FROM contacts WHERE id = ?1")
+                defer { delete.reset() }
+                delete.bind(1, id.rawValue)
+                try delete.run()
+                guard db.changes == 1 else { return nil }
+                let withdraw = try db.statement("""
+                    UPDATE share_links SET withdrawn_at = ?1
+                    WHERE contact_id = ?2 AND withdrawn_at IS NULL AND share IN (SELECT id FROM shares WHERE ended_at IS NULL)
+                    RETURNING share, link_id
+                    """)
+                defer { withdraw.reset() }
+                withdraw.bind(1, at)
+                withdraw.bind(2, id.rawValue)
+                var withdrawn: [WithdrawnLink] = []
+                while try withdraw.step() {
+                    if let link = LinkID(withdraw.string(1)) { withdrawn.append(WithdrawnLink(shareRow: withdraw.int64(0), link: link)) }
+                }
+                return withdrawn
+            }
         }
     }
 

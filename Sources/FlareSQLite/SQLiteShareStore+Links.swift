@@ -58,6 +58,23 @@ extension SQLiteShareStore: LinkRecords {
         try selectLinks("SELECT \(Self.linkColumns) FROM share_links WHERE share IN (SELECT id FROM shares WHERE history_purged = 0) ORDER BY row") { _ in }
     }
 
+    public func rekeyLinks(_ changes: [(shareRow: Int64, link: LinkID, viewTokenHash: SecretHash)]) throws(StoreError) {
+        guard !changes.isEmpty else { return }
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in
+                let update = try db.statement("UPDATE share_links SET view_token_hash = ?1 WHERE share = ?2 AND link_id = ?3")
+                defer { update.reset() }
+                for change in changes {
+                    update.reset()
+                    update.bind(1, change.viewTokenHash.bytes)
+                    update.bind(2, change.shareRow)
+                    update.bind(3, change.link.rawValue)
+                    try update.run()
+                }
+            }
+        }
+    }
+
     public func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool {
         try changedRows("UPDATE share_links SET withdrawn_at = ?1 WHERE share = ?2 AND link_id = ?3 AND withdrawn_at IS NULL") { statement in
             statement.bind(1, at)

@@ -50,11 +50,13 @@ public final class ContactService: Sendable {
         try store.listContacts(owner: caller.isAdmin ? nil : caller.id, after: position, limit: limit)
     }
 
-    /// Removes the contact, if `caller` may see it; false when there is none it may see.
-    public func remove(_ id: ContactID, by caller: OwnerKeyRecord) throws(StoreError) -> Bool {
-        guard try contact(id, for: caller) != nil else { return false }
-        let removed = try store.deleteContact(id: id)
-        if removed { logger.info("contact \(id) removed by key \(caller.id)") }
-        return removed
+    /// Removes the contact, if `caller` may see it, withdrawing its links on every active share (the store's
+    /// `deleteContact`); nil when there is none it may see, else the links withdrawn. Memory hears of those from the
+    /// caller, `ShareService.removeContact`.
+    func remove(_ id: ContactID, by caller: OwnerKeyRecord) throws(StoreError) -> [WithdrawnLink]? {
+        guard try contact(id, for: caller) != nil else { return nil }
+        let withdrawn = try store.deleteContact(id: id, withdrawingLinksAt: clock.now())
+        if let withdrawn { logger.info("contact \(id) removed by key \(caller.id); \(withdrawn.count) of its personal links withdrawn") }
+        return withdrawn
     }
 }

@@ -10,5 +10,6 @@ extension FlareMetrics {
     public static let trackerChanges = Metrics.Family("flare_tracker_changes_total", .counter, "Tracker states recorded (live, stale, offline), by state.")
     public static let locateRequests = Metrics.Family("flare_locate_requests_total", .counter, "\"Locate now\" requests sent to trackers.")
     public static let httpFixesUnpublished = Metrics.Family("flare_http_fixes_unpublished_total", .counter, "Fixes received over HTTP and stored while the broker was unavailable: kept in memory and published on reconnect.")
+    public static let clearPositionsCleared = Metrics.Family("flare_e2e_clear_positions_cleared_total", .counter, "Positions sent in clear to end-to-end encrypted shares, refused and taken off the broker's retained store.")
     public static let httpFixesDropped = Metrics.Family("flare_http_outbox_dropped_total", .counter, "HTTP fixes dropped from memory, beyond the most it keeps, before the broker came back (stored all the same; only their publication is lost).")
 }

@@ -52,6 +52,22 @@ extension ShareService {
         }
     }
 
+    /// A position in clear reached an end-to-end encrypted share (refused, `not_encrypted`): the broker retains it and
+    /// would hand it to every watcher until the share ends, so it is replaced at once with the last sealed position
+    /// (flared's own, marked) or, when there is none, cleared (a zero-length retained publish). What the phone keeps
+    /// sending in clear is replaced the same way each time; nothing of it is stored.
+    package func clearRefusedClearPosition(_ id: ShareID, lastSealed: Fix?) {
+        let topic = Topics.location(id)
+        if let lastSealed, lastSealed.isSealed {
+            if !publisher.publishOwnPosition(topic: topic, payload: lastSealed.ownTracksJSON) {
+                publish(topic: topic, payload: [], expiry: nil)
+            }
+        } else {
+            publish(topic: topic, payload: [], expiry: nil)
+        }
+        metrics.increment(FlareMetrics.clearPositionsCleared)
+    }
+
     /// HTTP fixes kept for the broker while it is away, in memory: a fix is stored before it gets here, so an instance
     /// that dies loses only the integrators' copy (the broker's retained last position is restored from the store
     /// if the broker lost it). Beyond this many the oldest go, counted: the retained position needs only the newest.

@@ -17,8 +17,8 @@ extension ShareService {
 
     /// A personal link's view token: derived from the token key, the share and the link, so that the owner can be
     /// shown its URL again (`GET …/links`) while the store keeps only its hash, as for every token. 192 bits, shaped
-    /// as a `Secret`. A new token key (`flare token-key rotate`) gives new URLs; the links already sent go on working
-    /// (the store has their hashes), but `GET …/links` then shows URLs that do not.
+    /// as a `Secret`. A new token key (`flare token-key rotate`, the emergency stop) gives new URLs, and the old ones
+    /// stop at the restart it asks for (`rekeyLinks`).
     public func linkToken(share: ShareID, link: LinkID) -> String {
         ShareLink.viewToken(tokenKey: tokenKey, share: share, link: link)
     }
@@ -106,6 +106,39 @@ extension ShareService {
         registry.withdraw(snapshot.share.id, link: id, at: now)
         publishAudience(snapshot)
         logger.info("share \(snapshot.share.id): personal link \(id) withdrawn")
+    }
+
+    /// Removes a contact `caller` may see, and withdraws its personal links on every active share: their pages say
+    /// withdrawn and their live streams end, here at once and on other instances when they read the shares again.
+    /// False when there is no such contact.
+    public func removeContact(_ id: ContactID, by caller: OwnerKeyRecord) throws(StoreError) -> Bool {
+        guard let withdrawn = try contacts.remove(id, by: caller) else { return false }
+        let at = clock.now()
+        for (row, links) in Dictionary(grouping: withdrawn, by: \.shareRow) {
+            guard let shareID = registry.shareID(ofRow: row) else { continue }
+            for link in links { registry.withdraw(shareID, link: link.link, at: at) }
+            if let snapshot = registry.snapshot(shareID) { publishAudience(snapshot) }
+        }
+        return true
+    }
+
+    /// After `flare token-key rotate`: every personal link whose stored hash is not that of the token the current
+    /// key derives gets the new one, so that the old URLs answer 404 and `GET …/links` shows URLs that work. Run at
+    /// start (`recover`), before memory takes the links; returns them as they now are.
+    func rekeyLinks(_ links: [ShareLink], shareIDs: [Int64: ShareID]) throws(StoreError) -> [ShareLink] {
+        var changes: [(shareRow: Int64, link: LinkID, viewTokenHash: SecretHash)] = []
+        let rekeyed = links.map { link -> ShareLink in
+            guard let share = shareIDs[link.shareRow] else { return link }
+            let hash = SecretHash(of: linkToken(share: share, link: link.id))
+            guard hash != link.viewTokenHash else { return link }
+            changes.append((link.shareRow, link.id, hash))
+            return ShareLink(id: link.id, shareRow: link.shareRow, contactID: link.contactID, name: link.name, viewTokenHash: hash,
+                             createdAt: link.createdAt, withdrawnAt: link.withdrawnAt, firstOpenedAt: link.firstOpenedAt)
+        }
+        guard !changes.isEmpty else { return links }
+        try store.rekeyLinks(changes)
+        logger.info("\(changes.count) personal links given new URLs: the token key changed (flare token-key rotate); the old URLs no longer open")
+        return rekeyed
     }
 
     /// A page opened through a personal link: its first opening is recorded, with `link.opened`, once.

@@ -117,11 +117,23 @@ extension ShareService {
         ShareToken(shareID: share.id, role: .watch, issuedAt: share.createdAt / 1000, expiresAt: share.expiresAt / 1000).signed(with: tokenKey)
     }
 
-    /// A device token for `id` that verifies, for HTTP calls. The share's own state decides whether it still
-    /// works (an extended share keeps accepting the token it was created with; an ended one refuses all).
-    public func authorizeDevice(token: String, for id: ShareID) throws(StoreError) -> Bool {
-        guard isDeviceToken(token, of: id), case .live(let snapshot) = try share(id), snapshot.share.isActive else { return false }
-        return true
+    /// What a device token may do on an HTTP call.
+    public enum DeviceTokenStanding: Sendable, Equatable {
+        /// Not a device token of this share, or the share has ended.
+        case refused
+        /// Signed for this live share, but past its own `exp`: the phone of a share that was extended since. It may
+        /// still report positions, and nothing else: a token once seen (a photographed QR code) must not keep the
+        /// power to stop, prolong or read someone's SOS.
+        case expired
+        case current
+    }
+
+    /// How a device token for `id` stands, for HTTP calls. The share's own state decides whether it works at all (an
+    /// ended share refuses all); the token's `exp` decides whether it does more than report positions.
+    public func deviceTokenStanding(_ token: String, for id: ShareID) throws(StoreError) -> DeviceTokenStanding {
+        guard let verified = try? ShareToken.verify(token, key: tokenKey, nowSeconds: Int64.min, expectedShare: id), verified.role == .device,
+              case .live(let snapshot) = try share(id), snapshot.share.isActive else { return .refused }
+        return verified.expiresAt > clock.now() / 1000 ? .current : .expired
     }
 
     /// Whether `token` is a device token Flare signed for `id`, whatever the share's state: an ended share still

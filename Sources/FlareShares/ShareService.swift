@@ -143,7 +143,7 @@ public final class ShareService: Sendable {
         self.mailsContacts = mailsContacts
         self.eventRecorded = eventRecorded
         self.sweepRetained = sweepRetained
-        metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped)
+        metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped, FlareMetrics.clearPositionsCleared)
         metrics.registerGauge(FlareMetrics.sharesActive) { [registry] in Double(registry.activeShareCount) }
         let scheduler = DeadlineScheduler<Job>(clock: clock) { [weak self] job in self?.run(job) }
         self.scheduler.withLock { $0 = scheduler }
@@ -229,8 +229,11 @@ public final class ShareService: Sendable {
                 }
             }
         }
-        for (row, links) in Dictionary(grouping: try store.openLinks(), by: \.shareRow) {
-            if let id = registry.shareID(ofRow: row) { registry.setLinks(id, links.sorted { $0.createdAt < $1.createdAt }) }
+        var shareIDs: [Int64: ShareID] = [:]
+        let stored = try store.openLinks()
+        for row in Set(stored.map(\.shareRow)) { shareIDs[row] = registry.shareID(ofRow: row) }
+        for (row, links) in Dictionary(grouping: try rekeyLinks(stored, shareIDs: shareIDs), by: \.shareRow) {
+            if let id = shareIDs[row] { registry.setLinks(id, links.sorted { $0.createdAt < $1.createdAt }) }
         }
         logger.info("loaded \(registry.shareCount) shares (\(registry.activeShareCount) active); ended \(ended) that expired while down, purged \(purged)")
         schedule(.trackerSweep, at: now + Self.trackerSweepMillis)

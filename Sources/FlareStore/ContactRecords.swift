@@ -9,8 +9,11 @@ public protocol ContactRecords: Sendable {
     /// Up to `limit` contacts, newest first (in the order the store took them), starting after `position` (nil: from
     /// the newest). `owner`: only that key's (nil: everyone's).
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact]
-    /// Deletes the contact and everything kept of it. True only for the call that deleted it.
-    func deleteContact(id: ContactID) throws(StoreError) -> Bool
+    /// Deletes the contact and everything kept of it, and withdraws (at `at`) its personal links on every active
+    /// share, in one transaction: a deleted contact keeps no way into anyone's SOS. Nil when there was no such
+    /// contact (only the call that deleted it gets an answer); else the links it withdrew. Marks their shares changed,
+    /// so that every instance reads their links again.
+    func deleteContact(id: ContactID, withdrawingLinksAt at: UnixMillis) throws(StoreError) -> [WithdrawnLink]?
 }
 
 /// A contact and its place in the store's order (listings go newest first by it).
@@ -29,4 +32,15 @@ public struct ContactListPosition: Sendable, Equatable {
     public let row: Int64
 
     public init(row: Int64) { self.row = row }
+}
+
+/// A personal link withdrawn by the store itself (its contact was deleted).
+public struct WithdrawnLink: Sendable, Equatable {
+    public let shareRow: Int64
+    public let link: LinkID
+
+    public init(shareRow: Int64, link: LinkID) {
+        self.shareRow = shareRow
+        self.link = link
+    }
 }

@@ -13,6 +13,9 @@ public protocol LinkRecords: Sendable {
     /// The links of every share whose history still exists (the active ones and those ended but not yet purged),
     /// withdrawn ones included: what memory loads at start.
     func openLinks() throws(StoreError) -> [ShareLink]
+    /// Gives links new view-token hashes (after `flare token-key rotate`: a personal link's token is derived from the
+    /// token key, and the old URLs must stop working). Marks their shares changed.
+    func rekeyLinks(_ changes: [(shareRow: Int64, link: LinkID, viewTokenHash: SecretHash)]) throws(StoreError)
     /// Withdraws the link; true only for the call that withdrew it. Marks the share changed.
     func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool
     /// Someone opened the link: its first opening is recorded, with `event`, once. True only for the call that

@@ -58,8 +58,10 @@ public enum ViewDocumentRenderer {
     }
 
     /// What a withdrawn personal link shows: that it was withdrawn and when, nothing of the share (no name, no
-    /// position, no answers); the share's expiry stands in the `expires_at` every document has.
-    public static func withdrawn(expiresAt: UnixMillis, withdrawnAt: UnixMillis) -> [UInt8] {
+    /// position, no answers, no expiry: the holder must not learn of each extension, nor whether the share still
+    /// runs). The `expires_at` every document has is the link's own end, its withdrawal.
+    public static func withdrawn(withdrawnAt: UnixMillis) -> [UInt8] {
+        let expiresAt = withdrawnAt
         var writer = JSONWriter(capacity: 160)
         writer.beginObject()
         writer.field("state", "ended")

@@ -92,7 +92,7 @@ struct CommonOptions {
     /// The passphrase of share `shareID`: `--e2e-key`, or the file `share create --e2e` wrote.
     func passphrase(of shareID: String) throws -> String {
         if let given = flags["--e2e-key"] {
-            guard !given.isEmpty, given.utf8.count <= 256 else { throw CLIError("--e2e-key must be 1 to 256 bytes") }
+            try E2EPassphrase.checkGiven(given)
             return given
         }
         let path = passphrasePath(shareID)
@@ -447,14 +447,9 @@ enum Commands {
     /// on the owner's machine, and its QR code drawn here. The server's configuration endpoints never hold the key.
     static func shareOwnTracksEndToEnd(_ options: CommonOptions, id: String, client: FlareClient, mode: OwnTracksMode) throws -> Int32 {
         let passphrase = try options.passphrase(of: id)
-        let served = try call("cannot get the OwnTracks configuration for \(id)") { () async throws(FlareClientError) in
-            try await client.ownTracksConfigurationFile(id, mode: mode)
-        }
-        guard var configuration = (try? JSONSerialization.jsonObject(with: served)) as? [String: Any] else {
-            throw CLIError("the server's OwnTracks configuration for \(id) is not a JSON object")
-        }
-        configuration["encryptionKey"] = passphrase
-        let json = Array(try JSONSerialization.data(withJSONObject: configuration, options: [.sortedKeys, .withoutEscapingSlashes]))
+        let json = Array(try call("cannot get the OwnTracks configuration for \(id)") { () async throws(FlareClientError) in
+            try await client.ownTracksConfigurationEndToEnd(id, passphrase: passphrase, mode: mode)
+        })
         let link = OwnTracksConfiguration.inlineURL(of: json)
         var wrote = false
         for (flag, what) in [("--qr", "QR code"), ("--otrc", "configuration")] {
@@ -480,8 +475,8 @@ enum Commands {
         let admin = options.switches.contains("--admin")
         let key = OwnerKey.generate()
         let label = options.flags["--label"] ?? "cli"
-        guard NameBounds.keyLabel.admits(label), !label.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-            throw CLIError("--label must be text of \(NameBounds.keyLabel.description), without control characters")
+        guard NameBounds.keyLabel.admits(label), !NameBounds.hasHiddenScalars(label) else {
+            throw CLIError("--label must be text of \(NameBounds.keyLabel.description), without control or format characters")
         }
         let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: SystemWallClock().now(), admin: admin, limits: limits)
         print(key)

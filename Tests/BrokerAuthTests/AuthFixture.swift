@@ -141,9 +141,10 @@ final class Client: Sendable {
 
     /// QoS 1 publish; nil when the broker acknowledged it as accepted, else the MQTT v5 reason code (MQTT 3.1.1 has none:
     /// a refused publish is acknowledged there too).
-    func publish(_ topic: String, _ payload: String) throws -> Int32? {
+    func publish(_ topic: String, _ payload: String, retain: Bool = false, userProperties: [MQTTUserProperty] = []) throws -> Int32? {
         do {
-            try mqtt.publishAndWait(topic: topic, payload: Array(payload.utf8), qos: 1, retain: false, timeout: .seconds(10))
+            try mqtt.publishAndWait(topic: topic, payload: Array(payload.utf8), qos: 1, retain: retain, userProperties: userProperties,
+                                    timeout: .seconds(10))
             return nil
         } catch let error as MQTTError where error.code >= 0x80 {
             return error.code

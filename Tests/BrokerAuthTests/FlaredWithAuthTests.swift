@@ -79,6 +79,56 @@ import Testing
         #expect(!fixture.broker.log.contains(deviceToken) && !fixture.broker.log.contains(fixture.flaredPassword))
     }
 
+    /// A device that publishes with flared's own mark (`flare-origin: flared`) is disconnected before its message is
+    /// acknowledged: nothing is retained, no watcher gets it, flared's own retained position stands, and the phone's
+    /// next honest fix is taken. Before, the bridge skipped such a message unchecked and the broker kept it retained
+    /// (issue: trust, second round, 4).
+    @Test func nobodyButFlaredPublishesWithFlaredsMark() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let deviceToken = try #require(share["device_token"])
+        let watchToken = try #require(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).json?["watch_token"] as? String)
+        let watcher = try fixture.client(id.rawValue, watchToken)
+        #expect(watcher.waitForOutcome() == .connected)
+        #expect(try watcher.subscribe(Topics.location(id)))
+        let now = Int(Date().timeIntervalSince1970)
+        // flared's own position: an HTTP fix, published by flared with its mark.
+        #expect(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/locations", body: #"{"lat":48.1,"lon":11.5,"tst":\#(now - 5)}"#,
+                                   bearer: deviceToken).status == 202)
+        #expect(eventually { watcher.messages.contains { String(decoding: $0.payload, as: UTF8.self).contains("48.1") } })
+
+        let forged = #"{"_type":"location","lat":10.5,"lon":10.5,"tst":\#(now + 86_400 * 365)}"#
+        for name in [Topics.originProperty.name, "Flare-Origin"] {
+            let device = try fixture.client(id.rawValue, deviceToken)
+            #expect(device.waitForOutcome() == .connected)
+            try device.mqtt.publish(topic: Topics.location(id), payload: Array(forged.utf8), qos: 1, retain: true,
+                                    userProperties: [MQTTUserProperty(name: name, value: Topics.originProperty.value)])
+            // Disconnected before any acknowledgement (the client would send it again on reconnecting: it is let go).
+            #expect(eventually { device.disconnectCount >= 1 }, "\(name): disconnected")
+            device.mqtt.disconnect()
+        }
+        #expect(fixture.broker.log.contains("\(id.rawValue) published with flared's mark"))
+        let retained = try #require(try fixture.retained(below: Topics.location(id)).keys.first)
+        #expect(retained == Topics.location(id))
+        let reader = try fixture.flared(clientID: "mark-reader-\(UUID().uuidString.prefix(8))")
+        #expect(reader.waitForOutcome() == .connected)
+        #expect(try reader.subscribe(Topics.location(id)))
+        #expect(eventually { reader.messages.contains { $0.retain } })
+        #expect(reader.messages.filter(\.retain).allSatisfy { String(decoding: $0.payload, as: UTF8.self).contains("48.1") }, "flared's position stands")
+        #expect(!watcher.messages.contains { String(decoding: $0.payload, as: UTF8.self).contains("10.5") })
+        // The phone's next honest fix is taken, so the share goes on.
+        let honest = try fixture.client(id.rawValue, deviceToken)
+        #expect(honest.waitForOutcome() == .connected)
+        #expect(try honest.publish(Topics.location(id), #"{"_type":"location","lat":48.3,"lon":11.6,"tst":\#(now)}"#, retain: true) == nil)
+        let view = try #require((share["share_url"]?.split(separator: "/").last).map(String.init))
+        #expect(eventually { ((try? flared.request("GET", "/api/v1/view/\(view)"))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.3 })
+        #expect(!(((try? flared.request("GET", "/api/v1/view/\(view)"))?.text) ?? "").contains("10.5"))
+    }
+
     /// An integrator watching an end-to-end encrypted share, with a watch token and a watcher's client id
     /// (`flare-<share>-watch-<suffix>`), gets the phone's message on the location topic byte for byte: the ciphertext,
     /// which opens with the share's key to the position, and nothing of it in clear.
@@ -115,6 +165,56 @@ import Testing
         #expect(eventually {
             ((try? flared.request("GET", "/api/v1/view/\(view)"))?.json?["sealed"] as? [[String: Any]])?.first?["data"] as? String == data
         })
+    }
+
+    /// A position in clear published to an end-to-end encrypted share is refused (`not_encrypted`) and taken off the
+    /// broker at once: a watcher finds nothing of it retained within a second, and it is never stored. Before, it stayed
+    /// retained and went to every watcher until the share ended (issue: trust, second round, 2).
+    @Test func aClearPositionOnAnEncryptedShareDoesNotStayOnTheBroker() throws {
+        let fixture = try AuthFixture()
+        let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
+        defer { flared.stop() }
+        let share = try #require(try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"e2e":true}"#, bearer: flared.ownerKey).json as? [String: String])
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let device = try fixture.client(id.rawValue, try #require(share["device_token"]))
+        #expect(device.waitForOutcome() == .connected)
+        let watchToken = try #require(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).json?["watch_token"] as? String)
+
+        // First with nothing sealed before it (cleared), then after a sealed one (which stands again).
+        let clear = #"{"_type":"location","lat":47.3769,"lon":8.5417,"tst":\#(Int(Date().timeIntervalSince1970))}"#
+        let sealed = #"{"_type":"encrypted","data":"\#(Data(SecretBox.seal(Array("{}".utf8), key: E2EPassphrase.key(E2EPassphrase.generate()))).base64EncodedString())"}"#
+        for before in [nil, sealed] {
+            if let before {
+                #expect(try device.publish(Topics.location(id), before, retain: true) == nil)
+                let view = try #require((share["share_url"]?.split(separator: "/").last).map(String.init))
+                #expect(eventually { ((try? flared.request("GET", "/api/v1/view/\(view)"))?.json?["sealed"] as? [[String: Any]])?.isEmpty == false })
+            }
+            #expect(try device.publish(Topics.location(id), clear, retain: true) == nil)
+            // A watcher subscribing from now on finds nothing in clear, once flared has published over it.
+            var probes = 0
+            func retainedNow() throws -> [String] {
+                probes += 1
+                let watcher = try fixture.client(id.rawValue, watchToken, clientID: "flare-\(id.rawValue)-watch-p\(before == nil ? 1 : 2)x\(probes)")
+                guard watcher.waitForOutcome() == .connected, try watcher.subscribe(Topics.location(id)), try watcher.subscribe(Topics.status(id)),
+                      // The retained status comes after the location's on the one connection: by then any retained location has.
+                      eventually(timeout: .seconds(5), { watcher.messages.contains { $0.topic == Topics.status(id) } }) else {
+                    throw TestSupportError("the watcher did not get the share's status")
+                }
+                return watcher.messages.filter { $0.topic == Topics.location(id) && $0.retain && !$0.payload.isEmpty }
+                    .map { String(decoding: $0.payload, as: UTF8.self) }
+            }
+            var retained: [String] = []
+            #expect(eventually(timeout: .seconds(5)) {
+                retained = (try? retainedNow()) ?? ["no probe"]
+                return !retained.contains { $0.contains("47.3769") || $0 == "no probe" }
+            }, "\(retained)")
+            #expect(try flared.metrics().contains("flare_e2e_clear_positions_cleared_total \(before == nil ? 1 : 2)"))
+            if before != nil { #expect(retained == [sealed], "the last sealed position stands again") }
+        }
+        let view = try #require((share["share_url"]?.split(separator: "/").last).map(String.init))
+        let document = try flared.request("GET", "/api/v1/view/\(view)").text
+        #expect(!document.contains("47.3769") && !document.contains("8.5417"), "never stored")
+        #expect(try flared.metrics().contains(#"flare_fixes_rejected_total{reason="not_encrypted"} 2"#))
     }
 
     /// The attack that lost acknowledged fixes of every share: a token of one share (any limited key can make one)

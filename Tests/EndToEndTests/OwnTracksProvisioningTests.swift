@@ -126,9 +126,29 @@ import Testing
         #expect(scanned.hasPrefix("owntracks:///config?inline="))
         let config = try inlineConfiguration(scanned)
         #expect(config["encryptionKey"] as? String == passphrase)
-        let served = try #require(try flared.request("GET", "/api/v1/shares/\(id)/owntracks", bearer: share["device_token"]).json)
+        let served = try #require(try flared.request("GET", "/api/v1/shares/\(id)/owntracks?encryption=client", bearer: share["device_token"]).json)
         #expect(served["encryptionKey"] == nil)
         #expect(config["username"] as? String == id && config["password"] as? String == served["password"] as? String)
+
+        // Every way a phone could load a configuration straight from the server is refused: without the key it would
+        // publish in clear (issue: trust, second round, 2).
+        for (path, bearer) in [("owntracks", share["device_token"]), ("owntracks.otrc", share["device_token"]), ("owntracks/link", share["device_token"]),
+                               ("owntracks?mode=http", share["device_token"]), ("owntracks/qr.png", flared.ownerKey), ("owntracks/qr.svg", flared.ownerKey),
+                               ("owntracks.otrc?encryption=client", flared.ownerKey)] {
+            let answer = try flared.request("GET", "/api/v1/shares/\(id)/\(path)", bearer: bearer)
+            #expect(answer.status == 409 && answer.json?["error"] as? String == "e2e_needs_key", "\(path): \(answer.status)")
+            #expect((answer.json?["message"] as? String)?.contains("flare share owntracks \(id) --e2e") == true)
+        }
+
+        // A passphrase given by hand: at least 16 characters, at most the 32 bytes the apps use (refused, not cut).
+        for bad in ["short", String(repeating: "x", count: 33), String(repeating: "安", count: 11)] {
+            let refused = try flared.flare(["share", "owntracks", id, "--e2e", "--e2e-key", bad])
+            #expect(refused.status != 0 && refused.stderr.contains("--e2e-key must be"), "\(refused.stderr)")
+        }
+        let given = try flared.flare(["share", "owntracks", id, "--e2e", "--e2e-key", String(repeating: "k", count: 16)])
+        #expect(given.status == 0, "\(given.stderr)")
+        #expect(try inlineConfiguration(given.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["encryptionKey"] as? String
+                == String(repeating: "k", count: 16))
     }
 
     /// Publishes exactly what the apps publish, where they publish it, with the provisioned credentials.

@@ -118,7 +118,8 @@ import Testing
 
     @Test func names() throws {
         #expect(try policy.validName(nil) == "")
-        #expect(try policy.validName("  Anna\u{07} ") == "Anna")
+        #expect(try policy.validName("  Anna ") == "Anna")
+        #expect(throws: SharePolicy.Violation.nameHasHiddenCharacters, "refused, not cleaned") { try policy.validName("  Anna\u{07} ") }
         #expect(throws: SharePolicy.Violation.nameTooLong) { try policy.validName(String(repeating: "a", count: 81)) }
     }
 }

@@ -25,6 +25,14 @@ import Testing
         #expect(throws: SharePolicy.Violation.nameTooLong) { try policy.validName("Anna" + marks) }
         #expect(try policy.validName(String(repeating: "山", count: 80)).unicodeScalars.count == 80)
         #expect(!NameBounds.keyLabel.admits("ops" + marks))
+        // Bidirectional overrides and other format characters are refused alike in every name and message people read.
+        let overridden = "Account locked - call \u{202E}0999"
+        #expect(Answer.validName(overridden) == nil)
+        #expect(throws: SharePolicy.Violation.nameHasHiddenCharacters) { try policy.validName(overridden) }
+        #expect(throws: SharePolicy.Violation.nameHasHiddenCharacters) { try policy.validName("Anna\u{7}") }
+        #expect(throws: CheckinRules.Refusal.self) { try CheckinRules.validMessage("back by 6\u{2067}") }
+        #expect(try CheckinRules.validMessage("back by 6\nvia the ridge") == "back by 6\nvia the ridge")
+        #expect(NameBounds.hasHiddenScalars("Anna\u{200B}") && !NameBounds.hasHiddenScalars("👨\u{200D}👩"))
         #expect(NameBounds.answerName.description == "at most 40 characters (Unicode code points) and 120 bytes")
     }
 }

@@ -58,7 +58,10 @@ final class FaultyStore: ShareStore {
     func insertContact(_ contact: Contact, limit: Int) throws(StoreError) -> Bool { try fault("insertContact"); return try base.insertContact(contact, limit: limit) }
     func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
-    func deleteContact(id: ContactID) throws(StoreError) -> Bool { try fault("deleteContact"); return try base.deleteContact(id: id) }
+    func deleteContact(id: ContactID, withdrawingLinksAt at: UnixMillis) throws(StoreError) -> [WithdrawnLink]? {
+        try fault("deleteContact")
+        return try base.deleteContact(id: id, withdrawingLinksAt: at)
+    }
     func insertCheckin(_ checkin: Checkin) throws(StoreError) { try fault("insertCheckin"); try base.insertCheckin(checkin) }
     func checkin(id: CheckinID) throws(StoreError) -> Checkin? { try fault("checkin"); return try base.checkin(id: id) }
     func checkin(shareRow: Int64) throws(StoreError) -> Checkin? { try fault("checkinOfShare"); return try base.checkin(shareRow: shareRow) }
@@ -74,6 +77,10 @@ final class FaultyStore: ShareStore {
     func links(shareRow: Int64) throws(StoreError) -> [ShareLink] { try fault("links"); return try base.links(shareRow: shareRow) }
     func link(viewTokenHash: SecretHash) throws(StoreError) -> ShareLink? { try fault("link(viewTokenHash:)"); return try base.link(viewTokenHash: viewTokenHash) }
     func openLinks() throws(StoreError) -> [ShareLink] { try fault("openLinks"); return try base.openLinks() }
+    func rekeyLinks(_ changes: [(shareRow: Int64, link: LinkID, viewTokenHash: SecretHash)]) throws(StoreError) {
+        try fault("rekeyLinks")
+        try base.rekeyLinks(changes)
+    }
     func withdrawLink(shareRow: Int64, id: LinkID, at: UnixMillis) throws(StoreError) -> Bool { try fault("withdrawLink"); return try base.withdrawLink(shareRow: shareRow, id: id, at: at) }
     func noteLinkOpened(shareRow: Int64, id: LinkID, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool { try fault("noteLinkOpened"); return try base.noteLinkOpened(shareRow: shareRow, id: id, at: at, event: event) }
     func noteViewer(row: Int64, viewer: SecretHash, link: LinkID?, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool { try fault("noteViewer"); return try base.noteViewer(row: row, viewer: viewer, link: link, at: at, firstViewEvent: firstViewEvent) }

@@ -94,6 +94,11 @@ import Testing
         let document = try view.decode(ViewDocument.self)
         #expect(document.reason == "withdrawn" && document.name == "" && document.last == nil && document.trail.isEmpty && document.answers == [])
         #expect(!view.text.contains("52.52") && !view.text.contains("Anna"))
+        // Nor of its expiry: an extension is not seen through a withdrawn link.
+        let before = try #require(view.jsonObject?["expires_at"] as? String)
+        #expect(fixture.send("POST", "/api/v1/shares/\(created.shareID)/extend", bearer: fixture.ownerKey, json: #"{"duration_s":7200}"#).status == 200)
+        let after = fixture.send("GET", "/api/v1/view/\(mumToken)")
+        #expect(after.jsonObject?["expires_at"] as? String == before && !after.text.contains(RFC3339.format(created.expiresAt)))
         let page = fixture.send("GET", "/s/\(mumToken)")
         #expect(page.status == 200 && !page.text.contains("<title>Anna"), "the page names nothing of the share")
         #expect(fixture.send("POST", "/api/v1/view/\(mumToken)/answers", json: #"{"kind":"on_my_way"}"#).errorCode == "link_withdrawn")
@@ -103,6 +108,30 @@ import Testing
         #expect(fixture.send("DELETE", "/api/v1/shares/\(created.shareID)/links/\(LinkID.generate())", bearer: fixture.ownerKey).status == 404)
         let listed = try fixture.send("GET", "/api/v1/shares/\(created.shareID)/links", bearer: fixture.ownerKey).decode(PersonalLinkList.self)
         #expect(listed.links.first?.withdrawnAt != nil && listed.links.last?.withdrawnAt == nil)
+    }
+
+    /// Deleting a contact withdraws its links on every running share: the page says withdrawn, the live stream ends,
+    /// the other contacts' links go on (issue: trust, second round, 3).
+    @Test func deletingAContactWithdrawsItsLinks() throws {
+        let mum = try contact("Mum"), dad = try contact("Dad")
+        let first = try create(contacts: [mum.id, dad.id]).decode(CreatedShare.self)
+        let second = try create(contacts: [mum.id]).decode(CreatedShare.self)
+        let mumToken = Self.token(try #require(first.links)[0].url), dadToken = Self.token(try #require(first.links)[1].url)
+        let mumSecond = Self.token(try #require(second.links)[0].url)
+        let events = EventStreamReader(try #require(fixture.send("GET", "/api/v1/view/\(mumToken)/events").stream))
+        #expect(fixture.send("DELETE", "/api/v1/contacts/\(mum.id)", bearer: fixture.ownerKey).status == 204)
+        var sawEnd = false
+        while let event = events.next(timeout: .seconds(10)) {
+            if event.name == "ended" { sawEnd = event.data?.contains("\"withdrawn\"") == true; break }
+        }
+        #expect(sawEnd, "Mum's live stream ended with reason withdrawn")
+        for token in [mumToken, mumSecond] {
+            let view = fixture.send("GET", "/api/v1/view/\(token)")
+            #expect(view.status == 410 && view.jsonObject?["reason"] as? String == "withdrawn", "\(view.text)")
+        }
+        #expect(fixture.send("GET", "/api/v1/view/\(dadToken)").status == 200)
+        let listed = try fixture.send("GET", "/api/v1/shares/\(first.shareID)/links", bearer: fixture.ownerKey).decode(PersonalLinkList.self)
+        #expect(listed.links.map { $0.withdrawnAt != nil } == [true, false])
     }
 
     @Test func theAudienceNamesWhoOpenedAndTheAnswersWhoAnswered() throws {

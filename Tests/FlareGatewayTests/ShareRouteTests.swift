@@ -347,6 +347,31 @@ import Testing
         }
     }
 
+    /// A device token past its `exp` (a QR code photographed before an extension) reports positions into its live
+    /// share and does nothing else: no stop, no extension (which used to hand out a fresh token), no answers, no
+    /// audience, no OwnTracks configuration, no check-in done or extended (issue: trust, second round, 3).
+    @Test func aDeviceTokenPastItsExpiryOnlyReportsPositions() throws {
+        let checkins = try CheckinRouteTests()
+        let armed = try checkins.arm(#"{"in_s":7200,"contacts":["\#(try checkins.contact("Mum"))"]}"#).decode(CheckinInfo.self)
+        let fixture = checkins.fixture
+        let id = try #require(ShareID(armed.shareID))
+        let expired = ShareToken(shareID: id, role: .device, issuedAt: GatewayFixture.now - 7200, expiresAt: GatewayFixture.now - 1)
+            .signed(with: fixture.tokenKey)
+        let fix = #"{"lat":48.1,"lon":11.5,"tst":\#(GatewayFixture.now)}"#
+        #expect(fixture.send("POST", "/api/v1/shares/\(id)/locations", bearer: expired, json: fix).status == 202)
+        for (method, path) in [("POST", "/api/v1/shares/\(id)/stop"), ("POST", "/api/v1/shares/\(id)/extend"), ("GET", "/api/v1/shares/\(id)"),
+                               ("GET", "/api/v1/shares/\(id)/answers"), ("GET", "/api/v1/shares/\(id)/owntracks"),
+                               ("GET", "/api/v1/shares/\(id)/owntracks/link"), ("POST", "/api/v1/checkins/\(armed.checkinID)/done"),
+                               ("POST", "/api/v1/checkins/\(armed.checkinID)/extend"), ("GET", "/api/v1/checkins/\(armed.checkinID)")] {
+            let reply = method == "POST" ? fixture.send(method, path, bearer: expired, json: "{}") : fixture.send(method, path, bearer: expired)
+            #expect(reply.status == 401 && reply.errorCode == "token_expired", "\(method) \(path): \(reply.status) \(reply.text)")
+            #expect(!reply.text.contains("device_token"))
+        }
+        let current = try #require(armed.deviceToken)
+        #expect(fixture.send("GET", "/api/v1/shares/\(id)", bearer: current).status == 200, "the current token does all of it")
+        #expect(try fixture.store.share(id: id)?.share.isActive == true, "nothing the old token asked was done")
+    }
+
     @Test func extendingAnEndedShareIsAConflict() throws {
         let fixture = try GatewayFixture()
         let created = try fixture.createShare()

@@ -22,8 +22,14 @@ import Testing
         #expect(fixture.publisher.last(on: Topics.status(id))?.retain == true)
         let token = try ShareToken.verify(created.deviceToken, key: fixture.key, nowSeconds: created.share.createdAt / 1000, expectedShare: id)
         #expect(token.role == .device && token.expiresAt == created.share.expiresAt / 1000)
-        #expect(try fixture.service.authorizeDevice(token: created.deviceToken, for: id))
-        #expect(!(try fixture.service.authorizeDevice(token: created.deviceToken, for: ShareID.generate())))
+        #expect(try fixture.service.deviceTokenStanding(created.deviceToken, for: id) == .current)
+        #expect(try fixture.service.deviceTokenStanding(created.deviceToken, for: ShareID.generate()) == .refused)
+        // A token of the share past its own `exp` (issued before an extension): it reports positions, nothing else.
+        let old = ShareToken(shareID: id, role: .device, issuedAt: created.share.createdAt / 1000 - 7200,
+                             expiresAt: created.share.createdAt / 1000 - 3600).signed(with: fixture.key)
+        #expect(try fixture.service.deviceTokenStanding(old, for: id) == .expired)
+        let watch = fixture.service.watchToken(for: created.share)
+        #expect(try fixture.service.deviceTokenStanding(watch, for: id) == .refused, "a watch token is no device token")
     }
 
     @Test func refusesBadRequests() throws {
@@ -55,7 +61,7 @@ import Testing
         // Stopping again is harmless; extending an ended share is refused; its device token is dead.
         #expect(try fixture.service.stop(id).endReason == .stopped)
         #expect(throws: ShareError.ended) { try fixture.service.extend(id, durationSeconds: 60) }
-        #expect(!(try fixture.service.authorizeDevice(token: created.deviceToken, for: id)))
+        #expect(try fixture.service.deviceTokenStanding(created.deviceToken, for: id) == .refused)
         #expect(fixture.registry.subscribe(id) { _ in } == nil)
     }
 
@@ -69,7 +75,7 @@ import Testing
         #expect(try fixture.store.share(id: share.id)?.share.expiresAt == share.expiresAt)
         #expect(fixture.registry.snapshot(viewTokenHash: SecretHash(of: created.viewToken))?.share.expiresAt == share.expiresAt)
         #expect(try ShareToken.verify(token, key: fixture.key, nowSeconds: 0).expiresAt == share.expiresAt / 1000)
-        #expect(try fixture.service.authorizeDevice(token: created.deviceToken, for: share.id))
+        #expect(try fixture.service.deviceTokenStanding(created.deviceToken, for: share.id) == .current)
         #expect(events.withLock { $0 } == [.extended(expiresAt: share.expiresAt)])
         #expect(fixture.publisher.lastJSON(on: Topics.status(share.id))?["expires_at"] == .string(RFC3339.format(millis: share.expiresAt)))
     }

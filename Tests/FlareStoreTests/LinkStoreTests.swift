@@ -47,6 +47,41 @@ import Testing
         #expect(try base.open(engine).links(shareRow: row) == [first, second, third])
     }
 
+    /// Deleting a contact withdraws its links on every active share in the same transaction, and only those: an
+    /// ended share's link stays as it was, another contact's is untouched (issue: trust, second round, 3).
+    @Test(arguments: Engine.allCases) func deletingAContactWithdrawsItsLinksOnActiveShares(engine: Engine) throws {
+        let store = try base.open(engine)
+        let mum = Contact(id: .generate(), ownerKeyID: 1, name: "Mum", email: "mum@example.org", phone: nil, language: .en, createdAt: 1)
+        #expect(try store.insertContact(mum, limit: 10))
+        let active = try store.insertShare(base.makeShare()), other = try store.insertShare(base.makeShare())
+        let ended = try store.insertShare(base.makeShare())
+        let first = link(active, contact: mum.id), second = link(other, contact: mum.id), dad = link(active, name: "Dad")
+        let old = link(ended, contact: mum.id)
+        #expect(try store.insertLinks([first, dad]) && store.insertLinks([second]) && store.insertLinks([old]))
+        try store.markEnded(row: ended, at: 2_000_000, reason: .stopped)
+        let withdrawn = try #require(try store.deleteContact(id: mum.id, withdrawingLinksAt: 3_000_000))
+        #expect(Set(withdrawn.map(\.link)) == [first.id, second.id] && Set(withdrawn.map(\.shareRow)) == [active, other])
+        #expect(try store.links(shareRow: active).map(\.withdrawnAt) == [3_000_000, nil])
+        #expect(try store.links(shareRow: other).first?.withdrawnAt == 3_000_000)
+        #expect(try store.links(shareRow: ended).first?.withdrawnAt == nil)
+        #expect(try store.contact(id: mum.id) == nil)
+        #expect(try store.deleteContact(id: mum.id, withdrawingLinksAt: 4_000_000) == nil, "once")
+    }
+
+    /// A token-key rotation gives links new hashes: the old one finds nothing, the new one the link.
+    @Test(arguments: Engine.allCases) func rekeyedLinksAreFoundByTheirNewHashOnly(engine: Engine) throws {
+        let store = try base.open(engine)
+        let row = try store.insertShare(base.makeShare())
+        let first = link(row), second = link(row)
+        #expect(try store.insertLinks([first, second]))
+        let newHash = Secret.generate().hash
+        try store.rekeyLinks([(row, first.id, newHash)])
+        #expect(try store.link(viewTokenHash: first.viewTokenHash) == nil)
+        #expect(try store.link(viewTokenHash: newHash)?.id == first.id)
+        #expect(try store.link(viewTokenHash: second.viewTokenHash)?.id == second.id, "the others as they were")
+        try store.rekeyLinks([])
+    }
+
     @Test(arguments: Engine.allCases) func anEndedShareTakesNoLinks(engine: Engine) throws {
         let store = try base.open(engine)
         let row = try store.insertShare(base.makeShare())

@@ -98,8 +98,9 @@ import Testing
         #expect(closed.state == .ended && closed.reason == "stopped" && closed.endedAt == Date(unixMillis: Self.time))
         #expect(closed.last == nil && closed.tracker == nil)
         let withdrawn = try decodeExactly(ViewDocument.self, ViewDocumentRenderer.closing(
-            ViewDocumentRenderer.withdrawn(expiresAt: Self.share.expiresAt, withdrawnAt: Self.time), serverTime: Self.time))
+            ViewDocumentRenderer.withdrawn(withdrawnAt: Self.time), serverTime: Self.time))
         #expect(withdrawn.state == .ended && withdrawn.reason == "withdrawn" && withdrawn.name == "" && withdrawn.last == nil)
+        #expect(withdrawn.expiresAt == Date(unixMillis: Self.time), "the link's own end, not the share's expiry")
         #expect(withdrawn.trail.isEmpty && withdrawn.answers == [] && withdrawn.tracker == nil)
     }
 

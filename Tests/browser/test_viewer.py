@@ -708,6 +708,18 @@ def test_an_end_to_end_encrypted_share_opens_only_with_the_key_in_its_link(flare
     b = flare.publish_sealed(share, flare.fix(), passphrase)
     wait_coords(d, b)
     shot(d, 'viewer-e2e.png')
+    # The key left the address bar once read: not in the history, a bookmark or a copied address. A reload of what is
+    # left asks for it, and the key typed in opens what had come meanwhile.
+    assert passphrase not in d.current_url and '#k=' not in d.current_url, d.current_url
+    d.refresh()
+    wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'no-key', 'the reloaded page to ask for the key')
+    assert d.find_element(By.CSS_SELECTOR, '#e2e-ask').is_displayed() and text(d, '#coords') != coord_text(b)
+    shot(d, 'viewer-e2e-asks-for-key.png')
+    d.find_element(By.CSS_SELECTOR, '#e2e-key').send_keys(passphrase)
+    d.find_element(By.CSS_SELECTOR, '#e2e-open').click()
+    wait_coords(d, b)
+    wait_for(d, lambda drv: body_attr(drv, 'e2e') == 'open', 'the typed key to open the positions')
+    assert not d.find_element(By.CSS_SELECTOR, '#e2e-ask').is_displayed()
     # What the server holds is ciphertext only.
     status, _, body = http_get('/api/v1/view/' + share.view_token)
     assert str(a['lat']) not in body.decode() and str(b['lat']) not in body.decode()
@@ -809,9 +821,12 @@ def test_an_unchanged_owntracks_app_configured_by_the_cli_shows_its_encrypted_po
     subprocess.run(flare.cli + ['share', 'owntracks', share.id, '--e2e', '--otrc', str(otrc)], check=True, capture_output=True, timeout=30)
     config = json.loads(otrc.read_text())
     assert config['encryptionKey'] == passphrase and config['username'] == share.id
-    # The server never had the key: its own configuration for the share has none.
-    status, _, served = http_get(f'/api/v1/shares/{share.id}/owntracks.otrc', {'Authorization': 'Bearer ' + share.device_token})
+    # The server never had the key: its own configuration for the share has none, and it hands that one only to a
+    # client that says it adds the key; a phone asking for a file gets 409 e2e_needs_key.
+    status, _, served = http_get(f'/api/v1/shares/{share.id}/owntracks?encryption=client', {'Authorization': 'Bearer ' + share.device_token})
     assert status == 200 and b'encryptionKey' not in served and passphrase not in served.decode(errors='replace')
+    status, _, refused = http_get(f'/api/v1/shares/{share.id}/owntracks.otrc', {'Authorization': 'Bearer ' + share.device_token})
+    assert status == 409 and json.loads(refused)['error'] == 'e2e_needs_key'
     fix = flare.fix()
     key = config['encryptionKey'].encode()[:32].ljust(32, b'\0')
     data = base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(json.dumps(dict({'_type': 'location', 'tid': config['tid']}, **fix)).encode()))).decode()

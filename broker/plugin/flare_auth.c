@@ -23,6 +23,11 @@
  *                                beyond it are disconnected before the message is acknowledged, so nothing they were
  *                                told was taken is dropped: they reconnect and send it again.
  *
+ * flared's own mark: flared publishes positions of its own (an HTTP fix, a restored last position) with the MQTT v5
+ * user property flare-origin, and its bridges skip them. Only flared's service login (plugin_opt_control_user) may
+ * send it: any other client publishing it is disconnected before the message is acknowledged, and the message is
+ * dropped, so no device can have the broker retain a position flared would never validate or store.
+ *
  * Never logged: tokens, keys, payloads. Logged: share ids (they are the usernames mosquitto logs anyway).
  *
  * All callbacks run on the broker's single thread, so the tables below need no locking.
@@ -33,12 +38,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <mosquitto.h>
 #include <mosquitto_broker.h>
 #include <mosquitto_plugin.h>
+#include <mqtt_protocol.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -1123,6 +1130,50 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 	return rc;
 }
 
+#define ORIGIN_PROPERTY "flare-origin"
+
+static bool has_origin_property(const mosquitto_property *properties)
+{
+	const mosquitto_property *p = properties;
+	bool first = true;
+
+	while(p != NULL){
+		char *name = NULL, *value = NULL;
+		p = mosquitto_property_read_string_pair(p, MQTT_PROP_USER_PROPERTY, &name, &value, !first);
+		first = false;
+		if(p == NULL){
+			mosquitto_free(name);
+			mosquitto_free(value);
+			break;
+		}
+		/* Any case: the name is matched exactly by flared, but no variant of it has a use from a device. */
+		bool origin = name != NULL && strcasecmp(name, ORIGIN_PROPERTY) == 0;
+		mosquitto_free(name);
+		mosquitto_free(value);
+		if(origin) return true;
+	}
+	return false;
+}
+
+/* Every publish that passed the ACL, with its MQTT v5 properties (the ACL check does not see them in mosquitto 2.0).
+ * flared's mark from anyone but flared's service login: the client is disconnected here, before the PUBACK, and
+ * the message dropped (see the top of this file). */
+static int on_message(int event, void *event_data, void *userdata)
+{
+	struct mosquitto_evt_message *ed = event_data;
+	const char *username, *id;
+	(void)event;
+	(void)userdata;
+
+	if(ed->properties == NULL || !has_origin_property(ed->properties)) return MOSQ_ERR_SUCCESS;
+	username = mosquitto_client_username(ed->client);
+	if(username != NULL && strcmp(username, control_user) == 0) return MOSQ_ERR_SUCCESS;
+	mosquitto_log_printf(MOSQ_LOG_NOTICE, "flare_auth: %s published with flared's mark; disconnecting it", username != NULL && is_share_id(username) ? username : "a client that is not flared");
+	id = mosquitto_client_id(ed->client);
+	if(id != NULL) mosquitto_kick_client_by_clientid(id, false);
+	return MOSQ_ERR_ACL_DENIED;
+}
+
 /* Disconnects every client connected with a share token: all were verified with the key in use until now. */
 static void kick_token_clients(void)
 {
@@ -1338,6 +1389,7 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 
 	if(mosquitto_callback_register(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL, NULL) != MOSQ_ERR_SUCCESS
+			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_MESSAGE, on_message, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_TICK, on_tick, NULL, NULL) != MOSQ_ERR_SUCCESS
 			|| mosquitto_callback_register(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL, NULL) != MOSQ_ERR_SUCCESS
@@ -1356,6 +1408,7 @@ int mosquitto_plugin_cleanup(void *userdata, struct mosquitto_opt *options, int 
 
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_BASIC_AUTH, on_basic_auth, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_ACL_CHECK, on_acl_check, NULL);
+	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_MESSAGE, on_message, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_DISCONNECT, on_disconnect, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_TICK, on_tick, NULL);
 	mosquitto_callback_unregister(plugin_id, MOSQ_EVT_RELOAD, on_reload, NULL);

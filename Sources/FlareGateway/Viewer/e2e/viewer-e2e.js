@@ -4,7 +4,9 @@
 window.flareE2E = function (page) {
   'use strict';
   var doc = document;
-  var S = { key: key(), opened: 0, failed: 0, lib: null, loading: false, missing: false, waiting: [], seen: {} };
+  // `held`: what came before the key was typed in (a reload of the bare link), opened once it is.
+  var S = { key: keyOf(takeFragmentKey()), opened: 0, failed: 0, lib: null, loading: false, missing: false, waiting: [], seen: {}, held: [] };
+  var HELD_MAX = 2000;
   var strings = {};
   // Its banner and styles, above everything else the page says.
   var style = doc.createElement('link');
@@ -23,13 +25,52 @@ window.flareE2E = function (page) {
   var off = more.appendChild(doc.createElement('p'));
   off.id = 'e2e-off';
   off.className = 'off';
+  // A link without its key (a reload once the key has left the address bar): the page asks for it, and keeps it only
+  // while it is open.
+  var form = section.appendChild(doc.createElement('form'));
+  form.id = 'e2e-ask';
+  form.hidden = true;
+  form.setAttribute('autocomplete', 'off');
+  var label = form.appendChild(doc.createElement('label'));
+  label.id = 'e2e-ask-label';
+  label.htmlFor = 'e2e-key';
+  var input = form.appendChild(doc.createElement('input'));
+  input.id = 'e2e-key';
+  input.type = 'password';
+  input.setAttribute('autocomplete', 'off');
+  input.setAttribute('autocapitalize', 'off');
+  input.spellcheck = false;
+  var button = form.appendChild(doc.createElement('button'));
+  button.id = 'e2e-open';
+  button.type = 'submit';
+  form.addEventListener('submit', function (e) {
+    e.preventDefault();
+    var k = keyOf(input.value.trim());
+    if (!k) return;
+    input.value = '';
+    S.key = k;
+    S.failed = 0;
+    var held = S.held;
+    S.held = [];
+    held.forEach(function (item) { if (item && typeof item.data === 'string') delete S.seen[item.data]; });
+    add(held);
+  });
   page.$('main').insertBefore(section, page.$('main').firstChild);
 
-  // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
-  function key() {
-    var m = /(?:^#|&)k=([^&]+)/.exec(location.hash), pass;
+  // The passphrase in the link's fragment, taken out of the address bar at once (history.replaceState): it stays in
+  // this page's memory only, so it is not in the browser's history, a bookmark, a screenshot of the address bar or a
+  // link copied from it. Nil without one.
+  function takeFragmentKey() {
+    var m = /(?:^#|&)k=([^&]*)/.exec(location.hash), pass = null;
     if (!m) return null;
-    try { pass = decodeURIComponent(m[1]); } catch (e) { return null; }
+    try { pass = decodeURIComponent(m[1]); } catch (e) { pass = null; }
+    var rest = location.hash.slice(1).split('&').filter(function (p) { return p && p.slice(0, 2) !== 'k='; }).join('&');
+    try { history.replaceState(history.state, '', location.pathname + location.search + (rest ? '#' + rest : '')); } catch (e) {}
+    return pass;
+  }
+  // The OwnTracks apps' key: the passphrase's UTF-8 bytes, whole characters only, zero-padded to 32.
+  function keyOf(pass) {
+    if (!pass) return null;
     var enc = new TextEncoder(), k = new Uint8Array(32), n = 0;
     for (var ch of pass) { var b = enc.encode(ch); if (n + b.length > 32) break; k.set(b, n); n += b.length; }
     return k;
@@ -61,10 +102,19 @@ window.flareE2E = function (page) {
       var j = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(plain));
       S.opened++;
       return j && (j._type === undefined || j._type === 'location') ? j : null;  // a transition, say, is no position
-    } catch (e) { S.failed++; return null; }
+    } catch (e) {
+      // Kept for a key typed in later (this one may be wrong).
+      S.held = S.held.concat([item]).slice(-HELD_MAX);
+      S.failed++;
+      return null;
+    }
   }
   function add(list) {
-    if (!S.key) { page.render(false); return; }
+    if (!S.key) {
+      S.held = S.held.concat(list).slice(-HELD_MAX);
+      page.render(false);
+      return;
+    }
     withNacl(function () {
       var newest = false;
       list.forEach(function (item) {
@@ -98,6 +148,9 @@ window.flareE2E = function (page) {
     page.$('e2e').hidden = false;
     page.setText('e2e-text', state === 'no-key' ? t('no_key') : state === 'no-library' ? t('no_library') : state === 'wrong-key' ? t('wrong_key')
       : t('note') + (S.failed ? ' ' + t(S.failed === 1 ? 'skipped_one' : 'skipped', { count: S.failed }) : ''));
+    page.$('e2e-ask').hidden = state !== 'no-key' && state !== 'wrong-key';
+    page.setText('e2e-ask-label', t('ask_key'));
+    page.setText('e2e-open', t('open'));
     page.setText('e2e-more', t('more'));
     page.setText('e2e-off', t('off'));
   }
