@@ -66,14 +66,21 @@ public struct PersonalLink: Codable, Sendable, Equatable {
     public let name: String
     /// `https://host/s/<this link's own view token>`: text it to that contact only.
     public let url: String
+    /// Whether Flare mails the link to its contact: absent for a contact it does not mail (no address, or no SMTP
+    /// server), false with `reason` when it does not: `mail_budget` (the key's hourly mail budget is spent),
+    /// `same_address` (another link of the share went to that address). The link works either way.
+    public let mailed: Bool?
+    public let reason: String?
 
-    enum CodingKeys: String, CodingKey { case linkID = "link_id", contactID = "contact_id", name, url }
+    enum CodingKeys: String, CodingKey { case linkID = "link_id", contactID = "contact_id", name, url, mailed, reason }
 
-    public init(linkID: String, contactID: String?, name: String, url: String) {
+    public init(linkID: String, contactID: String?, name: String, url: String, mailed: Bool? = nil, reason: String? = nil) {
         self.linkID = linkID
         self.contactID = contactID
         self.name = name
         self.url = url
+        self.mailed = mailed
+        self.reason = reason
     }
 }
 

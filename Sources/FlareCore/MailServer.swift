@@ -74,8 +74,15 @@ public struct MailServer: Sendable, Equatable, CustomStringConvertible {
         self.from = from
         let bracketed = hostText.contains(":") ? "[\(hostText)]" : hostText
         url = "\(isImplicitTLS ? "smtps" : "smtp")://\(bracketed):\(port)"
-        let loopback = hostText == "localhost" || hostText == "::1" || hostText.hasPrefix("127.")
-        requiresTLS = !isImplicitTLS && !loopback
+        requiresTLS = !isImplicitTLS && !Self.isLoopback(hostText)
+    }
+
+    /// `localhost`, or an address literal in 127.0.0.0/8 or `::1`: where STARTTLS may be skipped. A host *name* that
+    /// merely starts with `127.` (`127.0.0.1.example.net`) is any host on the internet, and gets TLS like every other.
+    static func isLoopback(_ host: String) -> Bool {
+        if host.lowercased() == "localhost" { return true }
+        guard let address = IPAddress(host) else { return false }
+        return address.isV6 ? address.bytes == [UInt8](repeating: 0, count: 15) + [1] : address.bytes[0] == 127
     }
 
     /// The domain of `from`: what each mail's `Message-ID` ends with.

@@ -60,6 +60,9 @@ public final class EventDeliverer: @unchecked Sendable {
         var busy: Set<EventDestination> = []
         /// When each lane last had its turn (turns counted): the lane with the oldest goes next.
         var lastTurn: [EventDestination: Int] = [:]
+        /// When each owning key's lanes last had a turn: among the lanes a thread takes, the key that waited longest
+        /// goes first, so that one key's backlog of mails (a lane each) adds at most one send to another key's mail.
+        var lastKeyTurn: [Int64?: Int] = [:]
         var turns = 0
         /// Destinations whose last delivery got no answer: not tried again before `until` (monotonic ms); `times` in a row.
         var resting: [EventDestination: (until: Int64, times: Int)] = [:]
@@ -249,17 +252,20 @@ public final class EventDeliverer: @unchecked Sendable {
     /// and mark this one so.
     private func takeBatch(for crew: Crew?, markBusy: Bool) -> (EventDestination, [OutboxDelivery])? {
         let now = monotonicMillis()
-        var chosen: (destination: EventDestination, lastTurn: Int)?
+        // Keys in turn first, then the lanes of the chosen key in turn (turns compared as (key's, lane's)).
+        var chosen: (destination: EventDestination, key: Int64?, turn: (key: Int, lane: Int))?
         for (destination, lane) in state.lanes where !lane.isEmpty && crew?.takes(destination) ?? true {
             if markBusy && state.busy.contains(destination) { continue }
             if let rest = state.resting[destination], now < rest.until { continue }
-            let lastTurn = state.lastTurn[destination] ?? -1
-            if chosen == nil || lastTurn < chosen!.lastTurn { chosen = (destination, lastTurn) }
+            let key = lane[0].ownerKey
+            let turn = (key: state.lastKeyTurn[key] ?? -1, lane: state.lastTurn[destination] ?? -1)
+            if chosen == nil || turn < chosen!.turn { chosen = (destination, key, turn) }
         }
         guard let destination = chosen?.destination, let lane = state.lanes[destination] else { return nil }
         if markBusy { state.busy.insert(destination) }
         state.turns += 1
         state.lastTurn[destination] = state.turns
+        state.lastKeyTurn[chosen?.key] = state.turns
         let batch = Array(lane.prefix(Self.laneBatch))
         state.lanes[destination] = lane.count > batch.count ? Array(lane.dropFirst(batch.count)) : nil
         return (destination, batch)
@@ -273,7 +279,12 @@ public final class EventDeliverer: @unchecked Sendable {
             let done = state.stopping ? batch : Array(batch.dropLast(untried.count))
             for delivery in done { state.inFlight.remove(InFlight(row: delivery.row, destination: destination)) }
             if !state.stopping && !untried.isEmpty { state.lanes[destination] = untried + (state.lanes[destination] ?? []) }
-            if state.lanes[destination] == nil { state.lastTurn[destination] = nil }
+            if state.lanes[destination] == nil {
+                state.lastTurn[destination] = nil
+                // A key with no lane left is forgotten (the map holds only keys with something waiting).
+                let keys = Set(state.lanes.values.compactMap { $0.first.map(\.ownerKey) })
+                state.lastKeyTurn = state.lastKeyTurn.filter { keys.contains($0.key) }
+            }
             lock.broadcast(1)
         }
     }

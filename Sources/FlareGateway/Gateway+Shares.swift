@@ -126,7 +126,7 @@ extension Gateway {
                     durationSeconds: durationSeconds, deviceToken: created.deviceToken, mqttURL: configuration.mqttPublicURL,
                     mqttUsername: id.rawValue, mqttTopic: Topics.location(id), statusTopic: Topics.status(id),
                     ingestURL: configuration.url(ingestURL), ownTracksConfigURL: configuration.url(ownTracksURL))
-                withLinks.links = created.links.map { personalLink($0.link, token: $0.token, share: id) }
+                withLinks.links = created.links.map { personalLink($0.link, token: $0.token, share: id, mailing: created.mailing[$0.link.id]) }
                 withLinks.e2e = created.share.endToEnd ? "true" : nil
                 http = HTTPResponse.api(201, withLinks)
             }
@@ -280,8 +280,15 @@ enum ShareListCursor {
 /// A share's personal links over HTTP (owner key): `GET /api/v1/shares/{id}/links`, `POST …/links`
 /// `{"contacts":[…]}`, `DELETE …/links/{link_id}`. Another limited key's share answers 404, as elsewhere.
 extension Gateway {
-    func personalLink(_ link: ShareLink, token: String, share: ShareID) -> PersonalLink {
-        PersonalLink(linkID: link.id.rawValue, contactID: link.contactID?.rawValue, name: link.name, url: "\(configuration.publicURL)/s/\(token)")
+    /// `mailing`: what became of its contact's mail, said as `"mailed"` (and `"reason"` when not); nil: not a mail.
+    func personalLink(_ link: ShareLink, token: String, share: ShareID, mailing: LinkMailing? = nil) -> PersonalLink {
+        let (mailed, reason): (Bool?, String?) = switch mailing {
+        case nil: (nil, nil)
+        case .queued: (true, nil)
+        case .notMailed(let reason): (false, reason)
+        }
+        return PersonalLink(linkID: link.id.rawValue, contactID: link.contactID?.rawValue, name: link.name, url: "\(configuration.publicURL)/s/\(token)",
+                            mailed: mailed, reason: reason)
     }
 
     /// The owner's live share `text` names, or the refusal.
@@ -308,8 +315,10 @@ extension Gateway {
             throw .badRequest("invalid_contacts", "the body must be {\"contacts\":[\"<contact id>\", …]}")
         }
         do throws(ShareError) {
-            let links = try shares.addLinks(snapshot, contacts: ids, owner: key)
-            return .api(201, CreatedLinks(links: links.map { personalLink($0.link, token: $0.token, share: snapshot.share.id) }))
+            let added = try shares.addLinks(snapshot, contacts: ids, owner: key)
+            return .api(201, CreatedLinks(links: added.links.map {
+                personalLink($0.link, token: $0.token, share: snapshot.share.id, mailing: added.mailing[$0.link.id])
+            }))
         } catch {
             return shareErrorResponse(error)
         }

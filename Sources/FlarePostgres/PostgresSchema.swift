@@ -24,6 +24,7 @@ import FlareStore
 /// | 12   | table `share_links`; `viewers`: link                         | the same                                     |
 /// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
 /// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
+/// | 15   | table `key_mail_budget`; index `share_links_of_contact`      | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
 ///
@@ -197,6 +198,11 @@ extension PostgresShareStore {
                                    PRIMARY KEY (share, digest));
         CREATE INDEX sealed_fixes_newest ON sealed_fixes(share, received_at);
         ALTER TABLE shares ADD COLUMN e2e BOOLEAN NOT NULL DEFAULT false;
+        """,
+        // 15: each key's mail budget (FLARE_MAIL_PER_KEY_PER_HOUR), and a contact's links found when it is deleted.
+        """
+        CREATE TABLE key_mail_budget (key BIGINT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at BIGINT NOT NULL);
+        CREATE INDEX share_links_of_contact ON share_links(contact_id);
         """,
     ]
     static var schemaVersion: Int { migrations.count }

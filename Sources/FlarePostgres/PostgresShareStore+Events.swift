@@ -8,11 +8,12 @@ extension PostgresShareStore: EventRecords {
             // from turning the lookups into a join): as a join, its plan hashed every row of `shares` at each read, 30
             // ms with 100,000 shares, several times a second while shares were being created.
             let rows = try connection.execute("""
-                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, (SELECT share_id FROM shares WHERE id = e.share), e.at, e.body
+                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body, s.owner_key
                 FROM (SELECT event, destination, attempts, next_at,
                              row_number() OVER (PARTITION BY destination ORDER BY next_at, event) AS place
                       FROM event_deliveries WHERE next_at <= $1) d
                 CROSS JOIN LATERAL (SELECT event_id, type, share, at, body FROM events WHERE id = d.event OFFSET 0) e
+                CROSS JOIN LATERAL (SELECT share_id, owner_key FROM shares WHERE id = e.share OFFSET 0) s
                 WHERE d.place <= $2 ORDER BY d.next_at, d.event
                 """, [String(now), String(max(0, limit))], operation: "read events")
             return (0..<rows.count).compactMap { index in
@@ -21,7 +22,8 @@ extension PostgresShareStore: EventRecords {
                       let share = rows.text(index, 5).flatMap(ShareID.init) else { return nil }
                 return OutboxDelivery(row: rows.int64(index, 0), destination: destination, attempts: Int(rows.int64(index, 2)),
                                       event: ShareEvent(id: rows.text(index, 3) ?? "", type: type, shareID: share, at: rows.int64(index, 6),
-                                                        body: Array((rows.text(index, 7) ?? "").utf8)))
+                                                        body: Array((rows.text(index, 7) ?? "").utf8)),
+                                      ownerKey: rows.optionalInt64(index, 8))
             }
         }
     }

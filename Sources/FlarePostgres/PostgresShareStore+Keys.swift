@@ -2,6 +2,24 @@ public import FlareCore
 public import FlareStore
 
 extension PostgresShareStore: KeyRecords {
+    public func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
+        guard count > 0 else { return 0 }
+        let operation = "take mail budget"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> Int in
+                // The row locked, so two instances taking from one key's budget at once take in turn.
+                try connection.execute("INSERT INTO key_mail_budget (key, tokens, at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING",
+                                       [String(key), String(perHour), String(now)], operation: operation)
+                let rows = try connection.execute("SELECT tokens, at FROM key_mail_budget WHERE key = $1 FOR UPDATE", [String(key)], operation: operation)
+                let held = MailBudget.refilled(tokens: Double(rows.text(0, 0) ?? "") ?? 0, at: rows.int64(0, 1), now: now, perHour: perHour)
+                let granted = max(0, min(count, Int(held.rounded(.down))))
+                try connection.execute("UPDATE key_mail_budget SET tokens = $2, at = $3 WHERE key = $1",
+                                       [String(key), String(held - Double(granted)), String(max(now, rows.int64(0, 1)))], operation: operation)
+                return granted
+            }
+        }
+    }
+
     @discardableResult
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 {
         try pool.with(operation: "insert owner key") { connection throws(StoreError) in

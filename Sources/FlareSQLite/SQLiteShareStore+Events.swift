@@ -5,7 +5,7 @@ extension SQLiteShareStore: EventRecords {
     public func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("""
-                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body
+                SELECT d.event, d.destination, d.attempts, e.event_id, e.type, s.share_id, e.at, e.body, s.owner_key
                 FROM (SELECT event, destination, attempts, next_at,
                              row_number() OVER (PARTITION BY destination ORDER BY next_at, event) AS place
                       FROM event_deliveries WHERE next_at <= ?1) d
@@ -20,7 +20,8 @@ extension SQLiteShareStore: EventRecords {
                 guard let destination = EventDestination(name: statement.string(1)),
                       let type = ShareEventType(rawValue: statement.string(4)), let share = ShareID(statement.string(5)) else { continue }
                 due.append(OutboxDelivery(row: statement.int64(0), destination: destination, attempts: Int(statement.int64(2)),
-                                          event: ShareEvent(id: statement.string(3), type: type, shareID: share, at: statement.int64(6), body: statement.blob(7))))
+                                          event: ShareEvent(id: statement.string(3), type: type, shareID: share, at: statement.int64(6), body: statement.blob(7)),
+                                          ownerKey: statement.optionalInt64(8)))
             }
             return due
         }

@@ -3,6 +3,27 @@ public import FlareStore
 import FlareSystem
 
 extension SQLiteShareStore: KeyRecords {
+    public func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
+        guard count > 0 else { return 0 }
+        return try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) -> Int in
+                let read = try db.statement("SELECT tokens, at FROM key_mail_budget WHERE key = ?1")
+                defer { read.reset() }
+                read.bind(1, key)
+                let held = try read.step() ? MailBudget.refilled(tokens: read.double(0), at: read.int64(1), now: now, perHour: perHour) : Double(perHour)
+                read.reset()
+                let granted = max(0, min(count, Int(held.rounded(.down))))
+                let write = try db.statement("INSERT INTO key_mail_budget (key, tokens, at) VALUES (?1, ?2, ?3) ON CONFLICT(key) DO UPDATE SET tokens = ?2, at = ?3")
+                defer { write.reset() }
+                write.bind(1, key)
+                write.bind(2, held - Double(granted))
+                write.bind(3, now)
+                try write.run()
+                return granted
+            }
+        }
+    }
+
     @discardableResult
     public func insertOwnerKey(hash: SecretHash, label: String, createdAt: UnixMillis, admin: Bool, limits: KeyLimits) throws(StoreError) -> Int64 {
         let id = try database.withLock { db throws(StoreError) in

@@ -22,6 +22,8 @@ public struct DaemonSettings: Sendable {
     /// With FLARE_BROKER=nats: the cluster; nil for mosquitto.
     public let nats: NATSBrokerSettings?
     public let trailLength: Int
+    /// `FLARE_MAIL_PER_KEY_PER_HOUR`.
+    public let mailPerKeyPerHour: Int
     public let instanceStaleAfterSeconds: Int64
     public let storeMinimumFreeBytes: Int64
     public let httpThreads: Int
@@ -61,6 +63,7 @@ public struct DaemonSettings: Sendable {
         mqttPasswordFile = config.string("FLARE_MQTT_PASSWORD_FILE")
         nats = try NATSBrokerSettings.configured(config, dataDirectory: dataDirectory)
         trailLength = Int(try config.integer("FLARE_TRAIL_LENGTH"))
+        mailPerKeyPerHour = Int(try config.integer("FLARE_MAIL_PER_KEY_PER_HOUR"))
         instanceStaleAfterSeconds = try config.integer("FLARE_INSTANCE_STALE_AFTER_S")
         storeMinimumFreeBytes = try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576
         httpThreads = Int(try config.integer("FLARE_HTTP_THREADS"))

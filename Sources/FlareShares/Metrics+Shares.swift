@@ -11,5 +11,6 @@ extension FlareMetrics {
     public static let locateRequests = Metrics.Family("flare_locate_requests_total", .counter, "\"Locate now\" requests sent to trackers.")
     public static let httpFixesUnpublished = Metrics.Family("flare_http_fixes_unpublished_total", .counter, "Fixes received over HTTP and stored while the broker was unavailable: kept in memory and published on reconnect.")
     public static let clearPositionsCleared = Metrics.Family("flare_e2e_clear_positions_cleared_total", .counter, "Positions sent in clear to end-to-end encrypted shares, refused and taken off the broker's retained store.")
+    public static let mailRefused = Metrics.Family("flare_mail_refused_total", .counter, "Mails to contacts not sent, by reason: mail_budget (the key's hourly budget was spent), same_address (another link of the share went to that address), key_revoked (dropped from the queue when the key was revoked).")
     public static let httpFixesDropped = Metrics.Family("flare_http_outbox_dropped_total", .counter, "HTTP fixes dropped from memory, beyond the most it keeps, before the broker came back (stored all the same; only their publication is lost).")
 }

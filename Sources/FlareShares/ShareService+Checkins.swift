@@ -163,8 +163,23 @@ extension ShareService {
         else { active = try store.share(row: checkin.shareRow)?.share.isActive ?? false }
         let links = active ? makeLinks(for: contacts, share: checkin.shareID, row: checkin.shareRow, at: now) : []
         let reachable = contacts.filter { $0.email != nil }
-        let mail: [EventDestination] = !mailsContacts ? []
-            : active ? links.filter { $0.contact.email != nil }.map { .mail($0.link.id) } : reachable.map { .contactMail($0.id) }
+        // The key's budget and one mail an address, as for any share's links (`MailPlanner`).
+        let mail: [EventDestination]
+        if !mailsContacts {
+            mail = []
+        } else if active {
+            let planned = try mailPlanner.plan(links.map { ($0.link, $0.contact) }, mailedAddresses: [], owner: checkin.ownerKeyID,
+                                               mailsContacts: true, now: now)
+            mail = links.filter { planned[$0.link.id]?.isMailed == true }.map { .mail($0.link.id) }
+        } else {
+            var seen = Set<String>()
+            let distinct = reachable.filter { seen.insert(MailPlanner.normalized($0.email!)).inserted }
+            var granted = distinct.count
+            if let owner = checkin.ownerKeyID {
+                granted = try store.takeMailBudget(key: owner, count: distinct.count, perHour: mailPlanner.perKeyPerHour, now: now)
+            }
+            mail = distinct.prefix(granted).map { .contactMail($0.id) }
+        }
         let events = links.map { pending(.linkCreated(checkin.shareID, link: $0.link)) }
             + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: eventDestinations + mail)]
         guard try store.missCheckin(checkin.id, at: now, links: links.map(\.link), events: events) else { return }

@@ -82,20 +82,25 @@ extension ShareService {
     }
 
     /// A link each for contacts of a running share.
-    public func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?) throws(ShareError) -> [(link: ShareLink, token: String)] {
+    /// Their mails are planned as the create's (`MailPlanner`): within the owning key's budget, and one an address of
+    /// the share, the share's earlier links counted.
+    public func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?)
+        throws(ShareError) -> (links: [(link: ShareLink, token: String)], mailing: [LinkID: LinkMailing]) {
         guard snapshot.share.isActive else { throw .ended }
         if snapshot.share.endToEnd { throw Self.endToEndTakesNoContacts }
         let contacts = try contactsForLinks(ids, owner: owner, existing: registry.links(snapshot.share.id).count)
-        let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: clock.now())
+        let now = clock.now()
+        let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: now)
+        let mailing = try planMail(links, share: snapshot.share.id, owner: snapshot.share.ownerKeyID, now: now)
         let added: Bool
         do {
-            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, contact: $0.contact) })
+            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, mailed: mailing[$0.link.id]?.isMailed == true) })
         } catch { throw .storage(error.description) }
         guard added else { throw .ended }
         registry.addLinks(snapshot.share.id, links.map(\.link))
         eventRecorded()
         logger.info("share \(snapshot.share.id): \(links.count) personal links added")
-        return links.map { ($0.link, $0.token) }
+        return (links.map { ($0.link, $0.token) }, mailing.mapValues(LinkMailing.init))
     }
 
     /// Withdraws one personal link: its page says so, its live streams end, the share's other links go on.

@@ -81,6 +81,8 @@ public final class ShareService: Sendable {
         public let deviceToken: String
         /// A personal link per contact asked for, with its view token (empty without contacts).
         public let links: [(link: ShareLink, token: String)]
+        /// Whether each link's contact is mailed (none for a contact Flare does not mail: no address, no SMTP server).
+        public let mailing: [LinkID: LinkMailing]
     }
 
     let store: any ShareStore
@@ -112,6 +114,8 @@ public final class ShareService: Sendable {
     let eventDestinations: [EventDestination]
     /// Whether a personal link's contact with an address is mailed (`EventDeliverer.mailsContacts`).
     let mailsContacts: Bool
+    /// Which of them are: one mail an address a share, within the key's budget.
+    let mailPlanner: MailPlanner
     /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
     /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
     let eventRecorded: @Sendable () -> Void
@@ -125,7 +129,8 @@ public final class ShareService: Sendable {
     ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
-                eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, eventRecorded: @escaping @Sendable () -> Void = {},
+                eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, mailPerKeyPerHour: Int = 60,
+                eventRecorded: @escaping @Sendable () -> Void = {},
                 sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {
         let registry = ShareRegistry(trailLength: trailLength, trackerRules: trackerRules)
         self.store = store
@@ -141,6 +146,7 @@ public final class ShareService: Sendable {
         self.logger = logger
         self.eventDestinations = eventDestinations
         self.mailsContacts = mailsContacts
+        self.mailPlanner = MailPlanner(store: store, perKeyPerHour: mailPerKeyPerHour, metrics: metrics)
         self.eventRecorded = eventRecorded
         self.sweepRetained = sweepRetained
         metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped, FlareMetrics.clearPositionsCleared)
@@ -153,9 +159,22 @@ public final class ShareService: Sendable {
     func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: eventDestinations) }
 
     /// `link.created`, also to the contact's mail when this instance mails contacts and the contact has an address.
-    func linkCreated(_ share: ShareID, _ link: ShareLink, contact: Contact) -> PendingEvent {
-        let destinations = mailsContacts && contact.email != nil ? eventDestinations + [.mail(link.id)] : eventDestinations
-        return PendingEvent(.linkCreated(share, link: link), destinations: destinations)
+    /// `link.created`, and the link's mail if `mailed` (`MailPlanner`).
+    func linkCreated(_ share: ShareID, _ link: ShareLink, mailed: Bool) -> PendingEvent {
+        PendingEvent(.linkCreated(share, link: link), destinations: mailed ? eventDestinations + [.mail(link.id)] : eventDestinations)
+    }
+
+    /// Which of `links` are mailed, within the owner's budget and one mail per address of the share (`MailPlanner`).
+    func planMail(_ links: [(link: ShareLink, token: String, contact: Contact)], share: ShareID, owner: Int64?, now: UnixMillis)
+        throws(ShareError) -> [LinkID: Result<Void, MailPlanner.Refusal>] {
+        guard mailsContacts, links.contains(where: { $0.contact.email != nil }) else { return [:] }
+        do {
+            var mailed = Set<String>()
+            for earlier in registry.links(share) where !earlier.isWithdrawn {
+                if let id = earlier.contactID, let address = try store.contact(id: id)?.email { mailed.insert(MailPlanner.normalized(address)) }
+            }
+            return try mailPlanner.plan(links.map { ($0.link, $0.contact) }, mailedAddresses: mailed, owner: owner, mailsContacts: mailsContacts, now: now)
+        } catch { throw .storage(error.description) }
     }
 
     func schedule(_ job: Job, at deadline: UnixMillis) {
@@ -281,9 +300,13 @@ public final class ShareService: Sendable {
         }
         eventRecorded()
         let links = makeLinks(for: linkContacts, share: share.id, row: row, at: now)
+        var mailing: [LinkID: Result<Void, MailPlanner.Refusal>] = [:]
         if !links.isEmpty {
             do throws(StoreError) {
-                guard try store.insertLinks(links.map(\.link), events: links.map { linkCreated(share.id, $0.link, contact: $0.contact) }) else {
+                do throws(ShareError) { mailing = try planMail(links, share: share.id, owner: owner?.id, now: now) } catch {
+                    throw StoreError(operation: "takeMailBudget", code: 0, message: error.description, engine: "flare")
+                }
+                guard try store.insertLinks(links.map(\.link), events: links.map { linkCreated(share.id, $0.link, mailed: mailing[$0.link.id]?.isMailed == true) }) else {
                     throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
                 }
             } catch {
@@ -302,7 +325,8 @@ public final class ShareService: Sendable {
         publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
         logger.info("share \(share.id) created\(endToEnd ? " (end-to-end encrypted)" : ""), expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
-        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links.map { ($0.link, $0.token) })
+        return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links.map { ($0.link, $0.token) },
+                       mailing: mailing.mapValues(LinkMailing.init))
     }
 
     /// Personal links are mailed by the server, which has no key to put in them; the sharer sends the link instead.

@@ -47,12 +47,15 @@ public struct OutboxDelivery: Sendable, Equatable {
     /// Failed attempts so far.
     public let attempts: Int
     public let event: ShareEvent
+    /// The key that owns the event's share (nil: a share made without one): the deliverer serves keys in turn.
+    public let ownerKey: Int64?
 
-    public init(row: Int64, destination: EventDestination, attempts: Int, event: ShareEvent) {
+    public init(row: Int64, destination: EventDestination, attempts: Int, event: ShareEvent, ownerKey: Int64? = nil) {
         self.row = row
         self.destination = destination
         self.attempts = attempts
         self.event = event
+        self.ownerKey = ownerKey
     }
 }
 

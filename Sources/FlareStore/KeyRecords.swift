@@ -25,6 +25,9 @@ public protocol KeyRecords: Sendable {
     /// (a `StoreError` is thrown). Returns how many keys' secrets were sealed anew.
     func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int
     func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
+    /// Takes up to `count` mails from key `key`'s budget of `perHour` mails an hour (a bucket that refills evenly, full
+    /// at first), counted here so that every instance shares it; returns how many it may send (0 to `count`).
+    func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int
     /// A number that moves whenever any process makes, revokes or changes an owner key, read without asking the
     /// database; nil when the store has none. A key looked up after the mark was read is current for as long as the
     /// mark stays the same, so a daemon may remember it without missing a revocation made from the command line.
@@ -57,5 +60,14 @@ public struct KeyWebhook: Sendable, Equatable {
         self.sealedSecret = sealedSecret
         self.previousSealedSecret = previousSealedSecret
         self.rotatedAt = rotatedAt
+    }
+}
+
+/// The arithmetic of a key's mail budget, the same in both engines: a bucket of `perHour` mails that refills evenly
+/// over the hour, full at first.
+public enum MailBudget {
+    /// What the bucket holds at `now`, having held `tokens` at `at`.
+    public static func refilled(tokens: Double, at: UnixMillis, now: UnixMillis, perHour: Int) -> Double {
+        min(Double(perHour), tokens + Double(max(0, now - at)) * Double(perHour) / 3_600_000)
     }
 }

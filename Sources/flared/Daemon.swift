@@ -101,7 +101,7 @@ final class Daemon: Sendable {
         let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: publisher,
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
-                                  mailsContacts: deliverer.mailsContacts,
+                                  mailsContacts: deliverer.mailsContacts, mailPerKeyPerHour: settings.mailPerKeyPerHour,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
         let checkins = CheckinWatcher(shares: shares, store: store, holder: clientID, clock: clock, logger: logger.with(label: "checkins"))
         let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: settings.parser)

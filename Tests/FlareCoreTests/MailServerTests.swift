@@ -9,8 +9,12 @@ import Testing
         let tls = try MailServer(url: "smtps://mail.example.org", from: "flare@example.org")
         #expect(tls.url == "smtps://mail.example.org:465" && !tls.requiresTLS)  // TLS from the first byte, no STARTTLS
         // A relay on the same machine may have no certificate: STARTTLS is tried there, not required.
-        for local in ["smtp://127.0.0.1:25", "smtp://localhost:25", "smtp://[::1]:25"] {
+        for local in ["smtp://127.0.0.1:25", "smtp://127.8.9.10:25", "smtp://localhost:25", "smtp://[::1]:25"] {
             #expect(try !MailServer(url: local, from: "flare@example.org").requiresTLS, "\(local)")
+        }
+        // A host name that only starts like a loopback address is any host: TLS is required (trust, second round, 5).
+        for remote in ["smtp://127.0.0.1.example.net:25", "smtp://127.attacker.example:25", "smtp://[::2]:25", "smtp://10.0.0.1:25"] {
+            #expect(try MailServer(url: remote, from: "flare@example.org").requiresTLS, "\(remote)")
         }
         #expect(try MailServer(url: "smtp://[::1]:2525", from: "a@b.org").url == "smtp://[::1]:2525")
         #expect(relay.messageIDDomain == "example.org")

@@ -19,10 +19,10 @@ import Glibc
 @Suite struct ContactMailTests {
     let publicURL = "https://flare.example.org"
 
-    func contact(_ fixture: ServiceFixture, _ name: String, email: String?, language: ContactLanguage = .en) throws -> Contact {
-        let contact = Contact(id: .generate(), ownerKeyID: nil, name: name, email: email, phone: nil, language: language,
+    func contact(_ fixture: ServiceFixture, _ name: String, email: String?, language: ContactLanguage = .en, owner: Int64? = nil) throws -> Contact {
+        let contact = Contact(id: .generate(), ownerKeyID: owner, name: name, email: email, phone: nil, language: language,
                               createdAt: Int64(Date().timeIntervalSince1970 * 1000))
-        #expect(try fixture.store.insertContact(contact, limit: 10))
+        #expect(try fixture.store.insertContact(contact, limit: ContactRules.maximumPerKey))
         return contact
     }
 
@@ -132,6 +132,69 @@ import Glibc
         #expect(fixture.metrics.value(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", "notified")]) == 2)
         #expect(fixture.metrics.value(FlareMetrics.contactNotices, labels: [("channel", "email"), ("result", "failed")]) == 1)
         #expect(try fixture.store.dueEvents(now: .max, limit: 50).isEmpty)
+    }
+
+    /// A key cannot use Flare as a mail cannon: twenty contacts with one address get one mail a share, and the key's
+    /// hourly budget, counted in the store, bounds the rest; the links are made all the same and say why they were not
+    /// mailed (issue: trust, second round, 1).
+    @Test func oneKeysMailIsBoundedByItsBudgetAndOneMailAnAddressAShare() throws {
+        let fixture = try ServiceFixture(mailsContacts: true, mailPerKeyPerHour: 3)
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        let keyID = try fixture.store.insertOwnerKey(hash: SecretHash(of: "k"), label: "k", createdAt: 1, admin: false, limits: .none)
+        let key = try #require(try fixture.store.ownerKey(id: keyID))
+        var strangers: [Contact] = []
+        for index in 0..<5 {
+            strangers.append(try contact(fixture, "Stranger \(index)", email: index == 0 ? "victim@example.org" : "Victim@Example.org", owner: keyID))
+        }
+        let other = try contact(fixture, "Other", email: "other@example.org", owner: keyID)
+
+        let first = try fixture.service.create(name: "Account locked", durationSeconds: 600, owner: key, contacts: strangers.map(\.id) + [other.id])
+        let mailing = first.links.map { first.mailing[$0.link.id] }
+        #expect(mailing == [.queued] + Array(repeating: .notMailed(reason: "same_address"), count: 4) + [.queued], "\(mailing)")
+        let second = try fixture.service.create(name: "Account locked", durationSeconds: 600, owner: key, contacts: strangers.map(\.id))
+        #expect(second.links.map { second.mailing[$0.link.id] } == [.queued] + Array(repeating: .notMailed(reason: "same_address"), count: 4))
+        // The budget of three is spent: the third share's links are made, and not mailed.
+        let third = try fixture.service.create(name: "Account locked", durationSeconds: 600, owner: key, contacts: [strangers[0].id, other.id])
+        #expect(third.links.count == 2 && third.links.allSatisfy { third.mailing[$0.link.id] == .notMailed(reason: "mail_budget") })
+        #expect(fixture.metrics.value(FlareMetrics.mailRefused, labels: [("reason", "mail_budget")]) == 2)
+        #expect(fixture.metrics.value(FlareMetrics.mailRefused, labels: [("reason", "same_address")]) == 8)
+        // A share made without a key (the demo) has no budget; a contact with no address is not a mail at all.
+        let phoneOnly = try contact(fixture, "Phone only", email: nil, owner: keyID)
+        let keyless = try fixture.service.create(name: "Demo", durationSeconds: 600, contacts: [other.id, phoneOnly.id])
+        #expect(keyless.links.map { keyless.mailing[$0.link.id] } == [.queued, nil])
+
+        round(deliverer)
+        round(deliverer)
+        #expect(server.received.count == 4, "three of the key's budget and the keyless share's")
+        #expect(server.received.filter { $0.envelopeTo.map { $0.lowercased() } == ["victim@example.org"] }.count == 2)
+    }
+
+    /// The mail lane is served key by key: a key with a hundred mails waiting holds another key's mail up by one
+    /// send at most (before, every link was a lane of its own, taken in no order of keys).
+    @Test func eachKeysMailTakesItsTurn() throws {
+        let fixture = try ServiceFixture(mailsContacts: true, mailPerKeyPerHour: 1_000)
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        func key(_ label: String) throws -> OwnerKeyRecord {
+            try #require(try fixture.store.ownerKey(id: try fixture.store.insertOwnerKey(hash: SecretHash(of: label), label: label, createdAt: 1,
+                                                                                          admin: false, limits: .none)))
+        }
+        let busy = try key("busy"), quiet = try key("quiet")
+        for share in 0..<5 {
+            var contacts: [ContactID] = []
+            for index in 0..<20 { contacts.append(try contact(fixture, "C\(share)-\(index)", email: "c\(share)-\(index)@example.org", owner: busy.id).id) }
+            _ = try fixture.service.create(name: "Busy", durationSeconds: 600, owner: busy, contacts: contacts)
+        }
+        let mum = try contact(fixture, "Mum", email: "mum@example.org", owner: quiet.id)
+        _ = try fixture.service.create(name: "Anna", durationSeconds: 600, owner: quiet, contacts: [mum.id])
+        round(deliverer)
+        let order = server.received.map(\.envelopeTo)
+        #expect(order.count == 101)
+        let place = try #require(order.firstIndex(of: ["mum@example.org"]))
+        #expect(place <= 1, "the quiet key's mail went out at place \(place) of \(order.count)")
     }
 
     /// The server took the mail and the connection broke before its answer: Flare cannot know it went out, so it

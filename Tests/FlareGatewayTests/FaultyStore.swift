@@ -99,6 +99,10 @@ final class FaultyStore: ShareStore {
     func ownerKeyCount() throws(StoreError) -> Int { try fault("ownerKeyCount"); return try base.ownerKeyCount() }
     /// None, so that every key check reaches the store and its faults.
     var ownerKeysMark: UInt64? { nil }
+    func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
+        try fault("takeMailBudget")
+        return try base.takeMailBudget(key: key, count: count, perHour: perHour, now: now)
+    }
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] { try fault("dueEvents"); return try base.dueEvents(now: now, limit: limit) }
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) { try fault("eventsDelivered"); try base.eventsDelivered(deliveries) }
     func eventDelivered(id: String, destination: EventDestination) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(id: id, destination: destination) }

@@ -90,7 +90,7 @@ public struct ServiceFixture: Sendable {
 
     public init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
          publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false,
-         hostResolver: any HostResolving = FixedResolver.public) throws {
+         mailPerKeyPerHour: Int = 60, hostResolver: any HostResolving = FixedResolver.public) throws {
         self.directory = try directory ?? TempDirectory.make(prefix: "flare-bridge")
         store = try SQLiteShareStore(path: self.directory.appendingPathComponent("flare.db").path)
         self.publisher = publisher
@@ -102,7 +102,8 @@ public struct ServiceFixture: Sendable {
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),
                                trackerRules: TrackerRules(staleAfterMillis: staleAfterSeconds * 1000), clock: clock, metrics: metrics, logger: logger,
-                               eventDestinations: eventDestinations, mailsContacts: mailsContacts, hostResolver: hostResolver)
+                               eventDestinations: eventDestinations, mailsContacts: mailsContacts, mailPerKeyPerHour: mailPerKeyPerHour,
+                               hostResolver: hostResolver)
         registry = service.registry
         ingestor = FixIngestor(store: store, shares: service, metrics: metrics, logger: logger, clock: clock,
                                parser: try LocationPayloadParser(Configuration.defaults(FlaredSettings.all)))

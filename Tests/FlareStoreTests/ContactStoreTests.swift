@@ -49,6 +49,19 @@ import Testing
         #expect(try store.listContacts(owner: 3, after: nil, limit: 100).isEmpty)
     }
 
+    /// A key's mail budget: full at first, taken in part when it holds less than asked, refilled evenly over the hour,
+    /// each key's its own, counted in the store (so both instances of a cluster take from one).
+    @Test(arguments: Engine.allCases) func aKeysMailBudgetIsTakenAndRefilled(engine: Engine) throws {
+        let store = try base.open(engine)
+        #expect(try store.takeMailBudget(key: 1, count: 40, perHour: 60, now: 1_000_000) == 40)
+        #expect(try store.takeMailBudget(key: 1, count: 40, perHour: 60, now: 1_000_000) == 20, "what is left")
+        #expect(try store.takeMailBudget(key: 1, count: 1, perHour: 60, now: 1_000_000) == 0)
+        #expect(try store.takeMailBudget(key: 2, count: 5, perHour: 60, now: 1_000_000) == 5, "another key's is its own")
+        #expect(try store.takeMailBudget(key: 1, count: 10, perHour: 60, now: 1_000_000 + 300_000) == 5, "five minutes: five more")
+        #expect(try base.open(engine).takeMailBudget(key: 1, count: 100, perHour: 60, now: 1_000_000 + 7_200_000) == 60, "never more than an hour's")
+        #expect(try store.takeMailBudget(key: 1, count: 0, perHour: 60, now: 1_000_000) == 0)
+    }
+
     @Test(arguments: Engine.allCases) func theLimitIsPerKeyAndDeletionHappensOnce(engine: Engine) throws {
         let store = try base.open(engine)
         #expect(try store.insertContact(contact(owner: 1, at: 1), limit: 2))
