@@ -62,6 +62,8 @@ public final class EventDeliverer: @unchecked Sendable {
         var lastTurn: [EventDestination: Int] = [:]
         /// When each owning key's lanes last had a turn: among the lanes a thread takes, the key that waited longest
         /// goes first, so that one key's backlog of mails (a lane each) adds at most one send to another key's mail.
+        /// Kept for keys that have nothing waiting too (an old turn sorts before every recent one, as a new key's -1
+        /// does): one entry per owner key at most, and no scan of the lanes when one empties.
         var lastKeyTurn: [Int64?: Int] = [:]
         var turns = 0
         /// Destinations whose last delivery got no answer: not tried again before `until` (monotonic ms); `times` in a row.
@@ -279,12 +281,7 @@ public final class EventDeliverer: @unchecked Sendable {
             let done = state.stopping ? batch : Array(batch.dropLast(untried.count))
             for delivery in done { state.inFlight.remove(InFlight(row: delivery.row, destination: destination)) }
             if !state.stopping && !untried.isEmpty { state.lanes[destination] = untried + (state.lanes[destination] ?? []) }
-            if state.lanes[destination] == nil {
-                state.lastTurn[destination] = nil
-                // A key with no lane left is forgotten (the map holds only keys with something waiting).
-                let keys = Set(state.lanes.values.compactMap { $0.first.map(\.ownerKey) })
-                state.lastKeyTurn = state.lastKeyTurn.filter { keys.contains($0.key) }
-            }
+            if state.lanes[destination] == nil { state.lastTurn[destination] = nil }
             lock.broadcast(1)
         }
     }

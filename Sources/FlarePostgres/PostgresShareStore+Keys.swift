@@ -7,15 +7,15 @@ extension PostgresShareStore: KeyRecords {
         let operation = "take mail budget"
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> Int in
-                // The row locked, so two instances taking from one key's budget at once take in turn.
+                // The row made if missing (full), then locked: two instances taking from one key's budget at once take
+                // in turn, the first time too.
                 try connection.execute("INSERT INTO key_mail_budget (key, tokens, at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING",
                                        [String(key), String(perHour), String(now)], operation: operation)
                 let rows = try connection.execute("SELECT tokens, at FROM key_mail_budget WHERE key = $1 FOR UPDATE", [String(key)], operation: operation)
-                let held = MailBudget.refilled(tokens: Double(rows.text(0, 0) ?? "") ?? 0, at: rows.int64(0, 1), now: now, perHour: perHour)
-                let granted = max(0, min(count, Int(held.rounded(.down))))
+                let taken = MailBudget.take(count: count, from: (Double(rows.text(0, 0) ?? "") ?? 0, rows.int64(0, 1)), now: now, perHour: perHour)
                 try connection.execute("UPDATE key_mail_budget SET tokens = $2, at = $3 WHERE key = $1",
-                                       [String(key), String(held - Double(granted)), String(max(now, rows.int64(0, 1)))], operation: operation)
-                return granted
+                                       [String(key), String(taken.tokens), String(taken.at)], operation: operation)
+                return taken.granted
             }
         }
     }

@@ -10,16 +10,16 @@ extension SQLiteShareStore: KeyRecords {
                 let read = try db.statement("SELECT tokens, at FROM key_mail_budget WHERE key = ?1")
                 defer { read.reset() }
                 read.bind(1, key)
-                let held = try read.step() ? MailBudget.refilled(tokens: read.double(0), at: read.int64(1), now: now, perHour: perHour) : Double(perHour)
+                let held: (tokens: Double, at: UnixMillis)? = try read.step() ? (read.double(0), read.int64(1)) : nil
                 read.reset()
-                let granted = max(0, min(count, Int(held.rounded(.down))))
+                let taken = MailBudget.take(count: count, from: held, now: now, perHour: perHour)
                 let write = try db.statement("INSERT INTO key_mail_budget (key, tokens, at) VALUES (?1, ?2, ?3) ON CONFLICT(key) DO UPDATE SET tokens = ?2, at = ?3")
                 defer { write.reset() }
                 write.bind(1, key)
-                write.bind(2, held - Double(granted))
-                write.bind(3, now)
+                write.bind(2, taken.tokens)
+                write.bind(3, taken.at)
                 try write.run()
-                return granted
+                return taken.granted
             }
         }
     }

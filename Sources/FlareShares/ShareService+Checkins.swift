@@ -162,23 +162,16 @@ extension ShareService {
         if let snapshot = registry.snapshot(checkin.shareID) { active = snapshot.share.isActive }
         else { active = try store.share(row: checkin.shareRow)?.share.isActive ?? false }
         let links = active ? makeLinks(for: contacts, share: checkin.shareID, row: checkin.shareRow, at: now) : []
-        let reachable = contacts.filter { $0.email != nil }
         // The key's budget and one mail an address, as for any share's links (`MailPlanner`).
         let mail: [EventDestination]
         if !mailsContacts {
             mail = []
         } else if active {
-            let planned = try mailPlanner.plan(links.map { ($0.link, $0.contact) }, mailedAddresses: [], owner: checkin.ownerKeyID,
-                                               mailsContacts: true, now: now)
-            mail = links.filter { planned[$0.link.id]?.isMailed == true }.map { .mail($0.link.id) }
+            let planned = try mailPlanner.plan(links.map { ($0.link.id, $0.contact.email) }, owner: checkin.ownerKeyID, now: now)
+            mail = links.filter { planned[$0.link.id] == .queued }.map { .mail($0.link.id) }
         } else {
-            var seen = Set<String>()
-            let distinct = reachable.filter { seen.insert(MailPlanner.normalized($0.email!)).inserted }
-            var granted = distinct.count
-            if let owner = checkin.ownerKeyID {
-                granted = try store.takeMailBudget(key: owner, count: distinct.count, perHour: mailPlanner.perKeyPerHour, now: now)
-            }
-            mail = distinct.prefix(granted).map { .contactMail($0.id) }
+            let planned = try mailPlanner.plan(contacts.map { ($0.id, $0.email) }, owner: checkin.ownerKeyID, now: now)
+            mail = contacts.filter { planned[$0.id] == .queued }.map { .contactMail($0.id) }
         }
         let events = links.map { pending(.linkCreated(checkin.shareID, link: $0.link)) }
             + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: eventDestinations + mail)]

@@ -94,13 +94,13 @@ extension ShareService {
         let mailing = try planMail(links, share: snapshot.share.id, owner: snapshot.share.ownerKeyID, now: now)
         let added: Bool
         do {
-            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, mailed: mailing[$0.link.id]?.isMailed == true) })
+            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, mailed: mailing[$0.link.id] == .queued) })
         } catch { throw .storage(error.description) }
         guard added else { throw .ended }
         registry.addLinks(snapshot.share.id, links.map(\.link))
         eventRecorded()
         logger.info("share \(snapshot.share.id): \(links.count) personal links added")
-        return (links.map { ($0.link, $0.token) }, mailing.mapValues(LinkMailing.init))
+        return (links.map { ($0.link, $0.token) }, mailing)
     }
 
     /// Withdraws one personal link: its page says so, its live streams end, the share's other links go on.

@@ -166,14 +166,14 @@ public final class ShareService: Sendable {
 
     /// Which of `links` are mailed, within the owner's budget and one mail per address of the share (`MailPlanner`).
     func planMail(_ links: [(link: ShareLink, token: String, contact: Contact)], share: ShareID, owner: Int64?, now: UnixMillis)
-        throws(ShareError) -> [LinkID: Result<Void, MailPlanner.Refusal>] {
+        throws(ShareError) -> [LinkID: LinkMailing] {
         guard mailsContacts, links.contains(where: { $0.contact.email != nil }) else { return [:] }
         do {
             var mailed = Set<String>()
             for earlier in registry.links(share) where !earlier.isWithdrawn {
                 if let id = earlier.contactID, let address = try store.contact(id: id)?.email { mailed.insert(MailPlanner.normalized(address)) }
             }
-            return try mailPlanner.plan(links.map { ($0.link, $0.contact) }, mailedAddresses: mailed, owner: owner, mailsContacts: mailsContacts, now: now)
+            return try mailPlanner.plan(links.map { ($0.link.id, $0.contact.email) }, mailedAddresses: mailed, owner: owner, now: now)
         } catch { throw .storage(error.description) }
     }
 
@@ -300,13 +300,13 @@ public final class ShareService: Sendable {
         }
         eventRecorded()
         let links = makeLinks(for: linkContacts, share: share.id, row: row, at: now)
-        var mailing: [LinkID: Result<Void, MailPlanner.Refusal>] = [:]
+        var mailing: [LinkID: LinkMailing] = [:]
         if !links.isEmpty {
             do throws(StoreError) {
                 do throws(ShareError) { mailing = try planMail(links, share: share.id, owner: owner?.id, now: now) } catch {
                     throw StoreError(operation: "takeMailBudget", code: 0, message: error.description, engine: "flare")
                 }
-                guard try store.insertLinks(links.map(\.link), events: links.map { linkCreated(share.id, $0.link, mailed: mailing[$0.link.id]?.isMailed == true) }) else {
+                guard try store.insertLinks(links.map(\.link), events: links.map { linkCreated(share.id, $0.link, mailed: mailing[$0.link.id] == .queued) }) else {
                     throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
                 }
             } catch {
@@ -326,7 +326,7 @@ public final class ShareService: Sendable {
         metrics.increment(FlareMetrics.sharesCreated)
         logger.info("share \(share.id) created\(endToEnd ? " (end-to-end encrypted)" : ""), expires in \(duration) s\(links.isEmpty ? "" : ", \(links.count) personal links")")
         return Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: links.map { ($0.link, $0.token) },
-                       mailing: mailing.mapValues(LinkMailing.init))
+                       mailing: mailing)
     }
 
     /// Personal links are mailed by the server, which has no key to put in them; the sharer sends the link instead.

@@ -66,8 +66,12 @@ public struct KeyWebhook: Sendable, Equatable {
 /// The arithmetic of a key's mail budget, the same in both engines: a bucket of `perHour` mails that refills evenly
 /// over the hour, full at first.
 public enum MailBudget {
-    /// What the bucket holds at `now`, having held `tokens` at `at`.
-    public static func refilled(tokens: Double, at: UnixMillis, now: UnixMillis, perHour: Int) -> Double {
-        min(Double(perHour), tokens + Double(max(0, now - at)) * Double(perHour) / 3_600_000)
+    /// Takes up to `count` from a bucket that held `tokens` at `at` (nil: a key that never took any): how many it may
+    /// send, and what the bucket holds after, as of `now` (never earlier than `at`).
+    public static func take(count: Int, from held: (tokens: Double, at: UnixMillis)?, now: UnixMillis, perHour: Int)
+        -> (granted: Int, tokens: Double, at: UnixMillis) {
+        let tokens = held.map { min(Double(perHour), $0.tokens + Double(max(0, now - $0.at)) * Double(perHour) / 3_600_000) } ?? Double(perHour)
+        let granted = max(0, min(count, Int(tokens.rounded(.down))))
+        return (granted, tokens - Double(granted), max(now, held?.at ?? now))
     }
 }

@@ -4,6 +4,7 @@ import FlareMQTT
 import FlareTestSupport
 import Foundation
 import Synchronization
+import Testing
 
 /// A broker with the flare_auth plugin and the flared service account, and a key to mint share tokens with.
 struct AuthFixture {
@@ -80,6 +81,24 @@ struct AuthFixture {
             found[message.topic] = message.payload.count
         }
         return found
+    }
+}
+
+extension FlaredProcess {
+    /// A share made with the owner key (`body`: the create request; ten minutes by default): its id and the creation's
+    /// answer (strings only).
+    func createShare(_ body: String = #"{"duration_s":600}"#, sourceLocation: SourceLocation = #_sourceLocation) throws -> (id: ShareID, answer: [String: String]) {
+        let created = try request("POST", "/api/v1/shares", body: body, bearer: ownerKey)
+        #expect(created.status == 201, "\(created.text)", sourceLocation: sourceLocation)
+        let answer = try #require(created.json as? [String: String], sourceLocation: sourceLocation)
+        return (try #require(answer["share_id"].flatMap { ShareID($0) }, sourceLocation: sourceLocation), answer)
+    }
+
+    /// A watch token for the share, made with the owner key.
+    func watchToken(_ id: ShareID, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        let issued = try request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: ownerKey)
+        #expect(issued.status == 201, "\(issued.text)", sourceLocation: sourceLocation)
+        return try #require(issued.json?["watch_token"] as? String, sourceLocation: sourceLocation)
     }
 }
 

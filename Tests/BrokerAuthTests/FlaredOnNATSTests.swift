@@ -35,13 +35,7 @@ final class NATSFlaredFixture: @unchecked Sendable {
     }
 
     /// A ten-minute share made on the first flared: its id and the creation's answer (strings only).
-    func createShare() throws -> (id: ShareID, answer: [String: String]) {
-        let flared = self.flared[0]
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        #expect(created.status == 201, "\(created.text)")
-        let answer = try #require(created.json as? [String: String])
-        return (try #require(answer["share_id"].flatMap { ShareID($0) }), answer)
-    }
+    func createShare() throws -> (id: ShareID, answer: [String: String]) { try flared[0].createShare() }
 
     func client(node: Int?, share: ShareID, token: String, clientID: String) throws -> Client {
         try Client(port: node.map { cluster.nodes[$0].mqttPort } ?? cluster.balancerPort!, username: share.rawValue, password: token,

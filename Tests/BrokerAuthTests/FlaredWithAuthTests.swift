@@ -87,11 +87,9 @@ import Testing
         let fixture = try AuthFixture()
         let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
         defer { flared.stop() }
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try flared.createShare()
         let deviceToken = try #require(share["device_token"])
-        let watchToken = try #require(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).json?["watch_token"] as? String)
+        let watchToken = try flared.watchToken(id)
         let watcher = try fixture.client(id.rawValue, watchToken)
         #expect(watcher.waitForOutcome() == .connected)
         #expect(try watcher.subscribe(Topics.location(id)))
@@ -137,13 +135,8 @@ import Testing
         let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
         defer { flared.stop() }
         #expect(eventually { (try? flared.request("GET", "/healthz"))?.status == 200 })
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"e2e":true}"#, bearer: flared.ownerKey)
-        #expect(created.status == 201, "\(created.text)")
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
-        let issued = try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey)
-        #expect(issued.status == 201, "\(issued.text)")
-        let watchToken = try #require(issued.json?["watch_token"] as? String)
+        let (id, share) = try flared.createShare(#"{"duration_s":600,"e2e":true}"#)
+        let watchToken = try flared.watchToken(id)
         let watcher = try fixture.client(id.rawValue, watchToken, clientID: "flare-\(id.rawValue)-watch-desk1")
         #expect(watcher.waitForOutcome() == .connected)
         #expect(try watcher.subscribe(Topics.location(id)))
@@ -174,11 +167,10 @@ import Testing
         let fixture = try AuthFixture()
         let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
         defer { flared.stop() }
-        let share = try #require(try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"e2e":true}"#, bearer: flared.ownerKey).json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try flared.createShare(#"{"duration_s":600,"e2e":true}"#)
         let device = try fixture.client(id.rawValue, try #require(share["device_token"]))
         #expect(device.waitForOutcome() == .connected)
-        let watchToken = try #require(try flared.request("POST", "/api/v1/shares/\(id.rawValue)/watch-tokens", bearer: flared.ownerKey).json?["watch_token"] as? String)
+        let watchToken = try flared.watchToken(id)
 
         // First with nothing sealed before it (cleared), then after a sealed one (which stands again).
         let clear = #"{"_type":"location","lat":47.3769,"lon":8.5417,"tst":\#(Int(Date().timeIntervalSince1970))}"#
@@ -268,9 +260,7 @@ import Testing
         let fixture = try AuthFixture()
         let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory)
         defer { flared.stop() }
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try flared.createShare()
         let current = try fixture.client(id.rawValue, try #require(share["device_token"]))
         #expect(current.waitForOutcome() == .connected)
         #expect(try current.publish(Topics.location(id) + "/junk/0", "x") == notAuthorized)
@@ -300,9 +290,7 @@ import Testing
         let fixture = try AuthFixture()
         let flared = try FlaredProcess(broker: fixture.broker, dataDirectory: fixture.directory, extraEnvironment: ["FLARE_STALE_AFTER_S": "1"])
         defer { flared.stop() }
-        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600}"#, bearer: flared.ownerKey)
-        let share = try #require(created.json as? [String: String])
-        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let (id, share) = try flared.createShare()
         let deviceToken = try #require(share["device_token"])
         let viewToken = try #require(share["share_url"]?.split(separator: "/").last.map(String.init))
 
