@@ -23,6 +23,8 @@ public struct CheckinID: Hashable, Sendable, CustomStringConvertible {
 /// zone) or `missed` (the deadline and its grace passed), once each, whichever instance gets there first.
 public enum CheckinState: String, Sendable, CaseIterable {
     case armed, done, arrived, missed
+    /// Its key was revoked before the deadline: nobody is told.
+    case cancelled
 }
 
 /// "Tell them if I am not there": a circle the sharer is to reach.

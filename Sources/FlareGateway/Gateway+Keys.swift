@@ -57,6 +57,11 @@ extension Gateway {
             guard try shares.keys.find(id: id) != nil else { return APIError.notFound("no such key").response }
             try shares.keys.revoke(id: id)
             logger.info("owner key \(id) revoked over HTTP by key \(admin.id)")
+            // Its live shares, check-ins and mail stop now rather than at the lease holder's next round (which finishes
+            // the job if the store fails here: the revocation itself is recorded, and that is what the answer says).
+            do { try shares.revocations.sweep() } catch {
+                logger.warning("owner key \(id): what it left running will be stopped at the next round (\(error))")
+            }
             guard let record = try shares.keys.find(id: id) else { return APIError.notFound("no such key").response }
             return .api(200, Self.info(record))
         } catch {

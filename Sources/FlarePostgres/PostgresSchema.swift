@@ -25,6 +25,7 @@ import FlareStore
 /// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
 /// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
 /// | 15   | table `key_mail_budget`; index `share_links_of_contact`      | the same                                     |
+/// | 16   | `owner_keys`: work_stopped_at                                | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
 ///
@@ -203,6 +204,12 @@ extension PostgresShareStore {
         """
         CREATE TABLE key_mail_budget (key BIGINT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at BIGINT NOT NULL);
         CREATE INDEX share_links_of_contact ON share_links(contact_id);
+        """,
+        // 16: what a revoked key left running is stopped (KeyRevocations); keys revoked before this step keep the rule of
+        // their day (their shares ran until they ended), so they count as done.
+        """
+        ALTER TABLE owner_keys ADD COLUMN work_stopped_at BIGINT;
+        UPDATE owner_keys SET work_stopped_at = revoked_at WHERE revoked_at IS NOT NULL;
         """,
     ]
     static var schemaVersion: Int { migrations.count }

@@ -2,6 +2,36 @@ public import FlareCore
 public import FlareStore
 
 extension PostgresShareStore: KeyRecords {
+    public func keysWithWorkToStop() throws(StoreError) -> [Int64] {
+        try pool.with(operation: "read revoked keys") { connection throws(StoreError) in
+            let rows = try connection.execute("SELECT id FROM owner_keys WHERE revoked_at IS NOT NULL AND work_stopped_at IS NULL ORDER BY revoked_at, id",
+                                              operation: "read revoked keys")
+            return (0..<rows.count).map { rows.int64($0, 0) }
+        }
+    }
+
+    public func cancelQueuedWork(ofKey key: Int64, at: UnixMillis) throws(StoreError) -> (checkins: Int, mails: Int) {
+        let operation = "stop a revoked key's work"
+        return try pool.with(operation: operation) { connection throws(StoreError) in
+            try connection.transaction(operation: operation) { () throws(StoreError) -> (checkins: Int, mails: Int) in
+                let checkins = try connection.execute("UPDATE checkins SET state = 'cancelled', state_at = $1 WHERE owner_key = $2 AND state = 'armed'",
+                                                      [String(at), String(key)], operation: operation).affected
+                let mails = try connection.execute("""
+                    DELETE FROM event_deliveries WHERE (destination LIKE 'mail:%' OR destination LIKE 'contact:%')
+                      AND event IN (SELECT e.id FROM events e JOIN shares s ON s.id = e.share WHERE s.owner_key = $1)
+                    """, [String(key)], operation: operation).affected
+                try connection.execute("DELETE FROM events e WHERE e.share IN (SELECT id FROM shares WHERE owner_key = $1) AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event = e.id)",
+                                       [String(key)], operation: operation)
+                return (checkins, mails)
+            }
+        }
+    }
+
+    public func noteKeyWorkStopped(_ key: Int64, at: UnixMillis) throws(StoreError) {
+        _ = try changedRows("UPDATE owner_keys SET work_stopped_at = $1 WHERE id = $2 AND work_stopped_at IS NULL", [String(at), String(key)],
+                        operation: "note a revoked key's work stopped")
+    }
+
     public func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
         guard count > 0 else { return 0 }
         let operation = "take mail budget"

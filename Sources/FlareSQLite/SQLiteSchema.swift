@@ -24,6 +24,7 @@ import FlareStore
 /// | 13   | table `checkins`; `shares`*: checkin_missed_due              | the same                                     |
 /// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
 /// | 15   | table `key_mail_budget`; index `share_links_of_contact`      | the same                                     |
+/// | 16   | `owner_keys`: work_stopped_at                                | the same                                     |
 ///
 /// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
 ///
@@ -188,6 +189,12 @@ extension SQLiteShareStore {
         """
         CREATE TABLE IF NOT EXISTS key_mail_budget (key INTEGER PRIMARY KEY, tokens REAL NOT NULL, at INTEGER NOT NULL);
         CREATE INDEX IF NOT EXISTS share_links_of_contact ON share_links(contact_id);
+        """,
+        // 16: what a revoked key left running is stopped (KeyRevocations); keys revoked before this step keep the rule of
+        // their day (their shares ran until they ended), so they count as done.
+        """
+        ALTER TABLE owner_keys ADD COLUMN work_stopped_at INTEGER;
+        UPDATE owner_keys SET work_stopped_at = revoked_at WHERE revoked_at IS NOT NULL;
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

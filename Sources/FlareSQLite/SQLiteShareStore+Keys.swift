@@ -3,6 +3,53 @@ public import FlareStore
 import FlareSystem
 
 extension SQLiteShareStore: KeyRecords {
+    public func keysWithWorkToStop() throws(StoreError) -> [Int64] {
+        try database.withLock { db throws(StoreError) in
+            let statement = try db.statement("SELECT id FROM owner_keys WHERE revoked_at IS NOT NULL AND work_stopped_at IS NULL ORDER BY revoked_at, id")
+            defer { statement.reset() }
+            var keys: [Int64] = []
+            while try statement.step() { keys.append(statement.int64(0)) }
+            return keys
+        }
+    }
+
+    public func cancelQueuedWork(ofKey key: Int64, at: UnixMillis) throws(StoreError) -> (checkins: Int, mails: Int) {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) -> (checkins: Int, mails: Int) in
+                let cancel = try db.statement("UPDATE checkins SET state = 'cancelled', state_at = ?1 WHERE owner_key = ?2 AND state = 'armed'")
+                defer { cancel.reset() }
+                cancel.bind(1, at)
+                cancel.bind(2, key)
+                try cancel.run()
+                let checkins = db.changes
+                let drop = try db.statement("""
+                    DELETE FROM event_deliveries WHERE (destination LIKE 'mail:%' OR destination LIKE 'contact:%')
+                      AND event IN (SELECT e.id FROM events e JOIN shares s ON s.id = e.share WHERE s.owner_key = ?1)
+                    """)
+                defer { drop.reset() }
+                drop.bind(1, key)
+                try drop.run()
+                let mails = db.changes
+                // An event whose last destination was one of these mails leaves the outbox with it.
+                let emptied = try db.statement("""
+                    DELETE FROM events WHERE share IN (SELECT id FROM shares WHERE owner_key = ?1)
+                      AND NOT EXISTS (SELECT 1 FROM event_deliveries WHERE event = events.id)
+                    """)
+                defer { emptied.reset() }
+                emptied.bind(1, key)
+                try emptied.run()
+                return (checkins, mails)
+            }
+        }
+    }
+
+    public func noteKeyWorkStopped(_ key: Int64, at: UnixMillis) throws(StoreError) {
+        _ = try changedRows("UPDATE owner_keys SET work_stopped_at = ?1 WHERE id = ?2 AND work_stopped_at IS NULL") { statement in
+            statement.bind(1, at)
+            statement.bind(2, key)
+        }
+    }
+
     public func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
         guard count > 0 else { return 0 }
         return try database.withLock { db throws(StoreError) in

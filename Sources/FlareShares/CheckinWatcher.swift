@@ -7,7 +7,8 @@ import Glibc
 #endif
 
 /// Fires check-ins whose deadline and grace have passed, and ends those whose sharer reached the zone, from the store:
-/// the server acts when the phone is flat, smashed or out of coverage.
+/// the server acts when the phone is flat, smashed or out of coverage. Each round also stops what revoked keys left
+/// running (`KeyRevocations`): their check-ins first of all.
 ///
 /// One instance at a time does it: the holder of the store lease `leaseName` (renewed every second, taken over
 /// `leaseMillis` after its holder stops). The store moves each check-in out of `armed` once (`missCheckin`,
@@ -98,6 +99,8 @@ public final class CheckinWatcher: Sendable {
                     warn("arrive", "check-in \(checkin.id): cannot record the arrival (\(error)); trying again")
                 }
             }
+            // Under the same lease: a revoked key's check-ins are among what stops.
+            try shares.revocations.sweep()
         } catch {
             warn("read", "cannot read or fire check-ins (\(error)); trying again")
             return false

@@ -100,12 +100,13 @@ public final class OwnerKeyService: Sendable {
 
     public func find(id: Int64) throws(StoreError) -> OwnerKeyRecord? { try store.ownerKey(id: id) }
 
-    /// Revokes a key at once (on every instance: see the type's comment). Its live shares run on.
+    /// Revokes a key at once (on every instance: see the type's comment). What it left running is stopped by
+    /// `KeyRevocations`.
     @discardableResult
     public func revoke(id: Int64) throws(StoreError) -> Bool {
         let revoked = try store.revokeOwnerKey(id: id, at: clock.now())
         forget(id)
-        if revoked { logger.info("owner key \(id) revoked; its live shares run until they end") }
+        if revoked { logger.info("owner key \(id) revoked; its live shares, armed check-ins and queued mail are being stopped") }
         return revoked
     }
 

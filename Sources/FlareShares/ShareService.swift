@@ -116,6 +116,10 @@ public final class ShareService: Sendable {
     let mailsContacts: Bool
     /// Which of them are: one mail an address a share, within the key's budget.
     let mailPlanner: MailPlanner
+    /// Stops what revoked keys left running (`KeyRevocations`).
+    public var revocations: KeyRevocations {
+        KeyRevocations(shares: self, store: store, clock: clock, metrics: metrics, logger: logger)
+    }
     /// Told after an event is committed to the outbox (the deliverer wakes). A `let`: a closure kept in a `Mutex` is
     /// re-wrapped by every `withLock`, and calling it then costs as many calls as it was ever read.
     let eventRecorded: @Sendable () -> Void

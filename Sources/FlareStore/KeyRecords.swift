@@ -10,7 +10,8 @@ public protocol KeyRecords: Sendable {
     func ownerKey(id: Int64) throws(StoreError) -> OwnerKeyRecord?
     /// Every key, oldest first, each with how many live shares it owns.
     func ownerKeys() throws(StoreError) -> [OwnerKeyRecord]
-    /// Revokes a key: it stops working; its shares run on. True only for the call that revoked it.
+    /// Revokes a key: it stops working at once; what it left running is stopped by `KeyRevocations` (see
+    /// `keysWithWorkToStop`). True only for the call that revoked it.
     @discardableResult
     func revokeOwnerKey(id: Int64, at: UnixMillis) throws(StoreError) -> Bool
     /// Records when a key was last used (the caller calls it at most now and then per key).
@@ -25,6 +26,15 @@ public protocol KeyRecords: Sendable {
     /// (a `StoreError` is thrown). Returns how many keys' secrets were sealed anew.
     func resealWebhookSecrets(_ reseal: @Sendable (_ keyID: Int64, _ sealed: [UInt8]) -> [UInt8]?) throws(StoreError) -> Int
     func keyWebhook(id: Int64) throws(StoreError) -> KeyWebhook?
+    /// Revoked keys whose running work (live shares, armed check-ins, queued mail) has not been stopped yet, in the
+    /// order they were revoked.
+    func keysWithWorkToStop() throws(StoreError) -> [Int64]
+    /// What revoked key `key` left queued, stopped in one transaction: its armed check-ins are cancelled (nobody is
+    /// told at their deadline) and the mail waiting for its shares' contacts is dropped. Returns how many of each. Its
+    /// shares are ended by the caller, through the share service (memory, broker, viewers).
+    func cancelQueuedWork(ofKey key: Int64, at: UnixMillis) throws(StoreError) -> (checkins: Int, mails: Int)
+    /// The key's work is stopped: `keysWithWorkToStop` leaves it out from now on.
+    func noteKeyWorkStopped(_ key: Int64, at: UnixMillis) throws(StoreError)
     /// Takes up to `count` mails from key `key`'s budget of `perHour` mails an hour (a bucket that refills evenly, full
     /// at first), counted here so that every instance shares it; returns how many it may send (0 to `count`).
     func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int

@@ -135,7 +135,7 @@ enum Commands {
                       [--create-rate N/h] [--enroll] [--qr FILE.png]  within these limits; --enroll prints, --qr draws,
                                                                       the link a phone scans to enrol with it
           flare keys list [--json]                                          every key: kind, limits, last use, live shares
-          flare keys revoke ID                                              the key stops working; its shares run on
+          flare keys revoke ID                                              the key stops working, its shares end
           flare keys webhook ID URL | --remove                              POST the events of key ID's shares to URL
                                                                             (Standard Webhooks); prints the signing
                                                                             secret once; a limited key's URL must be
@@ -531,7 +531,7 @@ enum Commands {
         let store = try openStore(options)
         guard let key = try store.ownerKey(id: id) else { throw CLIError("no key \(id) (flare keys list shows them)") }
         if try store.revokeOwnerKey(id: id, at: SystemWallClock().now()) {
-            print("key \(id) (\(key.label)) revoked; its \(try store.ownerKeys().first { $0.id == id }?.liveShares ?? 0) live shares run until they end (an admin key can stop them)")
+            print("key \(id) (\(key.label)) revoked; flared stops its \(try store.ownerKeys().first { $0.id == id }?.liveShares ?? 0) live shares, armed check-ins and queued mail within a second (at its next start if it is not running)")
         } else {
             print("key \(id) (\(key.label)) was already revoked")
         }

@@ -37,9 +37,13 @@ import Testing
         #expect(listed.stdout.contains("Anna's phone") && listed.stdout.contains("1 live, 3600 s, 6/h") && !listed.stdout.contains(key))
         let id = try #require(listed.stdout.split(separator: "\n").first { $0.contains("Anna's phone") }?.split(separator: " ").first)
         let revoked = try runCommand(try BuiltProducts.path("flare"), ["keys", "revoke", String(id)], environment: environment)
-        #expect(revoked.status == 0 && revoked.stdout.contains("revoked; its 1 live shares run until they end"), "\(revoked.stdout)\(revoked.stderr)")
+        #expect(revoked.status == 0 && revoked.stdout.contains("revoked; flared stops its 1 live shares"), "\(revoked.stdout)\(revoked.stderr)")
         await #expect(throws: FlareClientError.self) { try await phone.listShares() }
-        #expect(try flared.request("GET", "/api/v1/view/\(own.shareURL.lastPathComponent)").status == 200)
+        // The revoked key's share ends with it, within flared's next round (trust, second round, 1).
+        #expect(eventually(timeout: .seconds(10)) {
+            (try? flared.request("GET", "/api/v1/shares/\(own.shareID)", bearer: flared.ownerKey))?.json?["state"] as? String == "ended"
+        })
+        #expect(try flared.request("GET", "/api/v1/view/\(own.shareURL.lastPathComponent)").status == 410)
         let bad = try runCommand(try BuiltProducts.path("flare"), ["keys", "create", "--create-rate", "lots"], environment: environment)
         #expect(bad.status != 0 && bad.stderr.contains("--create-rate must look like 6/h"))
     }

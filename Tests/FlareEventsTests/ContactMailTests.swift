@@ -171,6 +171,43 @@ import Glibc
         #expect(server.received.filter { $0.envelopeTo.map { $0.lowercased() } == ["victim@example.org"] }.count == 2)
     }
 
+    /// A revoked key (a lost phone's, a stolen one) leaves nothing running: its live shares end, its armed check-in
+    /// is cancelled and never mails at its deadline, and its queued mail is dropped and counted; another key's goes on
+    /// (issue: trust, second round, 1).
+    @Test func aRevokedKeysSharesCheckinsAndQueuedMailStop() throws {
+        let fixture = try ServiceFixture(mailsContacts: true)
+        let server = try TestSMTPServer()
+        defer { server.stop() }
+        let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
+        func key(_ label: String) throws -> OwnerKeyRecord {
+            try #require(try fixture.store.ownerKey(id: try fixture.store.insertOwnerKey(hash: SecretHash(of: label), label: label, createdAt: 1,
+                                                                                          admin: false, limits: .none)))
+        }
+        let lost = try key("lost"), other = try key("other")
+        let stranger = try contact(fixture, "Stranger", email: "stranger@example.org", owner: lost.id)
+        let mum = try contact(fixture, "Mum", email: "mum@example.org", owner: other.id)
+        let spam = try fixture.service.create(name: "Account locked", durationSeconds: 600, owner: lost, contacts: [stranger.id])
+        let armed = try fixture.service.armCheckin(.init(inSeconds: 1, graceSeconds: 0, contacts: [stranger.id], name: "Walk"), owner: lost)
+        let kept = try fixture.service.create(name: "Anna", durationSeconds: 600, owner: other, contacts: [mum.id])
+
+        #expect(try fixture.service.keys.revoke(id: lost.id))
+        try fixture.service.revocations.sweep()
+        #expect(try fixture.store.share(id: spam.share.id)?.share.endReason == .stopped)
+        #expect(try fixture.store.share(id: armed.share.id)?.share.endReason == .stopped)
+        #expect(try fixture.store.checkin(id: armed.checkin.id)?.state == .cancelled)
+        #expect(try fixture.store.share(id: kept.share.id)?.share.isActive == true)
+        #expect(fixture.metrics.value(FlareMetrics.mailRefused, labels: [("reason", "key_revoked")]) == 1)
+        #expect(try fixture.store.keysWithWorkToStop().isEmpty)
+        // Past the check-in's deadline: a watcher's round fires nothing; only the other key's mail goes out.
+        let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock, logger: Logger(label: "test", level: .error))
+        #expect(eventually(timeout: .seconds(10)) { fixture.clock.now() > armed.checkin.firesAt })
+        #expect(watcher.step())
+        round(deliverer)
+        round(deliverer)
+        #expect(server.received.map(\.envelopeTo) == [["mum@example.org"]])
+        #expect(try fixture.store.checkin(id: armed.checkin.id)?.state == .cancelled)
+    }
+
     /// The mail lane is served key by key: a key with a hundred mails waiting holds another key's mail up by one
     /// send at most (before, every link was a lane of its own, taken in no order of keys).
     @Test func eachKeysMailTakesItsTurn() throws {

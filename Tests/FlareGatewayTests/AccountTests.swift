@@ -98,7 +98,9 @@ import Testing
         #expect(fixture.metrics.renderText().contains(#"flare_quota_refusals_total{limit="max_live"} 1"#))
     }
 
-    @Test func aRevokedKeyStopsAtOnceAndItsSharesRunOn() throws {
+    /// A revoked key (a lost phone's) stops at once, and so do its live shares: nobody keeps an SOS running with a key
+    /// that is gone (trust, second round, 1; before, its shares ran on until they ended).
+    @Test func aRevokedKeyStopsAtOnceAndSoDoItsShares() throws {
         let phone = try makeKey(#"{"label":"lost phone"}"#)
         let share = try create(phone.key).decode(CreatedShare.self)
         let revoked = fixture.send("DELETE", "/api/v1/keys/\(phone.info.id)", bearer: fixture.ownerKey)
@@ -106,13 +108,13 @@ import Testing
         #expect(revoked.status == 200 && revokedInfo.revokedAt != nil)
         #expect(fixture.send("GET", "/api/v1/shares/\(share.shareID)", bearer: phone.key).status == 401)
         #expect(create(phone.key).status == 401)
-        // The share keeps running: its link and its phone work, and an admin can still stop it.
-        #expect(fixture.send("GET", "/api/v1/view/\(share.shareURL.lastPathComponent)").status == 200)
+        // The share ended with it: its link says so, its phone's positions are refused, an admin sees it stopped.
+        #expect(fixture.send("GET", "/api/v1/view/\(share.shareURL.lastPathComponent)").status == 410)
         #expect(fixture.send("POST", "/api/v1/shares/\(share.shareID)/locations", bearer: share.deviceToken,
-                             json: #"{"lat":48.1,"lon":11.5}"#).status == 202)
+                             json: #"{"lat":48.1,"lon":11.5}"#).status == 410)
         let keys = try fixture.send("GET", "/api/v1/keys", bearer: fixture.ownerKey).decode(KeyList.self).keys
-        #expect(keys.first { $0.id == phone.info.id }?.liveShares == 1)
-        #expect(fixture.send("POST", "/api/v1/shares/\(share.shareID)/stop", bearer: fixture.ownerKey).status == 200)
+        #expect(keys.first { $0.id == phone.info.id }?.liveShares == 0)
+        #expect(try fixture.send("GET", "/api/v1/shares/\(share.shareID)", bearer: fixture.ownerKey).decode(ShareStatus.self).state == .ended)
         #expect(fixture.send("DELETE", "/api/v1/keys/\(phone.info.id)", bearer: fixture.ownerKey).status == 200)  // again: the same
         #expect(fixture.send("DELETE", "/api/v1/keys/999999", bearer: fixture.ownerKey).status == 404)
     }

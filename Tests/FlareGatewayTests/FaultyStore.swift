@@ -99,6 +99,12 @@ final class FaultyStore: ShareStore {
     func ownerKeyCount() throws(StoreError) -> Int { try fault("ownerKeyCount"); return try base.ownerKeyCount() }
     /// None, so that every key check reaches the store and its faults.
     var ownerKeysMark: UInt64? { nil }
+    func keysWithWorkToStop() throws(StoreError) -> [Int64] { try fault("keysWithWorkToStop"); return try base.keysWithWorkToStop() }
+    func cancelQueuedWork(ofKey key: Int64, at: UnixMillis) throws(StoreError) -> (checkins: Int, mails: Int) {
+        try fault("cancelQueuedWork")
+        return try base.cancelQueuedWork(ofKey: key, at: at)
+    }
+    func noteKeyWorkStopped(_ key: Int64, at: UnixMillis) throws(StoreError) { try fault("noteKeyWorkStopped"); try base.noteKeyWorkStopped(key, at: at) }
     func takeMailBudget(key: Int64, count: Int, perHour: Int, now: UnixMillis) throws(StoreError) -> Int {
         try fault("takeMailBudget")
         return try base.takeMailBudget(key: key, count: count, perHour: perHour, now: now)

@@ -36,6 +36,40 @@ import Testing
         #expect(try store.checkin(id: stored.id)?.dueAt == stored.dueAt + 3_600_000)
     }
 
+    /// A revoked key's queued work (trust, second round, 1): it is listed until noted done; its armed check-ins are
+    /// cancelled and the mail waiting for its shares' contacts dropped, in one transaction; another key's stays.
+    @Test(arguments: Engine.allCases) func aRevokedKeysCheckinsAndQueuedMailAreStopped(engine: Engine) throws {
+        let store = try base.open(engine)
+        let revoked = try store.insertOwnerKey(hash: SecretHash(of: "revoked"), label: "lost phone", createdAt: 1, admin: false, limits: .none)
+        let kept = try store.insertOwnerKey(hash: SecretHash(of: "kept"), label: "other", createdAt: 1, admin: false, limits: .none)
+        var made: [(row: Int64, checkin: Checkin)] = []
+        for key in [revoked, kept] {
+            let share = Share(id: .generate(), viewTokenHash: Secret.generate().hash, name: "Anna", createdAt: 1_000_000, expiresAt: 4_600_000, ownerKeyID: key)
+            let row = try store.insertShare(share)
+            let armed = Checkin(id: .generate(), shareRow: row, shareID: share.id, ownerKeyID: key, dueAt: 2_000_000, graceMillis: 0, message: "",
+                                contacts: [], arrive: nil, notifyOnArrival: false, durationSeconds: 3600, createdAt: 1_000_000)
+            try store.insertCheckin(armed)
+            let link = ShareLink(id: .generate(), shareRow: row, contactID: .generate(), name: "Mum", viewTokenHash: Secret.generate().hash, createdAt: 1_000_000)
+            #expect(try store.insertLinks([link], events: [PendingEvent(.linkCreated(share.id, link: link), destinations: [.mqtt, .mail(link.id)])]))
+            made.append((row, armed))
+        }
+        #expect(try store.keysWithWorkToStop().isEmpty)
+        #expect(try store.revokeOwnerKey(id: revoked, at: 1_500_000))
+        #expect(try store.keysWithWorkToStop() == [revoked])
+        let stopped = try store.cancelQueuedWork(ofKey: revoked, at: 1_600_000)
+        #expect(stopped.checkins == 1 && stopped.mails == 1)
+        #expect(try store.checkin(id: made[0].checkin.id)?.state == .cancelled)
+        #expect(try store.checkin(id: made[1].checkin.id)?.state == .armed)
+        let mails = try store.dueEvents(now: .max, limit: 50).filter { if case .mail = $0.destination { true } else { false } }
+        #expect(mails.count == 1 && mails[0].ownerKey == kept)
+        #expect(try store.dueEvents(now: .max, limit: 50).filter { $0.destination == .mqtt }.count == 2, "the topic still hears of both")
+        #expect(try store.dueCheckins(now: 3_000_000, limit: 10).map(\.id) == [made[1].checkin.id])
+        let again = try store.cancelQueuedWork(ofKey: revoked, at: 1_700_000)
+        #expect(again.checkins == 0 && again.mails == 0, "once")
+        try store.noteKeyWorkStopped(revoked, at: 1_700_000)
+        #expect(try store.keysWithWorkToStop().isEmpty)
+    }
+
     /// A watcher pages through every armed check-in with a zone, a batch a round: none is left out however many there are.
     @Test(arguments: Engine.allCases) func armedArrivalsArePagedByShare(engine: Engine) throws {
         let store = try base.open(engine)

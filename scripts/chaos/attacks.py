@@ -323,6 +323,200 @@ def case_key_rotation(stack_class, wait_for, work, quick):
         stack.stop()
 
 
+class SlowRelay:
+    """A real SMTP server (aiosmtpd) that takes `seconds` a mail, as a relay far away does, and notes when each mail
+    arrived and for whom. Threaded: it runs beside the case, and `stop` ends it."""
+
+    def __init__(self, seconds):
+        import asyncio
+        from aiosmtpd.controller import Controller
+        self.received = []  # (monotonic time, recipients)
+        self.lock = threading.Lock()
+        relay = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                await asyncio.sleep(seconds)
+                with relay.lock:
+                    relay.received.append((time.monotonic(), list(envelope.rcpt_tos)))
+                return "250 Message accepted"
+
+        self.port = free_port_on_host()
+        self.controller = Controller(Handler(), hostname=HOST, port=self.port)
+        self.controller.start()
+
+    def to(self, address):
+        with self.lock:
+            return [at for at, recipients in self.received if address in recipients]
+
+    def count(self):
+        with self.lock:
+            return len(self.received)
+
+    def count_before(self, moment):
+        with self.lock:
+            return sum(1 for at, _ in self.received if at < moment)
+
+    def stop(self):
+        self.controller.stop()
+
+
+def free_port_on_host():
+    import socket
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def case_mail_cannon(stack_class, wait_for, work, quick):
+    """One key tries to use Flare as a mail cannon (trust, second round, 1): ten contacts with one stranger's address,
+    named by ten shares, get one mail a share; its mail beyond its hourly budget is not sent, and the link says so; and
+    with its backlog of hundreds of mails queued at a relay taking 50 ms a mail, another key's missed check-in is
+    mailed within 5 s of its deadline."""
+    shares_of_twenty = 10 if quick else 30
+    budget = 10 + 20 * (shares_of_twenty - 1)  # the last share of twenty is over it
+    relay = SlowRelay(0.05)
+    stack = None
+    try:
+        stack = stack_class(work, extra_env={"FLARE_SMTP_URL": f"smtp://{HOST}:{relay.port}", "FLARE_SMTP_FROM": "flare@example.org",
+                                             "FLARE_MAIL_PER_KEY_PER_HOUR": str(budget)})
+
+        def call(method, path, key, body=None):
+            status, _, answer = stack.request(method, path, json.dumps(body) if body is not None else None,
+                                              {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            return status, json.loads(answer) if answer else None
+
+        def new_key(label):
+            status, made = call("POST", "/api/v1/keys", stack.owner_key, {"label": label})
+            assert status == 201, (status, made)
+            return made["key"]
+
+        def contact(key, name, email):
+            status, made = call("POST", "/api/v1/contacts", key, {"name": name, "email": email})
+            assert status == 201, (status, made)
+            return made["id"]
+
+        cannon, family = new_key("cannon"), new_key("family")
+        victims = [contact(cannon, f"Account locked - call {n}", "victim@example.org") for n in range(10)]
+        others = [contact(cannon, f"C{n}", f"c{n}@example.org") for n in range(20)]
+        answers = []
+        for _ in range(10):
+            status, created = call("POST", "/api/v1/shares", cannon, {"duration_s": 600, "contacts": victims})
+            assert status == 201, (status, created)
+            answers += created["links"]
+        for _ in range(shares_of_twenty):
+            status, created = call("POST", "/api/v1/shares", cannon, {"duration_s": 600, "contacts": others})
+            assert status == 201, (status, created)
+            answers += created["links"]
+        queued = sum(1 for link in answers if link.get("mailed") is True)
+        same_address = sum(1 for link in answers if link.get("reason") == "same_address")
+        over_budget = sum(1 for link in answers if link.get("reason") == "mail_budget")
+        assert queued == budget and same_address == 90 and over_budget == 20, (queued, same_address, over_budget)
+
+        # The backlog is at the relay now; the family's key arms a check-in due in two seconds and misses it.
+        mum = contact(family, "Mum", "mum@example.org")
+        status, armed = call("POST", "/api/v1/checkins", family, {"in_s": 2, "grace_s": 0, "contacts": [mum]})
+        assert status == 201, (status, armed)
+        due = time.monotonic() + 2
+        wait_for(lambda: relay.to("mum@example.org"), 20, "the missed check-in's mail")
+        mum_at = relay.to("mum@example.org")[0]
+        late = mum_at - due
+        backlog_left = budget - relay.count_before(mum_at)
+        assert late < 5, f"the other key's mail came {late:.1f} s after its deadline"
+        # Over-budget links were never queued: once the budget's mails are out, that is all there is.
+        wait_for(lambda: relay.count() >= budget + 1, 10 + budget * 0.1, "the cannon's budget of mails sent")
+        assert relay.count() == budget + 1, f"{relay.count()} mails went out, the budget is {budget} and one for Mum"
+        assert len(relay.to("victim@example.org")) == 10, "one mail a share to the stranger"
+        assert stack.metric('flare_mail_refused_total{reason="mail_budget"}') == 20
+        return (f"ten contacts with one address on ten shares: 10 mails, not 100; {over_budget} links over the key's budget of {budget} "
+                f"made and not mailed; another key's missed check-in mailed {late:.1f} s after its deadline with "
+                f"{backlog_left} of the cannon's mails still queued at 50 ms each"), {"late_s": round(late, 2), "backlog_left": backlog_left}
+    finally:
+        if stack:
+            stack.stop()
+        relay.stop()
+
+
+def case_clear_on_e2e(stack_class, wait_for, work, quick):
+    """A position in clear published, retained, to an end-to-end encrypted share (trust, second round, 2): refused,
+    never stored, and gone from the broker's retained store at once; the share's OwnTracks configuration is refused
+    (409 e2e_needs_key) in every form a phone could load."""
+    make_admin_account(work)
+    stack = stack_class(work)
+    watcher = None
+    try:
+        status, _, body = stack.request("POST", "/api/v1/shares", json.dumps({"duration_s": 600, "e2e": True}),
+                                        {"Authorization": f"Bearer {stack.owner_key}", "Content-Type": "application/json"})
+        assert status == 201, (status, body[:200])
+        share = json.loads(body)
+        location = f"flare/v1/shares/{share['share_id']}/location"
+        # An integrator's view of the topic, with the broker's own times: when the clear position went out, and when it
+        # was replaced (a zero-length retained message).
+        # Its first line is the share's retained status: from then on it is subscribed.
+        watcher = subprocess.Popen(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", "admin", "-P", admin_password(stack),
+                                    "-i", f"chaos-admin-{secrets.token_hex(4)}", "-t", f"flare/v1/shares/{share['share_id']}/status",
+                                    "-t", location, "-F", "%U %l", "-C", "3", "-W", "20"], stdout=subprocess.PIPE, text=True)
+        assert watcher.stdout.readline().strip(), "the watcher did not get the share's status"
+        clear = json.dumps({"_type": "location", "lat": 47.3769, "lon": 8.5417, "tst": int(time.time())})
+        result = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-V", "mqttv5", "-u", share["share_id"],
+                                 "-P", share["device_token"], "-i", f"flare-{share['share_id']}-phone", "-t", location, "-q", "1", "-r",
+                                 "-m", clear], capture_output=True, text=True, timeout=20)
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: stack.metric("flare_e2e_clear_positions_cleared_total") == 1, 10, "the clear position refused")
+        seen = (watcher.stdout.readline() + watcher.stdout.readline()).split()
+        watcher.wait(timeout=20)
+        assert len(seen) == 4 and int(seen[1]) > 0 and seen[3] == "0", f"the watcher saw {seen}"
+        gone = float(seen[2]) - float(seen[0])
+        assert gone < 1, f"the clear position stayed {gone:.2f} s"
+        assert retained_below(stack, location) == {}, "something is still retained on the location topic"
+        stored = stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}')")[0][0]
+        assert stored == 0, f"{stored} clear fixes stored"
+        refused = []
+        for path in ("owntracks", "owntracks.otrc", "owntracks/link", "owntracks/qr.png"):
+            status, _, body = stack.request("GET", f"/api/v1/shares/{share['share_id']}/{path}", headers={"Authorization": f"Bearer {stack.owner_key}"})
+            assert status == 409 and json.loads(body)["error"] == "e2e_needs_key", (path, status, body[:200])
+            refused.append(path)
+        return (f"a retained clear position on an e2e share: refused, not stored, replaced on the broker {gone * 1000:.0f} ms after "
+                f"the broker handed it out; {len(refused)} OwnTracks configuration forms answered 409 e2e_needs_key"), {"gone_ms": round(gone * 1000)}
+    finally:
+        stop_processes(watcher)
+        stack.stop()
+
+
+def case_flared_mark(stack_class, wait_for, work, quick):
+    """A phone publishes a far-future position, retained, with flared's own mark `flare-origin: flared` (trust, second
+    round, 4): the broker disconnects it before acknowledging, nothing of it is retained or stored, and flared's own
+    retained position stands."""
+    make_admin_account(work)
+    stack = stack_class(work)
+    try:
+        share = stack.create_share()
+        location = f"flare/v1/shares/{share['share_id']}/location"
+        status, _, body = stack.request("POST", f"/api/v1/shares/{share['share_id']}/locations",
+                                        json.dumps({"lat": 48.1, "lon": 11.5, "tst": int(time.time()) - 5}),
+                                        {"Authorization": f"Bearer {share['device_token']}", "Content-Type": "application/json"})
+        assert status == 202, (status, body[:200])
+        wait_for(lambda: len(retained_below(stack, location)) == 1, 10, "flared's own position retained")
+        before = retained_below(stack, location)
+        forged = json.dumps({"_type": "location", "lat": 10.5, "lon": 10.5, "tst": int(time.time()) + 365 * 86400})
+        result = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-V", "mqttv5", "-u", share["share_id"],
+                                 "-P", share["device_token"], "-i", f"flare-{share['share_id']}-forger", "-t", location, "-q", "1", "-r",
+                                 "-D", "publish", "user-property", "flare-origin", "flared", "-m", forged],
+                                capture_output=True, text=True, timeout=20)
+        with open(os.path.join(work, "broker.log")) as f:
+            logged = f"{share['share_id']} published with flared's mark" in f.read()
+        assert logged, "the broker did not refuse the mark"
+        after = retained_below(stack, location)
+        assert after == before, f"the retained position changed: {before} -> {after}"
+        stored = stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}') AND lat = 10.5")[0][0]
+        assert stored == 0, "the forged position was stored"
+        return (f"a phone's publish carrying flared's mark: disconnected before its PUBACK (mosquitto_pub exit {result.returncode}), "
+                "nothing of it retained or stored, flared's position kept"), {}
+    finally:
+        stack.stop()
+
+
 CASES = [("attack: client id takeover", case_session_takeover), ("attack: retained junk", case_retained_junk),
          ("attack: fix flood", case_fix_flood), ("attack: public surface", case_public_surface),
-         ("attack: token key rotation", case_key_rotation)]
+         ("attack: token key rotation", case_key_rotation), ("attack: mail cannon", case_mail_cannon),
+         ("attack: clear position on an e2e share", case_clear_on_e2e), ("attack: flared's mark", case_flared_mark)]
