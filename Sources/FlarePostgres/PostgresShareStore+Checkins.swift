@@ -23,8 +23,9 @@ extension PostgresShareStore: CheckinRecords {
     }
 
     public func dueCheckins(now: UnixMillis, limit: Int) throws(StoreError) -> [Checkin] {
-        try selectCheckins("WHERE state = 'armed' AND due_at + grace_ms <= $1 ORDER BY due_at + grace_ms LIMIT $2",
-                           [String(now), String(max(0, limit))], operation: "read due check-ins")
+        // The database's clock, not `now` (see the protocol).
+        try selectCheckins("WHERE state = 'armed' AND due_at + grace_ms <= \(Self.databaseNowMillis) ORDER BY due_at + grace_ms LIMIT $1",
+                           [String(max(0, limit))], operation: "read due check-ins")
     }
 
     public func armedArrivals(afterShareRow: Int64, limit: Int) throws(StoreError) -> [Checkin] {

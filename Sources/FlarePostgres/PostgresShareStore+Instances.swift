@@ -45,10 +45,11 @@ extension PostgresShareStore: LeaseRecords {
     public func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64? {
         try pool.with(operation: "hold lease") { connection throws(StoreError) in
             let rows = try connection.execute("""
-                INSERT INTO leases (name, holder, until) VALUES ($1, $2, $3)
-                ON CONFLICT (name) DO UPDATE SET holder = $2, until = $3 WHERE leases.holder = $2 OR leases.until <= $4
+                INSERT INTO leases (name, holder, until) VALUES ($1, $2, \(Self.databaseNowMillis) + $3)
+                ON CONFLICT (name) DO UPDATE SET holder = $2, until = \(Self.databaseNowMillis) + $3
+                    WHERE leases.holder = $2 OR leases.until <= \(Self.databaseNowMillis)
                 RETURNING value
-                """, [name, holder, String(now + durationMillis), String(now)], operation: "hold lease")
+                """, [name, holder, String(durationMillis)], operation: "hold lease")
             return rows.count == 1 ? rows.int64(0, 0) : nil
         }
     }

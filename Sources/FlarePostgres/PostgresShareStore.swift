@@ -47,6 +47,11 @@ public final class PostgresShareStore: ShareStore, Sendable {
         upgradedFromSchema = found > 0 && found < Self.schemaVersion ? found : nil
     }
 
+    /// The database server's clock in Unix milliseconds, as SQL: what every instance agrees on for leases and
+    /// check-in deadlines, whatever each machine's own clock says (`clock_timestamp()`: the time of the statement, not
+    /// of the transaction's start).
+    static let databaseNowMillis = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
     /// Runs one writing statement; returns how many rows it changed (the conditional updates say by this whether
     /// this call, of all instances', made the change).
     @discardableResult

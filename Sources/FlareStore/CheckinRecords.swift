@@ -8,7 +8,9 @@ public protocol CheckinRecords: Sendable {
     func checkin(id: CheckinID) throws(StoreError) -> Checkin?
     /// The check-in a share was made for, if any.
     func checkin(shareRow: Int64) throws(StoreError) -> Checkin?
-    /// Armed check-ins whose deadline and grace have passed by `now`, the longest overdue first.
+    /// Armed check-ins whose deadline and grace have passed by `now`, the longest overdue first. A store that several
+    /// instances share (PostgreSQL) decides by its own clock: an instance whose clock runs fast must not fire a
+    /// check-in early (its contacts would be told someone is missing who is not).
     func dueCheckins(now: UnixMillis, limit: Int) throws(StoreError) -> [Checkin]
     /// Armed check-ins with an arrival zone whose share's row is above `afterShareRow`, by that row: a caller pages
     /// through all of them, a batch at a time, from 0 again once a batch comes back short.

@@ -4,7 +4,9 @@ public import FlareCore
 public protocol LeaseRecords: Sendable {
     /// Holds, or renews, the lease `name` for `holder` until `now + durationMillis`, unless another holder's lease
     /// runs past `now`: one instance at a time does a job (keeping the broker's retained state). Returns the value
-    /// recorded with the lease (0 for a new one) when `holder` holds it, nil when another does.
+    /// recorded with the lease (0 for a new one) when `holder` holds it, nil when another does. A store that several
+    /// instances share (PostgreSQL) takes `now` from its own clock instead of the caller's: an instance whose clock
+    /// runs an hour fast must not hold a lease for an hour after it dies.
     func holdLease(_ name: String, holder: String, now: UnixMillis, durationMillis: Int64) throws(StoreError) -> Int64?
     /// Records `value` with the lease if `holder` still holds it; false when it no longer does.
     @discardableResult

@@ -70,6 +70,42 @@ enum BrokerKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
         #expect(sent.status == 0, "\(sent.stderr)")
     }
 
+    /// An instance whose clock runs an hour fast (Debian's libfaketime) holds the check-in lease: it fires no check-in
+    /// early, since PostgreSQL's clock decides what is due; killed, its lease is taken by the other within the lease's
+    /// normal time, not an hour later (trust, second round, 5).
+    @Test func aFastClockNeitherFiresACheckinEarlyNorHoldsItsLeaseAfterItDies() throws {
+        let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+        try #require(FileManager.default.fileExists(atPath: faketime), "Debian's faketime (scripts/deps.sh installs it)")
+        // Only A's wall clock runs ahead (its monotonic clock, for its timers, is left alone); started first, it holds
+        // the leases.
+        let cluster = try cluster()
+        cluster.a.stop()
+        let fast = try FlaredProcess(brokerPort: cluster.mqttPort, dataDirectory: cluster.a.dataDirectory,
+                                     extraEnvironment: cluster.a.environment.filter { $0.key.hasPrefix("FLARE_STORE") || $0.key == "FLARE_MQTT_CLIENT_ID" }
+                                         .merging(["LD_PRELOAD": faketime, "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"]) { $1 })
+        cluster.b.stop()
+        let b = try FlaredProcess(brokerPort: cluster.mqttPort, dataDirectory: cluster.b.dataDirectory,
+                                  extraEnvironment: cluster.b.environment.filter { $0.key.hasPrefix("FLARE_STORE") || $0.key == "FLARE_MQTT_CLIENT_ID" })
+        defer { b.stop() }
+        #expect(eventually(timeout: .seconds(15)) { fast.log.contains("watching check-in deadlines") }, "the fast instance holds the lease")
+
+        let mum = try #require(try b.request("POST", "/api/v1/contacts", body: #"{"name":"Mum"}"#, bearer: b.ownerKey).json?["id"] as? String)
+        func arm(inSeconds: Int) throws -> String {
+            let armed = try b.request("POST", "/api/v1/checkins", body: #"{"in_s":\#(inSeconds),"grace_s":0,"contacts":["\#(mum)"]}"#, bearer: b.ownerKey)
+            return try #require(armed.json?["checkin_id"] as? String, "\(armed.text)")
+        }
+        func state(_ id: String) -> String? { (try? b.request("GET", "/api/v1/checkins/\(id)", bearer: b.ownerKey))?.json?["state"] as? String }
+        // Both deadlines passed long ago by the fast clock. The witness, due a second from now by the database's
+        // clock, is fired by one of the fast instance's rounds; the same rounds leave the other armed.
+        let later = try arm(inSeconds: 60), witness = try arm(inSeconds: 1)
+        #expect(eventually(timeout: .seconds(15)) { state(witness) == "missed" }, "the fast instance fired no check-in at all")
+        #expect(state(later) == "armed", "fired early by a clock an hour fast: \(state(later) ?? "?")")
+
+        // Killed: the other instance takes the lease within its ten seconds.
+        fast.kill()
+        #expect(eventually(timeout: .seconds(20)) { b.log.contains("watching check-in deadlines") }, "B did not take the lease")
+    }
+
     @Test(arguments: BrokerKind.allCases)
     func anyInstanceAnswersForSharesAndFixesTheOtherHandled(on kind: BrokerKind) throws {
         let cluster = try cluster(on: kind)

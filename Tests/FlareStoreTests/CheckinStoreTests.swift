@@ -26,13 +26,18 @@ import Testing
         #expect(try store.checkin(id: stored.id) == stored)
         #expect(try store.checkin(shareRow: row) == stored)
         #expect(try store.checkin(id: .generate()) == nil)
-        #expect(try store.dueCheckins(now: stored.dueAt, limit: 10).isEmpty, "the grace is not over")
-        #expect(try store.dueCheckins(now: stored.firesAt, limit: 10) == [stored])
+        // SQLite goes by the caller's clock, moved by hand here; PostgreSQL by its own, which is decades past these
+        // deadlines (`ShareStoreTests.leasesAndDeadlinesGoByTheDatabasesClock`).
+        let byCallersClock = engine == .sqlite
+        if byCallersClock {
+            #expect(try store.dueCheckins(now: stored.dueAt, limit: 10).isEmpty, "the grace is not over")
+            #expect(try store.dueCheckins(now: stored.firesAt, limit: 10) == [stored])
+        }
         #expect(try store.armedArrivals(afterShareRow: 0, limit: 10) == [stored])
         #expect(try store.armedArrivals(afterShareRow: row, limit: 10).isEmpty)
         // Moved later: not due at the old time any more.
         #expect(try store.moveCheckin(stored.id, dueAt: stored.dueAt + 3_600_000))
-        #expect(try store.dueCheckins(now: stored.firesAt, limit: 10).isEmpty)
+        if byCallersClock { #expect(try store.dueCheckins(now: stored.firesAt, limit: 10).isEmpty) }
         #expect(try store.checkin(id: stored.id)?.dueAt == stored.dueAt + 3_600_000)
     }
 

@@ -442,8 +442,9 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
     }
 
     /// One holder at a time; the holder renews and records a value; another takes it only once it has run out or
-    /// was let go, and finds the value recorded.
-    @Test(arguments: Engine.allCases) func leasesHaveOneHolderAndKeepTheirValue(engine: Engine) throws {
+    /// was let go, and finds the value recorded. SQLite serves one instance and goes by its clock (moved by hand
+    /// here); PostgreSQL goes by its own (`leasesAndDeadlinesGoByTheDatabasesClock`).
+    @Test(arguments: [Engine.sqlite]) func leasesHaveOneHolderAndKeepTheirValue(engine: Engine) throws {
         let store = try open(engine), other = try open(engine)
         #expect(try store.holdLease("job", holder: "a", now: 1_000, durationMillis: 10_000) == 0)
         #expect(try other.holdLease("job", holder: "b", now: 5_000, durationMillis: 10_000) == nil)
@@ -456,6 +457,33 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         try other.releaseLease("job", holder: "b")
         #expect(try store.holdLease("job", holder: "a", now: 19_001, durationMillis: 10_000) == 41)  // let go: at once
         #expect(try store.holdLease("other job", holder: "b", now: 19_001, durationMillis: 10_000) == 0)
+    }
+
+    /// Several instances share a PostgreSQL store, each with its own clock: a lease runs out, and a check-in is due,
+    /// by the database's clock alone. An instance whose clock runs an hour fast neither holds a lease for an hour nor
+    /// fires a check-in early; one an hour slow does not hold back a deadline that has passed (trust, second round, 5).
+    @Test func leasesAndDeadlinesGoByTheDatabasesClock() throws {
+        let store = try open(.postgresql), other = try open(.postgresql)
+        let now = Int64(Date().timeIntervalSince1970 * 1000), hour: Int64 = 3_600_000
+        // Held for ten seconds of the database's time, whatever the holder's clock says.
+        #expect(try store.holdLease("job", holder: "fast", now: now + hour, durationMillis: 10_000) == 0)
+        #expect(try other.holdLease("job", holder: "b", now: now + 2 * hour, durationMillis: 10_000) == nil, "not run out for the database")
+        // A lease of no length runs out at once, however far ahead its holder's clock is.
+        #expect(try store.holdLease("job", holder: "fast", now: now + hour, durationMillis: 0) != nil)
+        #expect(try other.holdLease("job", holder: "b", now: now - hour, durationMillis: 10_000) != nil, "taken over by the database's clock")
+
+        func armed(dueIn millis: Int64) throws -> Checkin {
+            let share = makeShare(now: now)
+            let row = try store.insertShare(share)
+            let checkin = Checkin(id: .generate(), shareRow: row, shareID: share.id, ownerKeyID: nil, dueAt: now + millis, graceMillis: 0, message: "",
+                                  contacts: [], arrive: nil, notifyOnArrival: false, durationSeconds: 60, createdAt: now)
+            try store.insertCheckin(checkin)
+            return checkin
+        }
+        _ = try armed(dueIn: hour)
+        let past = try armed(dueIn: -60_000)
+        #expect(try store.dueCheckins(now: now + 2 * hour, limit: 10).map(\.id) == [past.id], "a fast clock fires nothing early")
+        #expect(try store.dueCheckins(now: now - 2 * hour, limit: 10).map(\.id) == [past.id], "a slow clock holds nothing back")
     }
 }
 
