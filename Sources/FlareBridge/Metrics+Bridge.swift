@@ -5,6 +5,7 @@ extension FlareMetrics {
     public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
     public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, a tracker resending what was not yet confirmed).")
     public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
+    public static let ownPositionReplays = Metrics.Family("flare_own_position_replays_total", .counter, "Copies of flared's own marked positions published again long after (NATS): dropped, and the share's newest position put back.")
     public static let ownPositionsSkipped = Metrics.Family("flare_own_positions_skipped_total", .counter, "Positions flared published itself (HTTP fixes, restored last positions) that came back through the bridge and were skipped.")
     public static let lastWills = Metrics.Family("flare_tracker_last_wills_total", .counter, "Trackers' last wills received (a lost connection).")
     public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")

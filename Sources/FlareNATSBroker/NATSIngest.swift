@@ -35,14 +35,18 @@ public final class NATSIngest: Sendable {
     /// at most), and each reconnection costs them a login, which bounds them.
     private let fixRate: RateLimiter
     private let rateCuts = RateLimiter(rule: .init(ratePerSecond: 1, burst: 1))
+    private let replayLog = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
     private let sessions: NATSSessions
     private let names: NATSAuthCallout.LoginNames
+    private let clock: any WallClock
     let rateDisconnects = Atomic<Int>(0)
 
     /// `connection` logs in as flared's service account (it lands in the APP account, where the MQTT layer's streams are).
     public init(connection: NATSConnection, ingestor: FixIngestor, shares: ShareService, mark: OwnPositionMark, ackWait: Duration = .seconds(10),
-                fixRate: RateLimiter.Rule, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, metrics: Metrics, logger: Logger) {
+                fixRate: RateLimiter.Rule, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any WallClock, metrics: Metrics,
+                logger: Logger) {
         self.connection = connection
+        self.clock = clock
         self.fixRate = RateLimiter(rule: fixRate)
         self.sessions = sessions
         self.names = names
@@ -52,7 +56,7 @@ public final class NATSIngest: Sendable {
         self.ackWait = ackWait
         self.metrics = metrics
         self.logger = logger
-        metrics.register(FlareMetrics.ownPositionsSkipped)
+        metrics.register(FlareMetrics.ownPositionsSkipped, FlareMetrics.ownPositionReplays)
         metrics.registerGauge(FlareMetrics.brokerRateDisconnects) { [weak self] in Double(self?.rateDisconnects.load(ordering: .relaxed) ?? 0) }
     }
 
@@ -132,16 +136,25 @@ public final class NATSIngest: Sendable {
         }
     }
 
+    /// The rate first: a marked message counts against its share's rate as any other (a phone cannot flood the
+    /// cluster with copies of flared's own messages); then the mark (`OwnPositionMark.verdict`).
     private func take(topic: String, payload: [UInt8]) {
-        if let original = mark.original(of: payload, topic: topic) {
-            metrics.increment(FlareMetrics.ownPositionsSkipped)
-            shares.ownPositionCameBack(topic: topic, payload: original)
-            return
-        }
         if let share = Topics.shareID(fromLocationTopic: topic), fixRate.take(share.rawValue, nowMillis: monotonicMillis()) != nil {
             cutOff(share)
         }
-        _ = ingestor.handle(topic: topic, payload: payload, retained: false)
+        switch mark.verdict(on: payload, topic: topic, now: clock.now()) {
+        case .own(let original):
+            metrics.increment(FlareMetrics.ownPositionsSkipped)
+            shares.ownPositionCameBack(topic: topic, payload: original)
+        case .replayed:
+            // Someone published a copy of flared's message again: not a fix, and the broker's retained position is
+            // put back to the newest stored.
+            metrics.increment(FlareMetrics.ownPositionReplays)
+            if replayLog.take("replay", nowMillis: monotonicMillis()) == nil { logger.warning("a copy of flared's own position was published again on \(topic); dropped") }
+            shares.ownPositionReplayed(topic: topic)
+        case .unmarked:
+            _ = ingestor.handle(topic: topic, payload: payload, retained: false)
+        }
     }
 
     /// Ends the share's device connections (not its watchers'), off the ingest's thread.

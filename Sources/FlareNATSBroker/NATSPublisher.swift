@@ -13,11 +13,13 @@ public final class NATSPublisher: BrokerPublisher {
     private let mark: OwnPositionMark
     private let sessions: NATSSessions
     private let names: NATSAuthCallout.LoginNames
+    private let clock: any WallClock
     private let logger: Logger
 
-    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, logger: Logger) {
+    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any WallClock, logger: Logger) {
         self.client = client
         self.mark = mark
+        self.clock = clock
         self.sessions = sessions
         self.names = names
         self.logger = logger
@@ -29,7 +31,7 @@ public final class NATSPublisher: BrokerPublisher {
     }
 
     public func publishOwnPosition(topic: String, payload: [UInt8]) -> Bool {
-        client.publish(topic: topic, payload: mark.marked(payload, topic: topic), qos: 1, retain: true, expirySeconds: nil)
+        client.publish(topic: topic, payload: mark.marked(payload, topic: topic, at: clock.now()), qos: 1, retain: true, expirySeconds: nil)
     }
 
     public func publishAndWait(topic: String, payload: [UInt8], qos: Int, retain: Bool, expirySeconds: UInt32?, timeout: Duration) -> Bool {

@@ -96,6 +96,14 @@ extension ShareService {
         if first { schedule(.positionCheck(id), at: clock.now() + Self.positionCheckDelayMillis) }
     }
 
+    /// A copy of a position flared published came back long after (`OwnPositionMark`: someone published it again):
+    /// the share's newest stored position is published over it at once.
+    package func ownPositionReplayed(topic: String) {
+        guard let id = Topics.shareID(fromLocationTopic: topic) else { return }
+        publication.withLock { $0.echoedPositions[id] = Int64.min }
+        schedule(.positionCheck(id), at: clock.now())
+    }
+
     /// Longer than a fix takes from the broker to the store, even in a batch.
     static let positionCheckDelayMillis: Int64 = 2_000
 

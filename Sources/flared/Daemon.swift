@@ -78,7 +78,7 @@ final class Daemon: Sendable {
                                                          instanceName: clientID)
                 let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.password, instanceName: clientID, logger: logger.with(label: "sessions"))
                 let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, names: loginNames,
-                                              logger: logger.with(label: "sessions"))
+                                              clock: clock, logger: logger.with(label: "sessions"))
                 let connection = try NATSConnection(servers: nats.urls, user: NATSAuthCallout.serviceUsername, password: natsSecrets.password,
                                                     name: clientID + "-ingest")
                 natsSide = (responder, publisher, connection, sessions)
@@ -115,7 +115,7 @@ final class Daemon: Sendable {
         if let natsSide {
             let ingest = NATSIngest(connection: natsSide.connection, ingestor: ingestor, shares: shares, mark: OwnPositionMark(tokenKey: tokenKey),
                                     fixRate: settings.gateway.fixRatePerShare, sessions: natsSide.sessions, names: loginNames,
-                                    metrics: metrics, logger: logger.with(label: "bridge"))
+                                    clock: clock, metrics: metrics, logger: logger.with(label: "bridge"))
             let bridge = NATSBridge(responder: natsSide.responder, client: client, options: mqttOptions, publisher: natsSide.publisher, ingest: ingest,
                                     sessions: natsSide.sessions, names: loginNames, store: store, shares: shares, metrics: metrics,
                                     logger: logger.with(label: "bridge"))

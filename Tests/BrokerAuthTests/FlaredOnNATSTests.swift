@@ -109,6 +109,59 @@ final class NATSFlaredFixture: @unchecked Sendable {
         #expect(!flared.log.contains(deviceToken) && !flared.log.contains(watchToken) && !flared.log.contains(fixture.cluster.password))
     }
 
+    /// A copy of flared's own marked position, captured by a watcher and published again by the phone long after
+    /// (here made with the token key, as it was two hours ago): flared drops it, stores nothing of it, and puts the
+    /// share's newest position back on the cluster (trust, second round, 4).
+    @Test func aReplayedOwnPositionIsDroppedAndTheNewestPutBack() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let (id, share) = try fixture.createShare()
+        let phone = try fixture.client(node: 0, share: id, token: try #require(share["device_token"]), clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        let now = Int(Date().timeIntervalSince1970)
+        #expect(try phone.publish(Topics.location(id), #"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(now - 5)}"#) == nil)
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.1
+        })
+        let key = try #require(Base64URL.decode(try String(contentsOf: fixture.directory.appendingPathComponent("token.key"), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let old = #"{"_type":"location","lat":40.5,"lon":10.5,"tst":\#(now - 7200)}"#
+        let replayed = OwnPositionMark(tokenKey: key).marked(Array(old.utf8), topic: Topics.location(id), at: Int64(now - 7200) * 1000)
+        try phone.mqtt.publishAndWait(topic: Topics.location(id), payload: replayed, qos: 1, retain: true, timeout: .seconds(10))
+        #expect(eventually { (try? flared.metrics())?.contains("flare_own_position_replays_total 1") == true })
+        // What a watcher finds retained now is the newest stored position, not the replay.
+        #expect(eventually {
+            guard let reader = try? Client(port: fixture.cluster.nodes[1].mqttPort, username: "flared", password: fixture.cluster.password,
+                                           clientID: "reader-\(UUID().uuidString.prefix(8))", protocolVersion: .v311),
+                  reader.waitForOutcome() == .connected, (try? reader.subscribe(Topics.location(id))) == true else { return false }
+            return eventually(timeout: .seconds(2)) {
+                reader.messages.contains { $0.retain && String(decoding: $0.payload, as: UTF8.self).contains("48.1") }
+            }
+        })
+        let view = try flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey).text
+        #expect(!view.contains("40.5"), "never stored")
+    }
+
+    /// Copies of flared's own marked position count against the share's rate like any message: a phone flooding the
+    /// cluster with them is cut off (before, the mark was looked at first, and they passed uncounted).
+    @Test func markedCopiesCountAgainstTheSharesRate() throws {
+        let fixture = try NATSFlaredFixture(extraEnvironment: ["FLARE_FIX_RATE_PER_SHARE": "2/5"])
+        let flared = fixture.flared[0]
+        let (id, share) = try fixture.createShare()
+        let phone = try fixture.client(node: 0, share: id, token: try #require(share["device_token"]), clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        let key = try #require(Base64URL.decode(try String(contentsOf: fixture.directory.appendingPathComponent("token.key"), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let now = Int64(Date().timeIntervalSince1970)
+        let copy = OwnPositionMark(tokenKey: key).marked(Array(#"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(now)}"#.utf8),
+                                                         topic: Topics.location(id), at: now * 1000)
+        for _ in 0..<20 where phone.disconnectCount == 0 {
+            _ = try? phone.mqtt.publishAndWait(topic: Topics.location(id), payload: copy, qos: 1, retain: false, timeout: .seconds(5))
+        }
+        #expect(eventually(timeout: .seconds(10)) { phone.disconnectCount > 0 })
+        #expect(eventually { (try? flared.metrics())?.contains("flare_broker_rate_disconnects 1") == true })
+    }
+
     /// FLARE_FIX_RATE_PER_SHARE on NATS: the cluster acknowledges before anyone looks, so what came is stored, and the
     /// share's phone is cut off (its watcher is not); it may log in again, and is cut off again while it keeps on.
     @Test func aPhoneBeyondItsSharesRateIsCutOffAndItsWatcherIsNot() throws {
