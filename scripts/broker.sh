@@ -90,15 +90,9 @@ if [ -n "$tls_port" ]; then
   tls_cert=${FLARE_MQTT_TLS_CERT:-}
   tls_key=${FLARE_MQTT_TLS_KEY:-}
   if [ -z "$tls_cert" ] || [ -z "$tls_key" ]; then
-    # For local use only: a self-signed certificate for localhost, made once.
+    "$here/scripts/self-signed-cert.sh" "$broker_dir/tls"
     tls_cert=$broker_dir/tls/cert.pem
     tls_key=$broker_dir/tls/key.pem
-    if [ ! -s "$tls_cert" ] || [ ! -s "$tls_key" ]; then
-      mkdir -p "$broker_dir/tls"
-      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 825 -subj "/CN=localhost" \
-        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" -keyout "$tls_key" -out "$tls_cert" 2>/dev/null
-      echo "flare: made a self-signed TLS certificate for localhost: $tls_cert" >&2
-    fi
   fi
   sed -e "s|@TLS_PORT@|$tls_port|g" -e "s|@TLS_BIND@|$tls_bind|g" -e "s|@TLS_CERT@|$tls_cert|g" -e "s|@TLS_KEY@|$tls_key|g" \
     "$here/broker/tls-listener.conf.in" >> "$broker_dir/mosquitto.conf"

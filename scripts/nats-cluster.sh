@@ -3,8 +3,9 @@
 # `make cluster BROKER=nats` and `make chaos`; in the foreground until SIGTERM/SIGINT, which stops all four.
 #   In $FLARE_DATA_DIR/nats: issuer.seed (`flare nats-issuer`), password, n1..n3.conf from broker/nats/node.conf.in,
 #   js-n1..n3 (the nodes' stores), haproxy.cfg, urls (the nodes' client URLs, for FLARE_NATS_URLS).
-#   Phones and flared's MQTT connection reach the cluster at 127.0.0.1:$FLARE_MQTT_PORT (HAProxy, round robin, a node
-#   that stops answering taken out within a second). Each node's ports: FLARE_NATS_PORT (default 14222) and up.
+#   flared's MQTT connection (and local tools) reach the cluster at 127.0.0.1:$FLARE_MQTT_PORT (HAProxy, round robin, a
+#   node that stops answering taken out within a second); phones over TLS at $FLARE_MQTT_TLS_PORT when it is set. Each
+#   node's ports: FLARE_NATS_PORT (default 14222) and up.
 # Never reload a node's configuration (a reload deletes retained messages cluster-wide: docs/scaling.md).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +25,7 @@ password=$(head -n 1 "$dir/password")
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 next=${FLARE_NATS_PORT:-14222}
 take_port() {  # sets $port to the first free port from $next and moves $next past it
-  while port_taken "$next" || [ "$next" = "$FLARE_MQTT_PORT" ]; do next=$((next + 1)); done
+  while port_taken "$next" || [ "$next" = "$FLARE_MQTT_PORT" ] || [ "$next" = "${FLARE_MQTT_TLS_PORT:-}" ]; do next=$((next + 1)); done
   port=$next; next=$((next + 1))
 }
 declare -a client mqtt http route
@@ -45,6 +46,26 @@ maxconn=$(( ($(ulimit -n) - 64) / 2 ))
 ((maxconn <= 50000)) || maxconn=50000
 sed -e "s|@MAXCONN@|$maxconn|" -e "s|@PORT@|$FLARE_MQTT_PORT|" -e "s|@MQTT1@|${mqtt[1]}|" -e "s|@MQTT2@|${mqtt[2]}|" \
     -e "s|@MQTT3@|${mqtt[3]}|" "$here/broker/nats/haproxy.cfg.in" > "$dir/haproxy.cfg"
+# Phones over TLS through HAProxy (FLARE_MQTT_TLS_PORT; `make cluster BROKER=nats` sets it): the certificate of
+# FLARE_MQTT_TLS_CERT and FLARE_MQTT_TLS_KEY, or a self-signed one for localhost.
+tls_port=${FLARE_MQTT_TLS_PORT:-}
+if [ -n "$tls_port" ]; then
+  if port_taken "$tls_port"; then
+    echo "flare: port $tls_port is already in use; set FLARE_MQTT_TLS_PORT to a free port (or empty for no TLS listener)" >&2
+    exit 1
+  fi
+  tls_cert=${FLARE_MQTT_TLS_CERT:-}
+  tls_key=${FLARE_MQTT_TLS_KEY:-}
+  if [ -z "$tls_cert" ] || [ -z "$tls_key" ]; then
+    "$here/scripts/self-signed-cert.sh" "$dir/tls"
+    tls_cert=$dir/tls/cert.pem
+    tls_key=$dir/tls/key.pem
+  fi
+  mkdir -p "$dir/tls"
+  (umask 077; cat "$tls_cert" "$tls_key" > "$dir/tls/haproxy.pem")
+  sed -e "s|@TLS_BIND@|${FLARE_MQTT_TLS_BIND:-127.0.0.1}|" -e "s|@TLS_PORT@|$tls_port|" -e "s|@TLS_PEM@|$dir/tls/haproxy.pem|" \
+      "$here/broker/nats/haproxy-tls.cfg.in" >> "$dir/haproxy.cfg"
+fi
 
 pids=()
 stop_all() {
@@ -70,5 +91,5 @@ for n in 1 2 3; do
 done
 /usr/sbin/haproxy -db -f "$dir/haproxy.cfg" 2> >(sed -u "s/^/haproxy: /" >&2) &
 pids+=($!)
-echo "flare: NATS cluster up: nodes $(cat "$dir/urls"), MQTT through HAProxy on 127.0.0.1:$FLARE_MQTT_PORT" >&2
+echo "flare: NATS cluster up: nodes $(cat "$dir/urls"), MQTT through HAProxy on 127.0.0.1:$FLARE_MQTT_PORT${tls_port:+, MQTT over TLS on port $tls_port}" >&2
 wait

@@ -53,14 +53,13 @@ pick_port() {  # name default offset: sets $name unless it is set, the port it t
   export "$name=$port"
 }
 if [ "$broker" = nats ]; then
-  # scripts/broker.sh's listeners; the NATS cluster has plain MQTT only here (TLS: in front of HAProxy, deploy/).
-  for name in FLARE_MQTT_TLS_PORT FLARE_MQTT_WS_PORT; do
-    if [ -n "${!name:-}" ]; then
-      echo "flare: $name is mosquitto's listener; with FLARE_BROKER=nats phones reach the cluster through HAProxy on FLARE_MQTT_PORT (for TLS, terminate it in front: deploy/README.md)" >&2
-      exit 1
-    fi
-  done
-  export FLARE_MQTT_TLS_PORT="" FLARE_MQTT_WS_PORT=""
+  # HAProxy ends TLS for the phones (scripts/nats-cluster.sh); the cluster has no MQTT over WebSockets.
+  if [ -n "${FLARE_MQTT_WS_PORT:-}" ]; then
+    echo "flare: FLARE_MQTT_WS_PORT is mosquitto's listener; with FLARE_BROKER=nats phones reach the cluster through HAProxy over TLS (FLARE_MQTT_TLS_PORT)" >&2
+    exit 1
+  fi
+  export FLARE_MQTT_WS_PORT=""
+  pick_port FLARE_MQTT_TLS_PORT 8883 1
 else
   pick_port FLARE_MQTT_TLS_PORT 8883 1
   pick_port FLARE_MQTT_WS_PORT 8083 2

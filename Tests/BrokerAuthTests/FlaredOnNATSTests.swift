@@ -142,6 +142,31 @@ final class NATSFlaredFixture: @unchecked Sendable {
         #expect(!view.contains("40.5"), "never stored")
     }
 
+    /// Phones reach the cluster over TLS through HAProxy (as `make cluster BROKER=nats` and deploy/compose.nats.yaml
+    /// serve it): a TLS client that checks the certificate publishes a fix, stored; the plain listener is on loopback
+    /// only (trust, second round, 5).
+    @Test func aPhoneReachesTheClusterOverTLS() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let (id, share) = try fixture.createShare()
+        let now = Int(Date().timeIntervalSince1970)
+        let sent = try runCommand("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(try #require(fixture.cluster.balancerTLSPort)),
+                                                           "--cafile", fixture.cluster.certificatePath, "-V", "mqttv311", "-q", "1",
+                                                           "-u", id.rawValue, "-P", try #require(share["device_token"]), "-i", ClientIDs.device(id),
+                                                           "-t", Topics.location(id), "-m", #"{"_type":"location","lat":48.7,"lon":11.5,"tst":\#(now)}"#])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        #expect(eventually {
+            ((try? flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey))?.json?["last"] as? [String: Any])?["lat"] as? Double == 48.7
+        })
+        // A client that does not trust the certificate is not let in.
+        let untrusting = try runCommand("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(try #require(fixture.cluster.balancerTLSPort)),
+                                                                 "--capath", "/nonexistent", "-V", "mqttv311", "-u", id.rawValue, "-P", "x",
+                                                                 "-t", Topics.location(id), "-m", "{}"])
+        #expect(untrusting.status != 0)
+        let config = try String(contentsOf: fixture.cluster.directory.appendingPathComponent("haproxy.cfg"), encoding: .utf8)
+        #expect(config.contains("bind 127.0.0.1:\(try #require(fixture.cluster.balancerPort))\n"), "plain MQTT on loopback only")
+    }
+
     /// Copies of flared's own marked position count against the share's rate like any message: a phone flooding the
     /// cluster with them is cut off (before, the mark was looked at first, and they passed uncounted).
     @Test func markedCopiesCountAgainstTheSharesRate() throws {

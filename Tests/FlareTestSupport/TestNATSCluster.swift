@@ -19,6 +19,10 @@ public final class TestNATSCluster: @unchecked Sendable {
     public let password: String
     /// HAProxy's MQTT port (round robin over the nodes' MQTT listeners), when started with `balancer: true`.
     public private(set) var balancerPort: Int?
+    /// HAProxy's MQTT-over-TLS port for phones (broker/nats/haproxy-tls.cfg.in), with `balancer: true`, and the
+    /// self-signed certificate (for localhost and 127.0.0.1) a client trusts it by.
+    public private(set) var balancerTLSPort: Int?
+    public var certificatePath: String { directory.appendingPathComponent("tls/cert.pem").path }
     private var processes: [Int: Process] = [:]
     private var balancer: Process?
 
@@ -154,18 +158,31 @@ public final class TestNATSCluster: @unchecked Sendable {
         _ = balancer?.terminate(within: .seconds(5), what: "haproxy")
         balancer = nil
         balancerPort = nil
+        balancerTLSPort = nil
     }
 
     private func startBalancer() throws {
-        let port = try FreePort.next()
+        let port = try FreePort.next(), tlsPort = try FreePort.next()
         precondition(nodes.count == 3, "broker/nats/haproxy.cfg.in names three nodes")
-        let template = try String(contentsOf: AuthPlugin.repositoryRoot.appendingPathComponent("broker/nats/haproxy.cfg.in"), encoding: .utf8)
+        let root = AuthPlugin.repositoryRoot
+        let template = try String(contentsOf: root.appendingPathComponent("broker/nats/haproxy.cfg.in"), encoding: .utf8)
+        // The certificate as scripts/nats-cluster.sh makes it, and HAProxy's file of it and its key.
+        let tls = directory.appendingPathComponent("tls")
+        let made = try runCommand(root.appendingPathComponent("scripts/self-signed-cert.sh").path, [tls.path])
+        guard made.status == 0 else { throw TestSupportError("no TLS certificate: \(made.stderr)") }
+        let pem = tls.appendingPathComponent("haproxy.pem")
+        try (try String(contentsOf: tls.appendingPathComponent("cert.pem"), encoding: .utf8)
+             + String(contentsOf: tls.appendingPathComponent("key.pem"), encoding: .utf8)).write(to: pem, atomically: true, encoding: .utf8)
+        let tlsFrontend = try String(contentsOf: root.appendingPathComponent("broker/nats/haproxy-tls.cfg.in"), encoding: .utf8)
+            .replacingOccurrences(of: "@TLS_BIND@", with: "127.0.0.1")
+            .replacingOccurrences(of: "@TLS_PORT@", with: String(tlsPort))
+            .replacingOccurrences(of: "@TLS_PEM@", with: pem.path)
         let config = template
             .replacingOccurrences(of: "@MAXCONN@", with: "4096")
             .replacingOccurrences(of: "@PORT@", with: String(port))
             .replacingOccurrences(of: "@MQTT1@", with: String(nodes[0].mqttPort))
             .replacingOccurrences(of: "@MQTT2@", with: String(nodes[1].mqttPort))
-            .replacingOccurrences(of: "@MQTT3@", with: String(nodes[2].mqttPort))
+            .replacingOccurrences(of: "@MQTT3@", with: String(nodes[2].mqttPort)) + tlsFrontend
         let url = directory.appendingPathComponent("haproxy.cfg")
         try config.write(to: url, atomically: true, encoding: .utf8)
         let process = Process()
@@ -175,7 +192,10 @@ public final class TestNATSCluster: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         try process.runUnmasked()
         balancer = process
-        guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)) else { throw TestSupportError("haproxy did not listen on \(port)") }
+        guard FreePort.waitUntilAccepting(port: port, timeout: .seconds(10)), FreePort.waitUntilAccepting(port: tlsPort, timeout: .seconds(10)) else {
+            throw TestSupportError("haproxy did not listen on \(port) and \(tlsPort)")
+        }
         balancerPort = port
+        balancerTLSPort = tlsPort
     }
 }

@@ -194,6 +194,24 @@ def a_nats_node_can_be_killed(root, started):
     cluster.wait_until_running()
     if "NATS, three nodes" not in cluster.output():
         cluster.fail("the banner does not name the NATS cluster")
+    # Phones over TLS through HAProxy, checking its certificate (self-signed for localhost here).
+    found = re.search(r"mqtts://localhost:(\d+)", cluster.output())
+    if not found:
+        cluster.fail("the banner does not give the cluster's MQTT-over-TLS address")
+    with open(os.path.join(cluster.data_dir, "demo-share.json")) as f:
+        demo = json.load(f)
+    fix = json.dumps({"_type": "location", "lat": 47.5, "lon": 11.25, "tst": int(time.time())})
+    sent = subprocess.run(["mosquitto_pub", "-h", "localhost", "-p", found.group(1), "--cafile",
+                           os.path.join(cluster.data_dir, "nats", "tls", "cert.pem"), "-V", "mqttv311", "-q", "1",
+                           "-u", demo["share_id"], "-P", demo["device_token"], "-i", f"flare-{demo['share_id']}-tls",
+                           "-t", f"flare/v1/shares/{demo['share_id']}/location", "-m", fix], capture_output=True, text=True, timeout=30)
+    if sent.returncode != 0:
+        cluster.fail(f"a phone over TLS could not publish: {sent.stderr.strip()}")
+    def sent_over_tls_is_stored():
+        with urllib.request.urlopen(cluster.url("A", f"/api/v1/view/{cluster.token}"), timeout=3) as response:
+            view = json.load(response)
+        return any(point.get("lat") == 47.5 for point in view.get("trail", []) + [view.get("last") or {}])
+    cluster.wait_for(sent_over_tls_is_stored, 15, "the fix sent over TLS in the demo share")
     with open(os.path.join(cluster.data_dir, "nats", "n1.pid")) as f:
         os.kill(int(f.read()), signal.SIGKILL)
     # An instance whose MQTT connection was on the dead node says so on /healthz (503) until it has logged in again
