@@ -104,7 +104,7 @@ let package = Package(
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // Both brokers' access rules: mosquitto with the flare_auth plugin, and three real NATS nodes with flared's callout.
-        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareStore", "FlareSQLite"],
+        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite"],
                     swiftSettings: swiftSettings),
     ]
 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Three NATS nodes (JetStream, MQTT, the auth callout to flared) and HAProxy in front of their MQTT listeners, for
 # `make cluster BROKER=nats` and `make chaos`; in the foreground until SIGTERM/SIGINT, which stops all four.
-#   In $FLARE_DATA_DIR/nats: issuer.seed (`flare nats-issuer`), password, n1..n3.conf from broker/nats/node.conf.in,
+#   In $FLARE_DATA_DIR/nats: issuer.seed (`flare nats-issuer`), password, callout.password, system.password, n1..n3.conf from broker/nats/node.conf.in,
 #   js-n1..n3 (the nodes' stores), haproxy.cfg, urls (the nodes' client URLs, for FLARE_NATS_URLS).
 #   flared's MQTT connection (and local tools) reach the cluster at 127.0.0.1:$FLARE_MQTT_PORT (HAProxy, round robin, a
 #   node that stops answering taken out within a second); phones over TLS at $FLARE_MQTT_TLS_PORT when it is set. Each
@@ -18,10 +18,15 @@ dir=$FLARE_DATA_DIR/nats
 mkdir -p "$dir"
 chmod 700 "$dir"
 issuer=$("$bin/flare" nats-issuer --data-dir "$FLARE_DATA_DIR")
-if [ ! -s "$dir/password" ]; then
-  (umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' > "$dir/password"; echo >> "$dir/password")
-fi
-password=$(head -n 1 "$dir/password")
+# Three passwords, each for one login with only its rights: flared's own (checked by flared's callout; the nodes never
+# hold it), the callout's (flare-auth) and the system account's (flare-sys).
+for name in password callout.password system.password; do
+  if [ ! -s "$dir/$name" ]; then
+    (umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' > "$dir/$name"; echo >> "$dir/$name")
+  fi
+done
+callout_password=$(head -n 1 "$dir/callout.password")
+system_password=$(head -n 1 "$dir/system.password")
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 next=${FLARE_NATS_PORT:-14222}
 take_port() {  # sets $port to the first free port from $next and moves $next past it
@@ -36,7 +41,7 @@ routes="nats-route://127.0.0.1:${route[1]}, nats-route://127.0.0.1:${route[2]}, 
 for n in 1 2 3; do
   sed -e "s|@NAME@|n$n|" -e "s|@HOST@|127.0.0.1|g" -e "s|@CLIENT_PORT@|${client[$n]}|" -e "s|@HTTP_PORT@|${http[$n]}|" \
       -e "s|@CLUSTER_PORT@|${route[$n]}|" -e "s|@MQTT_PORT@|${mqtt[$n]}|" -e "s|@STORE_DIR@|$dir/js-n$n|" \
-      -e "s|@ROUTES@|$routes|" -e "s|@PASSWORD@|$password|g" -e "s|@ISSUER@|$issuer|" \
+      -e "s|@ROUTES@|$routes|" -e "s|@CALLOUT_PASSWORD@|$callout_password|g" -e "s|@SYSTEM_PASSWORD@|$system_password|g" -e "s|@ISSUER@|$issuer|" \
       "$here/broker/nats/node.conf.in" > "$dir/n$n.conf"
   chmod 600 "$dir/n$n.conf"
 done

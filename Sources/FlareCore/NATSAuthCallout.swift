@@ -19,6 +19,8 @@ public enum NATSAuthCallout {
         public let mqttClientID: String?
         public let username: String
         public let password: String
+        /// The client's address, as the node saw it (empty when it did not say).
+        public var clientHost: String = ""
     }
 
     public enum RequestError: Error, Equatable { case malformed, badSignature, expired }
@@ -40,7 +42,8 @@ public enum NATSAuthCallout {
                        clientType: client?["type"]?.stringValue ?? "",
                        mqttClientID: client?["mqtt_id"]?.stringValue,
                        username: options?["user"]?.stringValue ?? "",
-                       password: options?["pass"]?.stringValue ?? "")
+                       password: options?["pass"]?.stringValue ?? "",
+                       clientHost: client?["host"]?.stringValue ?? "")
     }
 
     /// What one login is granted.

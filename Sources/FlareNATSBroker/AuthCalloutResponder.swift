@@ -1,6 +1,7 @@
 import FlareCore
 import FlareNATS
 import FlareStore
+import FlareSystem
 
 /// Answers the NATS cluster's auth callout: every login to any node (a phone's, an integrator's, flared's own) comes
 /// here as a request on `$SYS.REQ.USER.AUTH`, and every flared instance answers as one member of the queue group
@@ -19,17 +20,22 @@ public final class AuthCalloutResponder: Sendable {
     private let shares: any ShareRecords
     private let clock: any WallClock
     private let logger: Logger
+    /// Wrong passwords for flared's full-access login, per client address: 10 at once, then one a minute. Past that the
+    /// address's service logins are refused unchecked (phones' share tokens are not: one phone's carrier address is
+    /// many people's, and a token cannot be guessed).
+    private let serviceGuesses = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10), maximumKeys: 10_000)
 
-    /// Connects to the cluster as the callout's own user (`flare-auth`, in the AUTH account) and starts answering.
-    public init(servers: [String], password: String, issuerSeed: [UInt8], tokenKey: [UInt8], shares: any ShareRecords,
-                clock: any WallClock, logger: Logger, instanceName: String) throws(NATSError) {
+    /// Connects to the cluster as the callout's own user (`flare-auth`, in the AUTH account, with `calloutPassword`) and
+    /// starts answering; `servicePassword` is flared's own full-access login's, which only this checks.
+    public init(servers: [String], calloutPassword: String, servicePassword: String, issuerSeed: [UInt8], tokenKey: [UInt8],
+                shares: any ShareRecords, clock: any WallClock, logger: Logger, instanceName: String) throws(NATSError) {
         self.tokenKey = tokenKey
-        self.servicePassword = Array(password.utf8)
+        self.servicePassword = Array(servicePassword.utf8)
         self.issuerSeed = issuerSeed
         self.shares = shares
         self.clock = clock
         self.logger = logger
-        connection = try NATSConnection(servers: servers, user: "flare-auth", password: password, name: "\(instanceName)-auth")
+        connection = try NATSConnection(servers: servers, user: "flare-auth", password: calloutPassword, name: "\(instanceName)-auth")
         try connection.subscribe(Self.requestSubject, queue: Self.queueGroup) { [self] message in answer(message) }
         try connection.flush()
     }
@@ -51,9 +57,15 @@ public final class AuthCalloutResponder: Sendable {
             return
         }
         let shares = self.shares
-        let decision = NATSAuthCallout.decide(request, tokenKey: tokenKey, servicePassword: servicePassword, nowSeconds: now) { id throws in
-            guard let stored = try shares.share(id: id) else { return false }
-            return stored.share.isActive
+        let isService = request.username == NATSAuthCallout.serviceUsername
+        let guessing = isService && serviceGuesses.wouldRefuse(request.clientHost, nowMillis: monotonicMillis())
+        var decision = guessing ? .refuse("too many wrong passwords from this address; wait a minute")
+            : NATSAuthCallout.decide(request, tokenKey: tokenKey, servicePassword: servicePassword, nowSeconds: now) { id throws in
+                guard let stored = try shares.share(id: id) else { return false }
+                return stored.share.isActive
+            }
+        if isService, !guessing, case .refuse = decision, serviceGuesses.take(request.clientHost, nowMillis: monotonicMillis()) != nil {
+            decision = .refuse("too many wrong passwords from this address; wait a minute")
         }
         if case .refuse(let reason) = decision {
             // The username is a share id or a service name, never a secret; the password is never logged.

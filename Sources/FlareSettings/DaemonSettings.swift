@@ -78,11 +78,15 @@ public struct DaemonSettings: Sendable {
 public struct NATSBrokerSettings: Sendable {
     public let urls: [String]
     public let issuerSeedFile: String
+    /// flared's own login (`flared`), the callout's (`flare-auth`) and the system account's (`flare-sys`).
     public let passwordFile: String
+    public let calloutPasswordFile: String
+    public let systemPasswordFile: String
 
     static func configured(_ config: Configuration, dataDirectory: String) throws(Configuration.ConfigurationError) -> NATSBrokerSettings? {
         guard config.string("FLARE_BROKER") == "nats" else {
-            for name in ["FLARE_NATS_URLS", "FLARE_NATS_ISSUER_SEED_FILE", "FLARE_NATS_PASSWORD_FILE"] where config.string(name) != nil {
+            for name in ["FLARE_NATS_URLS", "FLARE_NATS_ISSUER_SEED_FILE", "FLARE_NATS_PASSWORD_FILE", "FLARE_NATS_CALLOUT_PASSWORD_FILE",
+                         "FLARE_NATS_SYSTEM_PASSWORD_FILE"] where config.string(name) != nil {
                 throw Configuration.ConfigurationError("\(name) is set but FLARE_BROKER is not nats")
             }
             return nil
@@ -101,6 +105,8 @@ public struct NATSBrokerSettings: Sendable {
         }
         return NATSBrokerSettings(urls: urls,
                                   issuerSeedFile: config.string("FLARE_NATS_ISSUER_SEED_FILE") ?? dataDirectory + "/nats/issuer.seed",
-                                  passwordFile: config.string("FLARE_NATS_PASSWORD_FILE") ?? dataDirectory + "/nats/password")
+                                  passwordFile: config.string("FLARE_NATS_PASSWORD_FILE") ?? dataDirectory + "/nats/password",
+                                  calloutPasswordFile: config.string("FLARE_NATS_CALLOUT_PASSWORD_FILE") ?? dataDirectory + "/nats/callout.password",
+                                  systemPasswordFile: config.string("FLARE_NATS_SYSTEM_PASSWORD_FILE") ?? dataDirectory + "/nats/system.password")
     }
 }

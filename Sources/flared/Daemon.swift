@@ -73,10 +73,14 @@ final class Daemon: Sendable {
         let loginNames = NATSAuthCallout.LoginNames(tokenKey: tokenKey)
         if let nats = settings.nats, let natsSecrets {
             do {
-                let responder = try AuthCalloutResponder(servers: nats.urls, password: natsSecrets.password, issuerSeed: natsSecrets.issuerSeed,
+                if !natsSecrets.sharedPasswords.isEmpty {
+                    logger.warning("one password serves flared's NATS logins that should each have their own: \(natsSecrets.sharedPasswords.joined(separator: ", ")) name no file; make them (scripts/nats-cluster.sh does) and put them in the nodes' configuration")
+                }
+                let responder = try AuthCalloutResponder(servers: nats.urls, calloutPassword: natsSecrets.calloutPassword,
+                                                         servicePassword: natsSecrets.password, issuerSeed: natsSecrets.issuerSeed,
                                                          tokenKey: tokenKey, shares: store, clock: clock, logger: logger.with(label: "callout"),
                                                          instanceName: clientID)
-                let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.password, instanceName: clientID, logger: logger.with(label: "sessions"))
+                let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.systemPassword, instanceName: clientID, logger: logger.with(label: "sessions"))
                 let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, names: loginNames,
                                               clock: clock, logger: logger.with(label: "sessions"))
                 let connection = try NATSConnection(servers: nats.urls, user: NATSAuthCallout.serviceUsername, password: natsSecrets.password,

@@ -77,22 +77,44 @@ enum DataDirectory {
         return (username ?? "flared", secret)
     }
 
-    /// With FLARE_BROKER=nats: the password of flared's logins and the account seed the callout signs with. Both are
-    /// made by whoever configures the nodes (scripts/nats-cluster.py, `flare nats-issuer`): flared never makes them,
-    /// since nodes that do not hold the same would refuse every login.
-    static func natsSecrets(_ settings: NATSBrokerSettings) throws -> (password: String, issuerSeed: [UInt8]) {
+    /// With FLARE_BROKER=nats: the three passwords (flared's own login, the callout's, the system account's) and the
+    /// account seed the callout signs with. All are made by whoever configures the nodes (scripts/nats-cluster.sh,
+    /// `flare nats-issuer`): flared never makes them, since nodes that do not hold the same would refuse every login.
+    /// A data directory of the release before, with one password for all three, still works: each missing file falls
+    /// back to `password`, and the log says so (`sharedPasswords`).
+    static func natsSecrets(_ settings: NATSBrokerSettings) throws -> NATSSecrets {
         func firstLine(_ path: String, _ setting: String) throws -> String {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8),
                   let line = text.split(whereSeparator: \.isNewline).first?.trimmingCharacters(in: .whitespaces), !line.isEmpty else {
-                throw Configuration.ConfigurationError("cannot read \(path) (\(setting)); scripts/nats-cluster.py writes it with the nodes' configuration")
+                throw Configuration.ConfigurationError("cannot read \(path) (\(setting)); scripts/nats-cluster.sh writes it with the nodes' configuration")
             }
             return line
         }
         let password = try firstLine(settings.passwordFile, "FLARE_NATS_PASSWORD_FILE")
+        var shared: [String] = []
+        func own(_ path: String, _ setting: String) throws -> String {
+            guard FileManager.default.fileExists(atPath: path) else {
+                shared.append(setting)
+                return password
+            }
+            return try firstLine(path, setting)
+        }
+        let callout = try own(settings.calloutPasswordFile, "FLARE_NATS_CALLOUT_PASSWORD_FILE")
+        let system = try own(settings.systemPasswordFile, "FLARE_NATS_SYSTEM_PASSWORD_FILE")
         guard let seed = NKey.decodeSeed(try firstLine(settings.issuerSeedFile, "FLARE_NATS_ISSUER_SEED_FILE"), kind: .account) else {
             throw Configuration.ConfigurationError("\(settings.issuerSeedFile) is not an account seed (SA…; `flare nats-issuer` makes one)")
         }
-        return (password, seed)
+        return NATSSecrets(password: password, calloutPassword: callout, systemPassword: system, issuerSeed: seed, sharedPasswords: shared)
+    }
+
+    struct NATSSecrets {
+        let password: String
+        let calloutPassword: String
+        let systemPassword: String
+        let issuerSeed: [UInt8]
+        /// The settings whose file was missing, so that flared's own password stood in (a data directory of the release
+        /// before): one password then serves logins that should each have their own.
+        let sharedPasswords: [String]
     }
 
     static func writeSecretFile(_ path: String, _ contents: String) throws {

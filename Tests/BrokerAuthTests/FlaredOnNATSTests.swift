@@ -20,7 +20,9 @@ final class NATSFlaredFixture: @unchecked Sendable {
         let nats = directory.appendingPathComponent("nats")
         try FileManager.default.createDirectory(at: nats, withIntermediateDirectories: true)
         try (issuer.seed + "\n").write(to: nats.appendingPathComponent("issuer.seed"), atomically: true, encoding: .utf8)
-        try (cluster.password + "\n").write(to: nats.appendingPathComponent("password"), atomically: true, encoding: .utf8)
+        for (name, secret) in [("password", cluster.password), ("callout.password", cluster.calloutPassword), ("system.password", cluster.systemPassword)] {
+            try (secret + "\n").write(to: nats.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
         var environment = extraEnvironment
         environment["FLARE_BROKER"] = "nats"
         environment["FLARE_NATS_URLS"] = cluster.urls.joined(separator: ",")

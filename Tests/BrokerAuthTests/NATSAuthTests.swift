@@ -1,6 +1,7 @@
 import FlareCore
 import FlareCrypto
 import FlareMQTT
+import FlareNATS
 import FlareNATSBroker
 import FlareSQLite
 import FlareStore
@@ -24,7 +25,8 @@ final class NATSAuthFixture: @unchecked Sendable {
         let store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
         let seed = NKey.decodeSeed(issuer.seed, kind: .account)!
         responders = try (1...2).map { index in
-            try AuthCalloutResponder(servers: cluster.urls, password: cluster.password, issuerSeed: seed, tokenKey: key, shares: store,
+            try AuthCalloutResponder(servers: cluster.urls, calloutPassword: cluster.calloutPassword, servicePassword: cluster.password,
+                                     issuerSeed: seed, tokenKey: key, shares: store,
                                      clock: SystemWallClock(), logger: Logger(label: "callout-\(index)", level: .error), instanceName: "test-\(index)")
         }
         (self.cluster, self.directory, self.store) = (cluster, directory, store)
@@ -137,5 +139,39 @@ final class NATSAuthFixture: @unchecked Sendable {
         let impostor = try Client(port: fixture.cluster.nodes[1].mqttPort, username: NATSAuthCallout.serviceUsername, password: "guess",
                                   clientID: "flared-x", protocolVersion: .v311)
         #expect(impostor.waitForOutcome() == .refused)
+    }
+
+    /// Three credentials, each with only its rights (trust, second round, 5): the callout's and the system account's
+    /// passwords do not log in as flared, nor flared's as either of them.
+    @Test func eachOfFlaredsThreeLoginsHasAPasswordOfItsOwn() throws {
+        let fixture = try NATSAuthFixture()
+        let cluster = fixture.cluster
+        for wrong in [cluster.calloutPassword, cluster.systemPassword] {
+            let client = try Client(port: cluster.nodes[0].mqttPort, username: NATSAuthCallout.serviceUsername, password: wrong,
+                                    clientID: "flared-\(UUID().uuidString.prefix(6))", protocolVersion: .v311)
+            #expect(client.waitForOutcome() == .refused)
+        }
+        #expect(throws: NATSError.self) { try NATSConnection(servers: cluster.urls, user: "flare-sys", password: cluster.password, name: "t") }
+        #expect(throws: NATSError.self) { try NATSConnection(servers: cluster.urls, user: "flare-sys", password: cluster.calloutPassword, name: "t") }
+        #expect(throws: NATSError.self) { try NATSConnection(servers: cluster.urls, user: "flare-auth", password: cluster.systemPassword, name: "t") }
+        let system = try NATSConnection(servers: cluster.urls, user: "flare-sys", password: cluster.systemPassword, name: "t")
+        system.close()
+    }
+
+    /// Repeated wrong passwords for flared's full-access login, from one address, are cut off: past ten on an instance,
+    /// that address's service logins are refused unchecked there for a while, the right password too (trust, second
+    /// round, 5).
+    @Test func guessingTheServicePasswordIsCutOffPerAddress() throws {
+        let fixture = try NATSAuthFixture()
+        let port = fixture.cluster.nodes[1].mqttPort
+        func login(_ password: String) throws -> Client.Outcome {
+            try Client(port: port, username: NATSAuthCallout.serviceUsername, password: password, clientID: "flared-\(UUID().uuidString.prefix(6))",
+                       protocolVersion: .v311).waitForOutcome()
+        }
+        #expect(try login(fixture.cluster.password) == .connected)
+        // Each instance counts the guesses it answers (two here, in one queue group, taking requests at random): sixty
+        // leave both past ten (each gets fewer than ten about once in a hundred million runs).
+        for guess in 0..<60 { #expect(try login("guess-\(guess)") == .refused) }
+        #expect(try login(fixture.cluster.password) == .refused, "the right password, after the guesses from this address")
     }
 }

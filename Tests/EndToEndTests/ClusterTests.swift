@@ -41,7 +41,9 @@ enum BrokerKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
             let files = directory.appendingPathComponent("nats")
             try FileManager.default.createDirectory(at: files, withIntermediateDirectories: true)
             try (issuer.seed + "\n").write(to: files.appendingPathComponent("issuer.seed"), atomically: true, encoding: .utf8)
-            try (cluster.password + "\n").write(to: files.appendingPathComponent("password"), atomically: true, encoding: .utf8)
+            for (name, secret) in [("password", cluster.password), ("callout.password", cluster.calloutPassword), ("system.password", cluster.systemPassword)] {
+                try (secret + "\n").write(to: files.appendingPathComponent(name), atomically: true, encoding: .utf8)
+            }
             environment["FLARE_BROKER"] = "nats"
             environment["FLARE_NATS_URLS"] = cluster.urls.joined(separator: ",")
             (broker, nats) = (nil, cluster)

@@ -16,7 +16,11 @@ public final class TestNATSCluster: @unchecked Sendable {
 
     public let directory: URL
     public private(set) var nodes: [Node]
+    /// flared's own full-access login's (the callout checks it; the nodes never hold it), the callout's (`flare-auth`)
+    /// and the system account's (`flare-sys`): three credentials, each with only its rights.
     public let password: String
+    public let calloutPassword = UUID().uuidString
+    public let systemPassword = UUID().uuidString
     /// HAProxy's MQTT port (round robin over the nodes' MQTT listeners), when started with `balancer: true`.
     public private(set) var balancerPort: Int?
     /// HAProxy's MQTT-over-TLS port for phones (broker/nats/haproxy-tls.cfg.in), with `balancer: true`, and the
@@ -69,7 +73,8 @@ public final class TestNATSCluster: @unchecked Sendable {
                 .replacingOccurrences(of: "@MQTT_PORT@", with: String(node.mqttPort))
                 .replacingOccurrences(of: "@STORE_DIR@", with: directory.appendingPathComponent("js-\(node.name)").path)
                 .replacingOccurrences(of: "@ROUTES@", with: routes)
-                .replacingOccurrences(of: "@PASSWORD@", with: password)
+                .replacingOccurrences(of: "@CALLOUT_PASSWORD@", with: calloutPassword)
+                .replacingOccurrences(of: "@SYSTEM_PASSWORD@", with: systemPassword)
                 .replacingOccurrences(of: "@ISSUER@", with: issuer)
             try config.write(to: configURL(index), atomically: true, encoding: .utf8)
         }
