@@ -1,3 +1,4 @@
+import Dispatch
 import FlareCore
 import FlareNATS
 import FlareStore
@@ -20,10 +21,13 @@ public final class AuthCalloutResponder: Sendable {
     private let shares: any ShareRecords
     private let clock: any WallClock
     private let logger: Logger
-    /// Wrong passwords for flared's full-access login, per client address: 10 at once, then one a minute. Past that the
-    /// address's service logins are refused unchecked (phones' share tokens are not: one phone's carrier address is
-    /// many people's, and a token cannot be guessed).
+    /// Wrong passwords for flared's full-access login, per client address: 10 at once, then one a minute. Past that each
+    /// further wrong one is answered only after `guessDelay`, so one connection tries one password in that time; the
+    /// right one is never held back or refused. Not a lock-out: behind the phones' balancer every client has the
+    /// balancer's address, flared's own MQTT login too, and a lock-out would let anyone cut flared off the cluster.
+    /// (Share tokens are not counted: they cannot be guessed, and one carrier address is many people's.)
     private let serviceGuesses = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10), maximumKeys: 10_000)
+    public static let guessDelay: Duration = .seconds(2)
 
     /// Connects to the cluster as the callout's own user (`flare-auth`, in the AUTH account, with `calloutPassword`) and
     /// starts answering; `servicePassword` is flared's own full-access login's, which only this checks.
@@ -57,21 +61,26 @@ public final class AuthCalloutResponder: Sendable {
             return
         }
         let shares = self.shares
-        let isService = request.username == NATSAuthCallout.serviceUsername
-        let guessing = isService && serviceGuesses.wouldRefuse(request.clientHost, nowMillis: monotonicMillis())
-        var decision = guessing ? .refuse("too many wrong passwords from this address; wait a minute")
-            : NATSAuthCallout.decide(request, tokenKey: tokenKey, servicePassword: servicePassword, nowSeconds: now) { id throws in
-                guard let stored = try shares.share(id: id) else { return false }
-                return stored.share.isActive
-            }
-        if isService, !guessing, case .refuse = decision, serviceGuesses.take(request.clientHost, nowMillis: monotonicMillis()) != nil {
-            decision = .refuse("too many wrong passwords from this address; wait a minute")
+        let decision = NATSAuthCallout.decide(request, tokenKey: tokenKey, servicePassword: servicePassword, nowSeconds: now) { id throws in
+            guard let stored = try shares.share(id: id) else { return false }
+            return stored.share.isActive
         }
+        var heldBack = false
         if case .refuse(let reason) = decision {
             // The username is a share id or a service name, never a secret; the password is never logged.
             logger.info("auth callout: refused \(request.clientType) login of \(Self.printable(request.username)): \(reason)")
+            heldBack = request.username == NATSAuthCallout.serviceUsername
+                && serviceGuesses.take(request.clientHost, nowMillis: monotonicMillis()) != nil
         }
         let response = NATSAuthCallout.response(to: request, decision: decision, account: Self.account, issuerSeed: issuerSeed, nowSeconds: now)
+        guard heldBack else { return send(response, to: reply) }
+        // Off this thread, which answers every login.
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(Self.guessDelay.components.seconds * 1000))) { [self] in
+            send(response, to: reply)
+        }
+    }
+
+    private func send(_ response: [UInt8], to reply: String) {
         do {
             try connection.publish(reply, response)
         } catch {

@@ -144,6 +144,31 @@ final class NATSFlaredFixture: @unchecked Sendable {
         #expect(!view.contains("40.5"), "never stored")
     }
 
+    /// A position in clear published to an end-to-end encrypted share on the NATS cluster is refused, never stored, and
+    /// taken off the cluster's retained store (trust, second round, 2, on both brokers).
+    @Test func aClearPositionOnAnEncryptedShareDoesNotStayOnTheCluster() throws {
+        let fixture = try NATSFlaredFixture()
+        let flared = fixture.flared[0]
+        let created = try flared.request("POST", "/api/v1/shares", body: #"{"duration_s":600,"e2e":true}"#, bearer: flared.ownerKey)
+        let share = try #require(created.json as? [String: String], "\(created.text)")
+        let id = try #require(share["share_id"].flatMap { ShareID($0) })
+        let phone = try fixture.client(node: 0, share: id, token: try #require(share["device_token"]), clientID: ClientIDs.device(id))
+        #expect(phone.waitForOutcome() == .connected)
+        let clear = #"{"_type":"location","lat":47.3769,"lon":8.5417,"tst":\#(Int(Date().timeIntervalSince1970))}"#
+        try phone.mqtt.publishAndWait(topic: Topics.location(id), payload: Array(clear.utf8), qos: 1, retain: true, timeout: .seconds(10))
+        #expect(eventually { (try? flared.metrics())?.contains("flare_e2e_clear_positions_cleared_total 1") == true })
+        // What a new subscriber on another node finds retained: nothing in clear.
+        #expect(eventually {
+            guard let reader = try? Client(port: fixture.cluster.nodes[2].mqttPort, username: "flared", password: fixture.cluster.password,
+                                           clientID: "reader-\(UUID().uuidString.prefix(8))", protocolVersion: .v311),
+                  reader.waitForOutcome() == .connected, (try? reader.subscribe(Topics.shareRoot(id) + "/#")) == true,
+                  eventually(timeout: .seconds(2), { reader.messages.contains { $0.topic == Topics.status(id) && $0.retain } }) else { return false }
+            return !reader.messages.contains { $0.topic == Topics.location(id) && $0.retain && !$0.payload.isEmpty }
+        })
+        let view = try flared.request("GET", "/api/v1/shares/\(id.rawValue)", bearer: flared.ownerKey).text
+        #expect(!view.contains("47.3769"), "never stored")
+    }
+
     /// Phones reach the cluster over TLS through HAProxy (as `make cluster BROKER=nats` and deploy/compose.nats.yaml
     /// serve it): a TLS client that checks the certificate publishes a fix, stored; the plain listener is on loopback
     /// only (trust, second round, 5).

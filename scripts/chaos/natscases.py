@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.request
 
-from flarestack import HOST, NatsStack, stop_processes
+from flarestack import HOST, NatsStack, free_port, stop_processes
 
 
 def retained_on(stack, node, share_id, watch_token, topic_suffix):
@@ -135,4 +135,49 @@ def _mqtt_clients(stack):
     return ids
 
 
-CASES = [("nats: kill -9 of one node", case_node_kill9), ("nats: kill -9 of the phone's node", case_phone_node_kill9)]
+def case_logins(work, quick, bin_dir, wait_for, live_viewer):
+    """The cluster's doors (trust, second round, 5): phones over TLS only, checked against the certificate; plain MQTT
+    on loopback for flared; three passwords for flared's three logins; someone guessing flared's full-access password
+    from one address is slowed down, and cannot lock flared out."""
+    tls_port = free_port()
+    stack = NatsStack(work, bin_dir, extra_env={"FLARE_MQTT_TLS_PORT": str(tls_port)})
+    try:
+        share = stack.create_share()
+        cert = os.path.join(stack.data, "nats", "tls", "cert.pem")
+        fix = json.dumps({"_type": "location", "lat": 47.61, "lon": 11.2, "tst": int(time.time())})
+        sent = subprocess.run(["mosquitto_pub", "-h", "localhost", "-p", str(tls_port), "--cafile", cert, "-V", "mqttv311", "-q", "1",
+                               "-u", share["share_id"], "-P", share["device_token"], "-i", f"flare-{share['share_id']}-tls",
+                               "-t", f"flare/v1/shares/{share['share_id']}/location", "-m", fix], capture_output=True, text=True, timeout=30)
+        assert sent.returncode == 0, f"a phone over TLS: {sent.stderr.strip()}"
+        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes WHERE lat = 47.61")[0][0] == 1, 15, "the fix sent over TLS stored")
+        with open(os.path.join(stack.data, "nats", "haproxy.cfg")) as f:
+            config = f.read()
+        assert f"bind 127.0.0.1:{stack.mqtt_port}\n" in config, "plain MQTT is not on loopback only"
+        secrets = []
+        for name in ("password", "callout.password", "system.password"):
+            with open(os.path.join(stack.data, "nats", name)) as f:
+                secrets.append(f.read().strip())
+        assert len(set(secrets)) == 3, "flared's three NATS logins share a password"
+
+        def login(password):
+            result = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-V", "mqttv311", "-u", "flared", "-P", password,
+                                     "-i", f"chaos-guess-{time.monotonic_ns()}", "-t", "chaos/none", "-W", "5"],
+                                    capture_output=True, text=True, timeout=20)
+            return "refused" not in result.stderr.lower() and "not authori" not in result.stderr.lower()
+        assert login(secrets[0]), "flared's own password does not log in"
+        for guess in range(10):
+            assert not login(f"guess-{guess}"), "a wrong password logged in"
+        started = time.monotonic()
+        assert not login("one more guess"), "a wrong password logged in"
+        slowed = time.monotonic() - started
+        assert slowed >= 2, f"the eleventh wrong guess was answered in {slowed:.2f} s"
+        assert login(secrets[0]), "flared's own password was locked out by someone else's guesses"
+        return (f"a phone over TLS (certificate checked) stored; plain MQTT on loopback only; three distinct passwords; "
+                f"past ten wrong guesses of flared's password from one address each further one took {slowed:.1f} s, and the "
+                "right one still logs in"), {"slowed_guess_s": round(slowed, 2)}
+    finally:
+        stack.stop()
+
+
+CASES = [("nats: kill -9 of one node", case_node_kill9), ("nats: kill -9 of the phone's node", case_phone_node_kill9),
+         ("nats: attacks on the cluster's logins", case_logins)]
