@@ -34,14 +34,6 @@ public final class RateLimiter: Sendable {
         }
     }
 
-    /// Whether taking one token from `key`'s bucket now would be refused; takes nothing.
-    public func wouldRefuse(_ key: String, nowMillis: Int64) -> Bool {
-        buckets.withLock { buckets in
-            guard let bucket = buckets[key] else { return false }
-            return min(rule.burst, bucket.tokens + Double(max(0, nowMillis - bucket.updatedAt)) / 1000 * rule.ratePerSecond) < 1
-        }
-    }
-
     private static func take(_ bucket: inout Bucket, cost: Double, nowMillis: Int64, rule: Rule) -> Int? {
         let elapsed = Double(max(0, nowMillis - bucket.updatedAt)) / 1000
         bucket.tokens = min(rule.burst, bucket.tokens + elapsed * rule.ratePerSecond)

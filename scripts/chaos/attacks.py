@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from flarestack import HOST, stop_processes
+from flarestack import HOST, free_port, stop_processes
 
 
 def b64url(data):
@@ -341,7 +341,7 @@ class SlowRelay:
                     relay.received.append((time.monotonic(), list(envelope.rcpt_tos)))
                 return "250 Message accepted"
 
-        self.port = free_port_on_host()
+        self.port = free_port()
         self.controller = Controller(Handler(), hostname=HOST, port=self.port)
         self.controller.start()
 
@@ -359,13 +359,6 @@ class SlowRelay:
 
     def stop(self):
         self.controller.stop()
-
-
-def free_port_on_host():
-    import socket
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def case_mail_cannon(stack_class, wait_for, work, quick):
