@@ -53,9 +53,9 @@ let package = Package(
         .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
         // The hand writers of the hottest wire shapes (FlareAPI types written straight into bytes), beside FlareAPI and not
         // in it: FlareClient depends on FlareAPI alone.
-        .target(name: "FlareWire", dependencies: ["FlareAPI", "FlareCore"], swiftSettings: swiftSettings),
+        .target(name: "FlareWire", dependencies: ["FlareAPI", "FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
-        .target(name: "FlareStore", dependencies: ["FlareCore"], swiftSettings: swiftSettings),
+        .target(name: "FlareStore", dependencies: ["FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
 
         // The application layer, one module per thing it holds; arrows go one way: Gateway → Bridge → Shares → Events.
         // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
@@ -86,25 +86,25 @@ let package = Package(
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
-        .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
-        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport"],
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // Both brokers' access rules: mosquitto with the flare_auth plugin, and three real NATS nodes with flared's callout.
-        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite"],
+        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite", "FlareSystem"],
                     swiftSettings: swiftSettings),
     ]
 )

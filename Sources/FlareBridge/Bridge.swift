@@ -29,6 +29,9 @@ public final class Bridge: Sendable {
     private let membershipStop = Atomic<Bool>(false)
     /// Puts back the retained state a crashed broker forgot (one instance at a time does it).
     private let keeper: BrokerStateKeeper
+    /// What is stored (heartbeats, registrations) and the heartbeat's pace read this clock; waiting for the broker
+    /// itself (a takeover, a drained queue) follows the system's time, which no test clock makes the broker keep.
+    private let clock: any Clock
 
     /// How long without a heartbeat before another instance takes this one's session over (FLARE_INSTANCE_STALE_AFTER_S),
     /// and how often an instance says it is alive: a quarter of that, at most every 5 s.
@@ -42,7 +45,8 @@ public final class Bridge: Sendable {
     ///     several instances share one.
     ///   - options: the client's options (its client id is this instance's name in the store).
     public init(client: MQTTClient, options: MQTTClient.Options, store: any InstanceRecords & LeaseRecords, ingestor: FixIngestor, shares: ShareService, subscription: String,
-                staleAfterSeconds: Int64, metrics: Metrics, logger: Logger) {
+                staleAfterSeconds: Int64, clock: any Clock, metrics: Metrics, logger: Logger) {
+        self.clock = clock
         self.subscription = subscription
         self.staleAfterMillis = staleAfterSeconds * 1000
         self.options = options
@@ -55,7 +59,7 @@ public final class Bridge: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.store = store
-        keeper = .keeping(client, options: options, publisher: client, store: store, shares: shares, metrics: metrics, logger: logger)
+        keeper = .keeping(client, options: options, publisher: client, store: store, shares: shares, clock: clock, metrics: metrics, logger: logger)
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
         metrics.registerGauge(FlareMetrics.brokerRateDisconnects) { [brokerStats] in Double(brokerStats.rateDisconnects.load(ordering: .relaxed)) }
         metrics.register(FlareMetrics.ownPositionsSkipped)
@@ -77,7 +81,7 @@ public final class Bridge: Sendable {
         while !registered && monotonicMillis() < giveUpAt {
             // A holder on this machine whose process is gone (killed, crashed) is no holder: restart at once.
             let holderIsDead = try store.instanceProcess(options.clientID).map(isDeadLocalProcess) ?? false
-            registered = try store.registerInstance(options.clientID, process: process, now: SystemWallClock().now(),
+            registered = try store.registerInstance(options.clientID, process: process, now: clock.now(),
                                                     staleAfter: holderIsDead ? 0 : staleAfterMillis)
             if !registered { usleep(1_000_000) }
         }
@@ -138,10 +142,10 @@ public final class Bridge: Sendable {
     /// member of the shared subscription keeps its turn, and its queue grows, until a client with its id returns.
     public func startMembership() {
         let started = NamedThread.start(name: "flare-members") { [self] in
-            var next = monotonicMillis()
+            var next = clock.monotonicMillis()
             while !membershipStop.load(ordering: .relaxed) {
-                if monotonicMillis() >= next {
-                    next = monotonicMillis() + heartbeatMillis
+                if clock.monotonicMillis() >= next {
+                    next = clock.monotonicMillis() + heartbeatMillis
                     beat()
                 }
                 usleep(200_000)
@@ -151,7 +155,7 @@ public final class Bridge: Sendable {
     }
 
     private func beat() {
-        let now = SystemWallClock().now()
+        let now = clock.now()
         do {
             if try !store.heartbeat(options.clientID, process: process, now: now) {
                 // Someone took this id over while we could not say we were alive (a long store outage): take it back.

@@ -67,9 +67,9 @@ extension BrokerStateKeeper {
     /// The keeper of a bridge's broker connection: its epoch mark goes out through `publisher`, is read back by a probe
     /// on `options` (`<client id>-epoch`), and the lease is held under the client id. Both brokers' bridges use it.
     public static func keeping(_ client: MQTTClient, options: MQTTClient.Options, publisher: any BrokerPublisher, store: any LeaseRecords,
-                               shares: ShareService, metrics: Metrics, logger: Logger) -> BrokerStateKeeper {
+                               shares: ShareService, clock: any Clock, metrics: Metrics, logger: Logger) -> BrokerStateKeeper {
         BrokerStateKeeper(store: store, shares: shares, publisher: publisher, reader: BrokerEpochProbe(bridgeOptions: options),
                           holder: options.clientID, connection: { [client] in client.connectionNumber },
-                          clock: SystemWallClock(), metrics: metrics, logger: logger.with(label: "keeper"))
+                          clock: clock, metrics: metrics, logger: logger.with(label: "keeper"))
     }
 }

@@ -55,7 +55,7 @@ public final class BrokerStateKeeper: Sendable {
     private let reader: any BrokerEpochReading
     private let connection: @Sendable () -> Int?
     private let holder: String
-    private let clock: any WallClock
+    private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger
     private let state = Mutex(State())
@@ -70,7 +70,7 @@ public final class BrokerStateKeeper: Sendable {
     ///   - connection: which connection `publisher` has to the broker now (a number that changes at each
     ///     reconnection), nil while it has none.
     public init(store: any LeaseRecords, shares: ShareService, publisher: any BrokerPublisher, reader: any BrokerEpochReading, holder: String,
-                connection: @escaping @Sendable () -> Int?, clock: any WallClock, metrics: Metrics, logger: Logger) {
+                connection: @escaping @Sendable () -> Int?, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.shares = shares
         self.store = store
         self.publisher = publisher
@@ -103,14 +103,14 @@ public final class BrokerStateKeeper: Sendable {
     /// (a shutdown must not hang on it; the lease then runs out by itself).
     public func stop() {
         stopping.store(true, ordering: .relaxed)
-        let deadline = monotonicMillis() + 1_000
-        while !finished.load(ordering: .relaxed) && monotonicMillis() < deadline { usleep(10_000) }
+        let deadline = clock.monotonicMillis() + 1_000
+        while !finished.load(ordering: .relaxed) && clock.monotonicMillis() < deadline { usleep(10_000) }
     }
 
     /// One round of the job: hold the lease, check the mark after a (re)connection, or raise it when it is time.
     /// Called by the keeper's thread a few times a second (and by tests directly).
     func step() {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         guard holdLease(now: now), let current = connection() else { return }
         let (needsCheck, due) = state.withLock { ($0.needsCheck || $0.checkedConnection != current, now >= $0.nextEpochAt) }
         if needsCheck {
@@ -184,7 +184,7 @@ public final class BrokerStateKeeper: Sendable {
             return
         }
         logger.warning("the broker's epoch mark is \(shown.map { "\($0)" } ?? "missing"), the store's \(expected): the broker lost retained messages (a crash since its last save); publishing every share's retained status and last position again")
-        let startedAt = monotonicMillis()
+        let startedAt = clock.monotonicMillis()
         guard let restored = shares.restoreBrokerState(window: Self.restoreWindow, timeout: Self.acknowledgementTimeout) else {
             warn("restore", "the restore was interrupted (broker or store unavailable); starting again")
             return
@@ -204,7 +204,7 @@ public final class BrokerStateKeeper: Sendable {
         }
         metrics.increment(FlareMetrics.brokerRestores)
         metrics.increment(FlareMetrics.brokerRestoredMessages, by: Double(restored.messages))
-        let millis = monotonicMillis() - startedAt
+        let millis = clock.monotonicMillis() - startedAt
         logger.info("restored \(restored.shares) shares' retained state on the broker (\(restored.messages) messages, \(millis / 1000).\(millis % 1000 / 100) s\(corrected > 0 ? "; \(corrected) changed meanwhile and were announced again" : ""))")
     }
 
@@ -212,7 +212,7 @@ public final class BrokerStateKeeper: Sendable {
     /// when the broker dies is re-sent to the restarted broker, which would then show a mark it has not earned), then
     /// a QoS 1 message after it, whose acknowledgement says that the broker has processed the mark.
     private func warn(_ key: String, _ message: @autoclosure () -> String) {
-        if warningLimiter.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+        if warningLimiter.take(key, nowMillis: clock.monotonicMillis()) == nil { logger.warning(message()) }
     }
 
     private func publishEpoch(_ epoch: Int64) -> Bool {

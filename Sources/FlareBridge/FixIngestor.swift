@@ -32,7 +32,7 @@ public final class FixIngestor: Sendable {
     private let shares: ShareService
     private let metrics: Metrics
     private let logger: Logger
-    private let clock: any WallClock
+    private let clock: any Clock
     private let parser: LocationPayloadParser
     private let queue: BlockingQueue<Item>
     private let batchSize: Int
@@ -49,7 +49,7 @@ public final class FixIngestor: Sendable {
     /// A flood of bad messages must not become a flood of log lines: a few per reason per second, the rest counted.
     private let rejectLogLimiter = RateLimiter(rule: .init(ratePerSecond: 1, burst: 10), maximumKeys: 64)
 
-    public init(store: any FixRecords & StoreHealth, shares: ShareService, metrics: Metrics, logger: Logger, clock: any WallClock,
+    public init(store: any FixRecords & StoreHealth, shares: ShareService, metrics: Metrics, logger: Logger, clock: any Clock,
                 parser: LocationPayloadParser, queueCapacity: Int = 8192, batchSize: Int = 8192,
                 minimumCommitIntervalMillis: Int = 2, gatherThreshold: Int = 256, gatherMillis: Int = 20) {
         self.store = store
@@ -147,7 +147,7 @@ public final class FixIngestor: Sendable {
         while true {
             do { return .some(try shares.ingestContext(id)) } catch {
                 storeHealthy.store(false, ordering: .relaxed)
-                if rejectLogLimiter.take("lookup", nowMillis: monotonicMillis()) == nil {
+                if rejectLogLimiter.take("lookup", nowMillis: clock.monotonicMillis()) == nil {
                     logger.warning("cannot look up share \(id.rawValue) for a fix (\(error)); holding the message until the store answers")
                 }
             }
@@ -184,7 +184,7 @@ public final class FixIngestor: Sendable {
 
     private func reject(_ reason: RejectReason, share: ShareID?) -> RejectReason {
         metrics.increment(FlareMetrics.fixesRejected, labels: [("reason", reason.rawValue)])
-        if reason != .ignoredType, rejectLogLimiter.take(reason.rawValue, nowMillis: monotonicMillis()) == nil {
+        if reason != .ignoredType, rejectLogLimiter.take(reason.rawValue, nowMillis: clock.monotonicMillis()) == nil {
             logger.info("rejected message on share \(share?.rawValue ?? "-"): \(reason.rawValue)")
         }
         return reason
@@ -248,7 +248,7 @@ public final class FixIngestor: Sendable {
     /// messages): nothing more arrives until the commit is done. So the pacing only groups QoS 0 floods.
     private func gather(_ batch: inout [Item], lastCommitStart: Int64, previousBatchCount: Int) {
         if queue.isAwaitingProcessing { return }
-        let sinceLastCommit = monotonicMillis() - lastCommitStart
+        let sinceLastCommit = clock.monotonicMillis() - lastCommitStart
         if previousBatchCount >= Self.busyBatchCount, sinceLastCommit < Int64(minimumCommitIntervalMillis) {
             var pauseMicros = (minimumCommitIntervalMillis - Int(sinceLastCommit)) * 1000
             while pauseMicros > 0, !queue.isAwaitingProcessing {
@@ -276,7 +276,7 @@ public final class FixIngestor: Sendable {
             var batch = queue.takeBatch(maximum: batchSize)
             if batch.isEmpty { break }
             gather(&batch, lastCommitStart: lastCommitStart, previousBatchCount: previousBatchCount)
-            lastCommitStart = monotonicMillis()
+            lastCommitStart = clock.monotonicMillis()
             previousBatchCount = batch.count
             batchBeingWritten.store(batch.count, ordering: .relaxed)
             defer { batchBeingWritten.store(0, ordering: .relaxed) }

@@ -1,3 +1,4 @@
+import FlareSystem
 /// What a family member can answer the person who shared, in one tap.
 public enum AnswerKind: String, Sendable, CaseIterable {
     case onMyWay = "on_my_way"

@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareSystem
 
 /// Why a message on a location topic did not become a stored fix. The raw value is the metrics label and the
 /// log word; none of them carries the payload or a coordinate.

@@ -1,6 +1,7 @@
 import FlareAPI
 #if canImport(Glibc)
 import Glibc
+import FlareSystem
 #endif
 
 /// A value-type logger. Messages are autoclosures, so nothing is built below the level. By rule, callers never
@@ -23,9 +24,9 @@ public struct Logger: Sendable {
 
     public let label: String
     public var level: Level
-    private let clock: any WallClock
+    private let clock: any Clock
 
-    public init(label: String, level: Level = .info, clock: any WallClock = SystemWallClock()) {
+    public init(label: String, level: Level = .info, clock: any Clock = SystemClock()) {
         self.label = label
         self.level = level
         self.clock = clock

@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareSystem
 
 /// Marks the positions flared publishes itself on a location topic (a fix that came over HTTP, a restored last
 /// position) where the broker cannot carry `Topics.originProperty`: MQTT 3.1.1 has no user properties, and the NATS

@@ -1,3 +1,4 @@
+import FlareSystem
 /// What an owner key may do beyond its own shares' lifecycle. An admin key sees and controls every share; any other
 /// sees only the shares it created, within these limits (nil: no limit of that kind).
 public struct KeyLimits: Sendable, Equatable {

@@ -1,3 +1,4 @@
+import FlareSystem
 /// How a share ended.
 public enum EndReason: String, Sendable {
     case expired, stopped

@@ -1,5 +1,6 @@
 import FlareAPI
 import FlareCrypto
+import FlareSystem
 
 /// What happened to a share, for integrators: published on `flare/v1/shares/{id}/events` and sent to webhooks.
 public enum ShareEventType: String, Sendable, CaseIterable {

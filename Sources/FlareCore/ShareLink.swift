@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareSystem
 
 /// A personal link's id: 16 random bytes in base64url (22 characters). Named in events and the audience, never a
 /// capability: the link's view token is.

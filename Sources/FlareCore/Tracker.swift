@@ -1,4 +1,5 @@
 import FlareAPI
+import FlareSystem
 
 /// Whether the phone (or tracker) of a share is reporting.
 public enum TrackerState: String, Sendable, CaseIterable {

@@ -103,7 +103,7 @@ public final class EventDeliverer: @unchecked Sendable {
     private let mailing: ContactMailing?
     private let sealer: WebhookSecretSealer
     private let holder: String
-    private let clock: any WallClock
+    private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger
     private let lock = ConditionLock(conditions: 2)
@@ -119,7 +119,7 @@ public final class EventDeliverer: @unchecked Sendable {
     public init(store: any EventRecords & KeyRecords & LeaseRecords, publisher: any BrokerPublisher, poster: any WebhookPosting,
                 resolver: any HostResolving = SystemHostResolver(), requestTimeout: Duration = defaultRequestTimeout,
                 serverWebhook: ServerWebhook?, mailing: ContactMailing? = nil, sealer: WebhookSecretSealer, holder: String,
-                clock: any WallClock, metrics: Metrics, logger: Logger) {
+                clock: any Clock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.publisher = publisher
         self.poster = poster
@@ -146,11 +146,11 @@ public final class EventDeliverer: @unchecked Sendable {
     public func start() {
         let reader = NamedThread.start(name: "flare-events") { [self] in
             while !isStopping {
-                let readAt = monotonicMillis()
+                let readAt = clock.monotonicMillis()
                 step()
                 // Wakes within `coalesceMillis` of a read wait for the next: while events come fast (thousands of shares
                 // created a second), each read takes many, rather than one read (and one transaction) per event.
-                usleep(UInt32(max(0, Self.coalesceMillis - (monotonicMillis() - readAt)) * 1000))
+                usleep(UInt32(max(0, Self.coalesceMillis - (clock.monotonicMillis() - readAt)) * 1000))
                 lock.withLock {
                     if !state.woken && !state.stopping { lock.wait(0, timeout: .milliseconds(1_000 - Self.coalesceMillis)) }
                     state.woken = false
@@ -189,8 +189,8 @@ public final class EventDeliverer: @unchecked Sendable {
             lock.broadcast(0)
             lock.broadcast(1)
         }
-        let deadline = monotonicMillis() + 1_000
-        while !lock.withLock({ state.readerFinished }) && monotonicMillis() < deadline { usleep(10_000) }
+        let deadline = clock.monotonicMillis() + 1_000
+        while !lock.withLock({ state.readerFinished }) && clock.monotonicMillis() < deadline { usleep(10_000) }
     }
 
     private var isStopping: Bool { lock.withLock { state.stopping } }
@@ -200,7 +200,7 @@ public final class EventDeliverer: @unchecked Sendable {
     /// another instance holds the lease, or the store could not be asked; the next round tries again).
     @discardableResult
     func step() -> Bool {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         guard holdLease(now: now) else { return false }
         let backlogDue: Bool = lock.withLock {
             guard now >= state.nextBacklogAt else { return false }
@@ -253,7 +253,7 @@ public final class EventDeliverer: @unchecked Sendable {
     /// resting, up to `laneBatch` of them, in order (call with the lock held). `markBusy`: skip lanes a worker is on,
     /// and mark this one so.
     private func takeBatch(for crew: Crew?, markBusy: Bool) -> (EventDestination, [OutboxDelivery])? {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         // Keys in turn first, then the lanes of the chosen key in turn (turns compared as (key's, lane's)).
         var chosen: (destination: EventDestination, key: Int64?, turn: (key: Int, lane: Int))?
         for (destination, lane) in state.lanes where !lane.isEmpty && crew?.takes(destination) ?? true {
@@ -308,7 +308,7 @@ public final class EventDeliverer: @unchecked Sendable {
                 for delivery in batch { failed(delivery, .failed("the broker did not acknowledge it")) }
             }
         } else {
-            let turnEnds = monotonicMillis() + Self.turnMillis
+            let turnEnds = clock.monotonicMillis() + Self.turnMillis
             var answered = false, unreachable = false
             for (index, delivery) in batch.enumerated() {
                 if let target = MailTarget(destination) {
@@ -322,7 +322,7 @@ public final class EventDeliverer: @unchecked Sendable {
                     case .delivered, .failed, .dropped: answered = true
                     case .unreachable: unreachable = true
                     }
-                    if unreachable || monotonicMillis() >= turnEnds {
+                    if unreachable || clock.monotonicMillis() >= turnEnds {
                         untried = Array(batch.dropFirst(index + 1))
                         break
                     }
@@ -339,7 +339,7 @@ public final class EventDeliverer: @unchecked Sendable {
                 case .unreachable: unreachable = true
                 case .dropped: break
                 }
-                if unreachable || monotonicMillis() >= turnEnds {
+                if unreachable || clock.monotonicMillis() >= turnEnds {
                     untried = Array(batch.dropFirst(index + 1))
                     break
                 }
@@ -368,7 +368,7 @@ public final class EventDeliverer: @unchecked Sendable {
         lock.withLock {
             let times = (state.resting[destination]?.times ?? 0) + 1
             let millis = min(Self.firstRestMillis << Int64(min(times - 1, 16)), Self.longestRestMillis)
-            state.resting[destination] = (monotonicMillis() + millis, times)
+            state.resting[destination] = (clock.monotonicMillis() + millis, times)
         }
     }
 
@@ -568,7 +568,7 @@ public final class EventDeliverer: @unchecked Sendable {
     }
 
     private func warn(_ key: String, _ message: @autoclosure () -> String) {
-        if warningLimiter.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+        if warningLimiter.take(key, nowMillis: clock.monotonicMillis()) == nil { logger.warning(message()) }
     }
 }
 

@@ -22,6 +22,7 @@ package final class HostLookups: @unchecked Sendable {
     }
 
     private let resolver: any HostResolving
+    private let clock: any Clock
     private let limit: Int
     private let keepMillis: Int64
     private let lock = ConditionLock()
@@ -32,8 +33,9 @@ package final class HostLookups: @unchecked Sendable {
     ///     names that never answer cannot pile up threads.
     ///   - keepMillis: how long an answer is kept for the next caller. Where the address rule is concerned this is
     ///     only a first check: every delivery looks the name up again and connects to what it checked then.
-    package init(resolver: any HostResolving, limit: Int = 4, keepMillis: Int64 = 30_000) {
+    package init(resolver: any HostResolving, clock: any Clock, limit: Int = 4, keepMillis: Int64 = 30_000) {
         self.resolver = resolver
+        self.clock = clock
         self.limit = limit
         self.keepMillis = keepMillis
     }
@@ -43,7 +45,7 @@ package final class HostLookups: @unchecked Sendable {
         let name = host.lowercased()
         enum Step { case answered([IPAddress]), start, wait, full }
         let step: Step = lock.withLock {
-            let now = monotonicMillis()
+            let now = clock.monotonicMillis()
             state.answers = state.answers.filter { now - $0.value.at < keepMillis }
             if let kept = state.answers[name] { return .answered(kept.addresses) }
             if state.pending.contains(name) { return .wait }
@@ -61,7 +63,7 @@ package final class HostLookups: @unchecked Sendable {
                 lock.withLock {
                     state.pending.remove(name)
                     if state.answers.count >= 1_000 { state.answers.removeAll(keepingCapacity: true) }
-                    state.answers[name] = (found, monotonicMillis())
+                    state.answers[name] = (found, clock.monotonicMillis())
                     lock.broadcast()
                 }
             }

@@ -21,7 +21,7 @@ extension Gateway {
             let name = link?.name ?? typed
             // A few answers a minute per address and link: enough for a family, too few to bury the real ones.
             let client = clientKey(request)
-            let key = client + " " + snapshot.share.id.rawValue, now = monotonicMillis()
+            let key = client + " " + snapshot.share.id.rawValue, now = clock.monotonicMillis()
             if let wait = answerLimiter.take(key, nowMillis: now) {
                 metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "answers")])
                 return APIError.rateLimited(retryAfter: wait).response

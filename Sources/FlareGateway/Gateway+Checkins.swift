@@ -12,7 +12,7 @@ import FoundationEssentials
 extension Gateway {
     func armCheckin(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let key = try contactsCaller(request)
-        if let wait = checkinLimiter.take(String(key.id), nowMillis: monotonicMillis()) {
+        if let wait = checkinLimiter.take(String(key.id), nowMillis: clock.monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "checkins")])
             throw .rateLimited(retryAfter: wait)
         }
@@ -83,7 +83,7 @@ extension Gateway {
     }
 
     private func limitDevice(_ caller: Caller, _ checkin: Checkin) throws(APIError) {
-        guard caller == .device, let wait = deviceExtendLimiter.take("checkin:" + checkin.id.rawValue, nowMillis: monotonicMillis()) else { return }
+        guard caller == .device, let wait = deviceExtendLimiter.take("checkin:" + checkin.id.rawValue, nowMillis: clock.monotonicMillis()) else { return }
         metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "checkins")])
         throw .rateLimited(retryAfter: wait)
     }

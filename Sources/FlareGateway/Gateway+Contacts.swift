@@ -13,7 +13,7 @@ import FoundationEssentials
 extension Gateway {
     func createContact(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let key = try contactsCaller(request)
-        if let wait = contactLimiter.take(String(key.id), nowMillis: monotonicMillis()) {
+        if let wait = contactLimiter.take(String(key.id), nowMillis: clock.monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "contacts")])
             throw .rateLimited(retryAfter: wait)
         }

@@ -57,7 +57,7 @@ extension Gateway {
 
     /// 429 once the share's devices have sent more fixes over HTTP than `FLARE_FIX_RATE_PER_SHARE` allows (nil: go on).
     func overFixRate(_ id: ShareID) -> APIError? {
-        guard let wait = fixLimiter.take(id.rawValue, nowMillis: monotonicMillis()) else { return nil }
+        guard let wait = fixLimiter.take(id.rawValue, nowMillis: clock.monotonicMillis()) else { return nil }
         metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "share")])
         return .rateLimited(retryAfter: wait)
     }

@@ -168,7 +168,7 @@ extension Gateway {
     /// `unauthorized`, charged to the caller's address like an unknown link, and `rateLimited` once that is used up.
     func unknownCredential(_ request: HTTPRequest) -> APIError {
         let client = clientKey(request)
-        if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: monotonicMillis()) {
+        if let wait = addressLimiter.take(client, cost: configuration.unknownTokenCost, nowMillis: clock.monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return .rateLimited(retryAfter: wait)
         }

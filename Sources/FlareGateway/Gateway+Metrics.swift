@@ -33,14 +33,14 @@ extension Gateway {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("Bearer "),
               SecretHash(of: String(authorization.dropFirst("Bearer ".count))).matches(expected) else {
             // A wrong guess costs its address several requests' worth.
-            _ = metricsLimiter.take(clientKey(request), cost: configuration.unknownTokenCost, nowMillis: monotonicMillis())
+            _ = metricsLimiter.take(clientKey(request), cost: configuration.unknownTokenCost, nowMillis: clock.monotonicMillis())
             return APIError.unauthorized.response
         }
         return metricsText()
     }
 
     private func metricsRateLimited(_ request: HTTPRequest) -> HTTPResponse? {
-        guard let wait = metricsLimiter.take(clientKey(request), nowMillis: monotonicMillis()) else { return nil }
+        guard let wait = metricsLimiter.take(clientKey(request), nowMillis: clock.monotonicMillis()) else { return nil }
         metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "metrics")])
         return APIError.rateLimited(retryAfter: wait).response
     }

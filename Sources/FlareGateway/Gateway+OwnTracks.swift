@@ -120,7 +120,7 @@ extension APIError {
 /// (`OwnTracksConfiguration.stopReporting`): no alert, nothing left retrying. Wrong credentials are a 401.
 extension Gateway {
     func ownTracksHTTP(_ request: HTTPRequest, id text: String) -> HTTPResponse {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         var found: ShareLookup?
         if let id = ShareID(text), let token = Self.basicPassword(request, username: id.rawValue), shares.isDeviceToken(token, of: id) {
             // A 503, which both apps retry, never the 401 that would have the person re-enter the password.

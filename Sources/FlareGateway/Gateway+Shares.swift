@@ -232,7 +232,7 @@ extension Gateway {
         guard let id = ShareID(text) else { throw .shareNotFound }
         guard let caller = try authenticate(request, share: id, allowDevice: true) else { throw .unauthorized }
         guard try lookUp(id).map({ caller.sees($0.share) }) ?? true else { throw .shareNotFound }
-        if caller == .device, let wait = deviceExtendLimiter.take(id.rawValue, nowMillis: monotonicMillis()) {
+        if caller == .device, let wait = deviceExtendLimiter.take(id.rawValue, nowMillis: clock.monotonicMillis()) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "extend")])
             throw .rateLimited(retryAfter: wait)
         }

@@ -23,7 +23,7 @@ extension Gateway {
     /// unknown token costs its caller several requests' worth.
     func lookUpLink(_ request: HTTPRequest, token: String, notFound: () -> HTTPResponse,
                     fromMemory: (SecretHash) -> HTTPResponse? = { _ in nil }) -> LinkLookup {
-        let client = clientKey(request), now = monotonicMillis()
+        let client = clientKey(request), now = clock.monotonicMillis()
         if let wait = addressLimiter.take(client, nowMillis: now) {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "address")])
             return .answered(APIError.rateLimited(retryAfter: wait).response)

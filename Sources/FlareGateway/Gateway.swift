@@ -30,7 +30,7 @@ public final class Gateway: Sendable {
     let metrics: Metrics
     private let requestCounters: [Int: Metrics.Counter]
     let logger: Logger
-    let clock: any WallClock
+    let clock: any Clock
     let health: @Sendable () -> HealthReport
     let assets: ViewerAssets
     let addressLimiter: RateLimiter
@@ -58,7 +58,7 @@ public final class Gateway: Sendable {
     let parser: LocationPayloadParser
 
     public init(configuration: GatewayConfiguration, shares: ShareService, ingestor: FixIngestor, metrics: Metrics, logger: Logger,
-                clock: any WallClock, parser: LocationPayloadParser,
+                clock: any Clock, parser: LocationPayloadParser,
                 health: @escaping @Sendable () -> HealthReport) throws(ViewerAssets.LoadError) {
         self.configuration = configuration
         self.shares = shares
@@ -99,7 +99,7 @@ public final class Gateway: Sendable {
     }
 
     func noteStoreFailure(_ message: @autoclosure () -> String) {
-        if storeFailureLog.take("store", nowMillis: monotonicMillis()) == nil { logger.error(message()) }
+        if storeFailureLog.take("store", nowMillis: clock.monotonicMillis()) == nil { logger.error(message()) }
     }
 
     /// Ends every live stream (the drain before the HTTP server stops).

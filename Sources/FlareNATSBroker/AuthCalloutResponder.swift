@@ -19,7 +19,7 @@ public final class AuthCalloutResponder: Sendable {
     private let servicePassword: [UInt8]
     private let issuerSeed: [UInt8]
     private let shares: any ShareRecords
-    private let clock: any WallClock
+    private let clock: any Clock
     private let logger: Logger
     /// Wrong passwords for flared's full-access login, per client address: 10 at once, then one a minute. Past that each
     /// further wrong one is answered only after `guessDelay`, so one connection tries one password in that time; the
@@ -32,7 +32,7 @@ public final class AuthCalloutResponder: Sendable {
     /// Connects to the cluster as the callout's own user (`flare-auth`, in the AUTH account, with `calloutPassword`) and
     /// starts answering; `servicePassword` is flared's own full-access login's, which only this checks.
     public init(servers: [String], calloutPassword: String, servicePassword: String, issuerSeed: [UInt8], tokenKey: [UInt8],
-                shares: any ShareRecords, clock: any WallClock, logger: Logger, instanceName: String) throws(NATSError) {
+                shares: any ShareRecords, clock: any Clock, logger: Logger, instanceName: String) throws(NATSError) {
         self.tokenKey = tokenKey
         self.servicePassword = Array(servicePassword.utf8)
         self.issuerSeed = issuerSeed
@@ -70,7 +70,7 @@ public final class AuthCalloutResponder: Sendable {
             // The username is a share id or a service name, never a secret; the password is never logged.
             logger.info("auth callout: refused \(request.clientType) login of \(Self.printable(request.username)): \(reason)")
             heldBack = request.username == NATSAuthCallout.serviceUsername
-                && serviceGuesses.take(request.clientHost, nowMillis: monotonicMillis()) != nil
+                && serviceGuesses.take(request.clientHost, nowMillis: clock.monotonicMillis()) != nil
         }
         let response = NATSAuthCallout.response(to: request, decision: decision, account: Self.account, issuerSeed: issuerSeed, nowSeconds: now)
         guard heldBack else { return send(response, to: reply) }

@@ -20,7 +20,7 @@ public final class NATSBridge: Sendable {
     private let logger: Logger
 
     public init(responder: AuthCalloutResponder, client: MQTTClient, options: MQTTClient.Options, publisher: NATSPublisher, ingest: NATSIngest,
-                sessions: NATSSessions, names: NATSAuthCallout.LoginNames, store: any LeaseRecords, shares: ShareService, metrics: Metrics, logger: Logger) {
+                sessions: NATSSessions, names: NATSAuthCallout.LoginNames, store: any LeaseRecords, shares: ShareService, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.responder = responder
         self.sessions = sessions
         self.names = names
@@ -28,7 +28,7 @@ public final class NATSBridge: Sendable {
         self.ingest = ingest
         self.shares = shares
         self.logger = logger
-        keeper = .keeping(client, options: options, publisher: publisher, store: store, shares: shares, metrics: metrics, logger: logger)
+        keeper = .keeping(client, options: options, publisher: publisher, store: store, shares: shares, clock: clock, metrics: metrics, logger: logger)
         metrics.registerGauge(FlareMetrics.mqttConnected) { [client] in client.isConnected ? 1 : 0 }
     }
 

@@ -38,12 +38,12 @@ public final class NATSIngest: Sendable {
     private let replayLog = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 4)
     private let sessions: NATSSessions
     private let names: NATSAuthCallout.LoginNames
-    private let clock: any WallClock
+    private let clock: any Clock
     let rateDisconnects = Atomic<Int>(0)
 
     /// `connection` logs in as flared's service account (it lands in the APP account, where the MQTT layer's streams are).
     public init(connection: NATSConnection, ingestor: FixIngestor, shares: ShareService, mark: OwnPositionMark, ackWait: Duration = .seconds(10),
-                fixRate: RateLimiter.Rule, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any WallClock, metrics: Metrics,
+                fixRate: RateLimiter.Rule, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any Clock, metrics: Metrics,
                 logger: Logger) {
         self.connection = connection
         self.clock = clock
@@ -94,8 +94,8 @@ public final class NATSIngest: Sendable {
                                                     ackWait: ackWait, maxAckPending: 4096)
                     logger.info("reading fixes from the cluster's MQTT stream (\(Self.stream), durable consumer \(Self.durable))")
                 } catch {
-                    if monotonicMillis() - lastComplaint > 10_000 {
-                        lastComplaint = monotonicMillis()
+                    if clock.monotonicMillis() - lastComplaint > 10_000 {
+                        lastComplaint = clock.monotonicMillis()
                         logger.warning("cannot bind the cluster's MQTT stream yet (\(error)); trying again")
                     }
                     sleepMillis(250)
@@ -107,8 +107,8 @@ public final class NATSIngest: Sendable {
                 batch = try bound.fetch(batch: 512, timeout: .milliseconds(500))
                 failures = 0
             } catch {
-                if monotonicMillis() - lastComplaint > 10_000 {
-                    lastComplaint = monotonicMillis()
+                if clock.monotonicMillis() - lastComplaint > 10_000 {
+                    lastComplaint = clock.monotonicMillis()
                     logger.warning("reading the cluster's MQTT stream failed (\(error)); trying again")
                 }
                 // A consumer that keeps failing may be gone (a cluster that lost its stores): bind it anew, which makes it
@@ -139,7 +139,7 @@ public final class NATSIngest: Sendable {
     /// The rate first: a marked message counts against its share's rate as any other (a phone cannot flood the
     /// cluster with copies of flared's own messages); then the mark (`OwnPositionMark.verdict`).
     private func take(topic: String, payload: [UInt8]) {
-        if let share = Topics.shareID(fromLocationTopic: topic), fixRate.take(share.rawValue, nowMillis: monotonicMillis()) != nil {
+        if let share = Topics.shareID(fromLocationTopic: topic), fixRate.take(share.rawValue, nowMillis: clock.monotonicMillis()) != nil {
             cutOff(share)
         }
         switch mark.verdict(on: payload, topic: topic, now: clock.now()) {
@@ -150,7 +150,7 @@ public final class NATSIngest: Sendable {
             // Someone published a copy of flared's message again: not a fix, and the broker's retained position is
             // put back to the newest stored.
             metrics.increment(FlareMetrics.ownPositionReplays)
-            if replayLog.take("replay", nowMillis: monotonicMillis()) == nil { logger.warning("a copy of flared's own position was published again on \(topic); dropped") }
+            if replayLog.take("replay", nowMillis: clock.monotonicMillis()) == nil { logger.warning("a copy of flared's own position was published again on \(topic); dropped") }
             shares.ownPositionReplayed(topic: topic)
         case .unmarked:
             _ = ingestor.handle(topic: topic, payload: payload, retained: false)
@@ -159,7 +159,7 @@ public final class NATSIngest: Sendable {
 
     /// Ends the share's device connections (not its watchers'), off the ingest's thread.
     private func cutOff(_ share: ShareID) {
-        guard rateCuts.take(share.rawValue, nowMillis: monotonicMillis()) == nil else { return }
+        guard rateCuts.take(share.rawValue, nowMillis: clock.monotonicMillis()) == nil else { return }
         let name = names.name(share)
         _ = NamedThread.start(name: "flare-rate-cut") { [self] in
             do {

@@ -13,10 +13,10 @@ public final class NATSPublisher: BrokerPublisher {
     private let mark: OwnPositionMark
     private let sessions: NATSSessions
     private let names: NATSAuthCallout.LoginNames
-    private let clock: any WallClock
+    private let clock: any Clock
     private let logger: Logger
 
-    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any WallClock, logger: Logger) {
+    public init(client: MQTTClient, mark: OwnPositionMark, sessions: NATSSessions, names: NATSAuthCallout.LoginNames, clock: any Clock, logger: Logger) {
         self.client = client
         self.mark = mark
         self.clock = clock

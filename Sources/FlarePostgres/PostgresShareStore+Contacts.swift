@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension PostgresShareStore: ContactRecords {
     public func insertContact(_ contact: Contact, limit: Int) throws(StoreError) -> Bool {

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension PostgresShareStore: KeyRecords {
     public func keysWithWorkToStop() throws(StoreError) -> [Int64] {

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension PostgresShareStore: LinkRecords {
     public func insertLinks(_ links: [ShareLink], events: [PendingEvent]) throws(StoreError) -> Bool {

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension PostgresShareStore: ShareRecords {
     @discardableResult

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension PostgresShareStore: TrackerRecords {
     public func recordTracker(row: Int64, _ record: TrackerRecord, condition: TrackerCondition, event: PendingEvent?) throws(StoreError) -> Bool {

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension SQLiteShareStore: AudienceRecords {
     public func noteViewer(row: Int64, viewer: SecretHash, link: LinkID?, at: UnixMillis, firstViewEvent: PendingEvent?) throws(StoreError) -> Bool {

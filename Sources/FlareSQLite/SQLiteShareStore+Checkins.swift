@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension SQLiteShareStore: CheckinRecords {
     public func insertCheckin(_ checkin: Checkin) throws(StoreError) {

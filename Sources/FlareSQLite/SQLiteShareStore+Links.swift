@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension SQLiteShareStore: LinkRecords {
     /// One SQLite file serves one instance: no other instance is to be told that the share's links changed.

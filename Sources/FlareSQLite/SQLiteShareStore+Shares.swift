@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 extension SQLiteShareStore: ShareRecords {
     /// Committed with the creations that arrive at the same time (`GroupCommit`).

@@ -35,12 +35,12 @@ public final class CheckinWatcher: Sendable {
     private let shares: ShareService
     private let store: any CheckinRecords & FixRecords & LeaseRecords
     private let holder: String
-    private let clock: any WallClock
+    private let clock: any Clock
     private let logger: Logger
     private let state = Mutex(State())
     private let warnings = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 8)
 
-    public init(shares: ShareService, store: any CheckinRecords & FixRecords & LeaseRecords, holder: String, clock: any WallClock, logger: Logger) {
+    public init(shares: ShareService, store: any CheckinRecords & FixRecords & LeaseRecords, holder: String, clock: any Clock, logger: Logger) {
         self.shares = shares
         self.store = store
         self.holder = holder
@@ -64,8 +64,8 @@ public final class CheckinWatcher: Sendable {
     /// Stops after the round in progress, and lets the lease go (waits at most two seconds for that).
     public func stop() {
         state.withLock { $0.stopping = true }
-        let deadline = monotonicMillis() + 2_000
-        while !state.withLock({ $0.finished }) && monotonicMillis() < deadline { usleep(10_000) }
+        let deadline = clock.monotonicMillis() + 2_000
+        while !state.withLock({ $0.finished }) && clock.monotonicMillis() < deadline { usleep(10_000) }
     }
 
     /// One round: hold the lease, fire what is due, end what arrived. Called every second (and by tests). True when
@@ -109,6 +109,6 @@ public final class CheckinWatcher: Sendable {
     }
 
     private func warn(_ key: String, _ message: @autoclosure () -> String) {
-        if warnings.take(key, nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+        if warnings.take(key, nowMillis: clock.monotonicMillis()) == nil { logger.warning(message()) }
     }
 }

@@ -3,6 +3,7 @@ public import FlareEvents
 public import FlareStore
 import FlareAPI
 import FlareWire
+public import FlareSystem
 
 /// Writes each contact's mail at the moment it is sent, from the store as it is then: a link withdrawn, a contact
 /// deleted or an address removed since the event means no mail. The link's URL is derived here (never stored) and
@@ -11,10 +12,10 @@ public struct ContactNotices: ContactMailComposing {
     private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords
     private let tokenKey: [UInt8]
     private let publicURL: String
-    private let clock: any WallClock
+    private let clock: any Clock
 
     /// - Parameter publicURL: what links start with (`FLARE_PUBLIC_URL`).
-    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords, tokenKey: [UInt8], publicURL: String, clock: any WallClock) {
+    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords, tokenKey: [UInt8], publicURL: String, clock: any Clock) {
         self.store = store
         self.tokenKey = tokenKey
         self.publicURL = publicURL

@@ -1,5 +1,6 @@
 public import FlareCore
 public import FlareStore
+public import FlareSystem
 
 /// The one door to contacts: the people a key's shares may tell. A contact belongs to the key that made it; a
 /// limited key sees, and removes, only its own, and another's is to it as one that does not exist. Admin keys see
@@ -13,10 +14,10 @@ public final class ContactService: Sendable {
     }
 
     private let store: any ContactRecords
-    private let clock: any WallClock
+    private let clock: any Clock
     private let logger: Logger
 
-    init(store: any ContactRecords, clock: any WallClock, logger: Logger) {
+    init(store: any ContactRecords, clock: any Clock, logger: Logger) {
         self.store = store
         self.clock = clock
         self.logger = logger

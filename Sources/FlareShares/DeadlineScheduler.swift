@@ -17,13 +17,15 @@ public final class DeadlineScheduler<Job: Hashable & Sendable>: @unchecked Senda
     /// How many untracked items wait in the heap.
     private var untracked = 0
     private var stopped = false
-    private let clock: any WallClock
+    private let clock: any Clock
     private let handler: @Sendable (Job) -> Void
 
     /// `handler` runs on the scheduler's own thread, one job at a time.
-    public init(clock: any WallClock, handler: @escaping @Sendable (Job) -> Void) {
+    public init(clock: any Clock, handler: @escaping @Sendable (Job) -> Void) {
         self.clock = clock
         self.handler = handler
+        // A clock a test moves wakes the thread to look at the earliest deadline again.
+        clock.whenMoved { [weak self] in self?.locked { self?.lock.signal() } }
         NamedThread.start(name: "flare-scheduler") { [self] in run() }
     }
 

@@ -15,13 +15,13 @@ import FlareSystem
 public final class KeyRevocations: Sendable {
     private let shares: ShareService
     private let store: any KeyRecords & ShareRecords
-    private let clock: any WallClock
+    private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger
     /// Live shares ended per key and round; more wait for the next round (a second later).
     static let sharesPerRound = 500
 
-    init(shares: ShareService, store: any KeyRecords & ShareRecords, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    init(shares: ShareService, store: any KeyRecords & ShareRecords, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.shares = shares
         self.store = store
         self.clock = clock

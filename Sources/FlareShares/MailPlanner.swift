@@ -1,5 +1,6 @@
 import FlareCore
 import FlareStore
+import FlareSystem
 
 /// Decides which contacts get a mail, so that no key can use the operator's mail server as a cannon:
 /// - one mail per address per share: several contacts with one address (say, twenty made for one stranger) get one

@@ -16,7 +16,7 @@ import Synchronization
 /// next request. A store with neither (no mark, not shared) looks the key up every time.
 public final class OwnerKeyService: Sendable {
     private let store: any KeyRecords & ChangeFeed
-    private let clock: any WallClock
+    private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger
     /// Keys found, until when, and at which `ownerKeysMark` (nil with a shared store).
@@ -36,10 +36,10 @@ public final class OwnerKeyService: Sendable {
     static let lookupWait: Duration = .seconds(2)
     static let lookupRetrySeconds = 5
 
-    init(store: any KeyRecords & ChangeFeed, sealer: WebhookSecretSealer, resolver: any HostResolving, clock: any WallClock, metrics: Metrics, logger: Logger) {
+    init(store: any KeyRecords & ChangeFeed, sealer: WebhookSecretSealer, resolver: any HostResolving, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.sealer = sealer
-        self.lookups = HostLookups(resolver: resolver)
+        self.lookups = HostLookups(resolver: resolver, clock: clock)
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -50,7 +50,7 @@ public final class OwnerKeyService: Sendable {
     public func key(_ text: String) throws(StoreError) -> OwnerKeyRecord? {
         guard OwnerKey.isWellFormed(text) else { return nil }
         let hash = SecretHash(of: text)
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         // Read before the lookup: a change committed after the lookup moves it (see the type's comment).
         let mark = store.isShared ? nil : store.ownerKeysMark
         let remembers = store.isShared || mark != nil
@@ -139,7 +139,7 @@ extension OwnerKeyService {
     public func setWebhook(id: Int64, url text: String) throws(WebhookRefusal) -> (url: WebhookURL, secret: WebhookSecret, replaced: Bool) {
         let url: WebhookURL
         do { url = try WebhookURL(text) } catch { throw .invalid(error) }
-        if let wait = webhookChanges.take("\(id)", nowMillis: monotonicMillis()) { throw .tooOften(retryAfterSeconds: wait) }
+        if let wait = webhookChanges.take("\(id)", nowMillis: clock.monotonicMillis()) { throw .tooOften(retryAfterSeconds: wait) }
         let key: OwnerKeyRecord?
         do { key = try store.ownerKey(id: id) } catch { throw .storage(error.description) }
         guard let key, !key.isRevoked else { throw .noSuchKey }

@@ -1,5 +1,6 @@
 public import FlareCore
 import FlareWire
+public import FlareSystem
 
 /// A rendered view document (`FlareAPI.ViewDocument`) without its closing `server_time`, which changes every second.
 public struct RenderedView: Sendable {

@@ -1,6 +1,7 @@
 public import FlareCore
 import FlareStore
 import Synchronization
+public import FlareSystem
 
 /// What a live viewer is told.
 public enum LiveEvent: Sendable, Equatable {

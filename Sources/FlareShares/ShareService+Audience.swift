@@ -45,7 +45,7 @@ extension ShareService {
         if let link { linkOpened(snapshot, link: link) }
         guard snapshot.share.isActive, let viewer, Self.isViewerID(viewer) else { return }
         let hash = Self.viewerHash(snapshot.share.id, viewer: viewer)
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         let due: Bool = audienceState.withLock { notes in
             if let last = notes.seen[hash], now - last < Self.heartbeatMillis { return false }
             let key = address + " " + snapshot.share.id.rawValue

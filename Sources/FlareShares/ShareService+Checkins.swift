@@ -1,5 +1,6 @@
 import FlareCore
 import FlareStore
+import FlareSystem
 
 extension ShareService {
     // MARK: Check-ins

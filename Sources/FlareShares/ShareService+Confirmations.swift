@@ -57,7 +57,7 @@ extension ShareService {
     static let trackerMarkIntervalMillis: Int64 = 1_000
 
     func publishMark(_ mark: TrackerSequence, of id: ShareID) {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         // Marks come from two threads (the writer's commits, the scheduler's refusals), so one may be older than a mark
         // held back: the newer of the two is what goes out, now or when the interval has passed.
         let toSend: TrackerSequence? = confirmations.withLock { state in
@@ -79,7 +79,7 @@ extension ShareService {
     func publishHeldMark(_ id: ShareID) {
         let held: TrackerSequence? = confirmations.withLock { state in
             guard let mark = state.marks[id]?.held else { return nil }
-            state.marks[id] = (monotonicMillis(), nil)
+            state.marks[id] = (clock.monotonicMillis(), nil)
             return mark
         }
         if let held { sendMark(held, of: id) }

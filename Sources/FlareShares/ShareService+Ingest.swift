@@ -46,7 +46,7 @@ extension ShareService {
                 return true
             }
             if dropped { metrics.increment(FlareMetrics.httpFixesDropped) }
-            if unpublishedLogLimiter.take("http", nowMillis: monotonicMillis()) == nil {
+            if unpublishedLogLimiter.take("http", nowMillis: clock.monotonicMillis()) == nil {
                 logger.warning("share \(id): broker unavailable; fixes received over HTTP are stored and wait in memory (\(publication.withLock { $0.unpublishedHTTPFixes.count })) to be published on reconnect")
             }
         }

@@ -125,7 +125,7 @@ extension ShareService {
 
     /// A store failure off the request paths, said at most a few times a minute.
     func warnStore(_ message: @autoclosure () -> String) {
-        if storeWarnings.take("store", nowMillis: monotonicMillis()) == nil { logger.warning(message()) }
+        if storeWarnings.take("store", nowMillis: clock.monotonicMillis()) == nil { logger.warning(message()) }
     }
 
     /// An active share's expiry; an ended one's purge.
@@ -142,7 +142,7 @@ extension ShareService {
     /// messages for an unknown share costs one query, not one each. A store that cannot answer is no answer: it is
     /// thrown, never remembered as a miss.
     func lookUpInStore(_ read: () throws(StoreError) -> StoredShare?, missKey: String) throws(StoreError) -> ShareLookup? {
-        let now = monotonicMillis()
+        let now = clock.monotonicMillis()
         if let missedAt = recentMisses.withLock({ $0[missKey] }), now - missedAt < Self.missMemoryMillis { return nil }
         guard let stored = try read() else {
             recentMisses.withLock { misses in

@@ -95,7 +95,7 @@ public final class ShareService: Sendable {
     let publisher: any BrokerPublisher
     let tokenKey: [UInt8]
     public let policy: SharePolicy
-    let clock: any WallClock
+    let clock: any Clock
     let metrics: Metrics
     let logger: Logger
     let scheduler = Mutex<DeadlineScheduler<Job>?>(nil)
@@ -132,7 +132,7 @@ public final class ShareService: Sendable {
     ///   - trailLength: recent positions kept in memory per share for the viewer's trail.
     ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
-                policy: SharePolicy, trackerRules: TrackerRules, clock: any WallClock, metrics: Metrics, logger: Logger,
+                policy: SharePolicy, trackerRules: TrackerRules, clock: any Clock, metrics: Metrics, logger: Logger,
                 eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, mailPerKeyPerHour: Int = 60,
                 eventRecorded: @escaping @Sendable () -> Void = {},
                 sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// The family's answers to the person who shared.
 public protocol AnswerRecords: Sendable {

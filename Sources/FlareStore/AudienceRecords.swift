@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Who opened a share's link, and who is watching.
 public protocol AudienceRecords: Sendable {

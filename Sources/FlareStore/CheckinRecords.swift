@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Check-ins (`Checkin`): their deadlines live here, so that whichever instance holds the check-in lease fires them,
 /// once, also after every instance was down when one passed.

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// The people a key's shares may tell (`Contact`), owned by keys as shares are.
 public protocol ContactRecords: Sendable {

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// The events outbox: each event recorded with the change it reports (`PendingEvent`), then handed out per
 /// destination until delivered or given up.

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Fixes: written by the batch, read back newest first, counted.
 public protocol FixRecords: Sendable {

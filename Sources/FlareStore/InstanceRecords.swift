@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Several instances: which process holds which MQTT client id (its persistent session on the broker), and the
 /// sessions of instances that died.

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Owner keys (their hashes, kinds and limits) and the keys' webhooks.
 public protocol KeyRecords: Sendable {

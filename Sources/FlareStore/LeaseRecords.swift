@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Several instances: leases, for jobs that one instance at a time does.
 public protocol LeaseRecords: Sendable {

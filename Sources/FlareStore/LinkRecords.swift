@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// A share's personal links (`ShareLink`): one view link per contact, each withdrawn on its own.
 public protocol LinkRecords: Sendable {

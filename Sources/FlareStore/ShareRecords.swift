@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Shares: their creation (within a key's limits), extension, end and purge, and the ways to read them.
 public protocol ShareRecords: Sendable {

@@ -1,4 +1,5 @@
 public import FlareCore
+public import FlareSystem
 
 /// Trackers and their commands: the tracker state, the battery, "locate now" requests, and the marks of confirming
 /// trackers.

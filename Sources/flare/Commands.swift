@@ -7,6 +7,7 @@ import FlareStores
 import FlareStore
 import Foundation
 import Synchronization
+import FlareSystem
 
 /// Options shared by every command, read from flags first, then the environment, then defaults.
 struct CommonOptions {
@@ -478,7 +479,7 @@ enum Commands {
         guard NameBounds.keyLabel.admits(label), !NameBounds.hasHiddenScalars(label) else {
             throw CLIError("--label must be text of \(NameBounds.keyLabel.description), without control or format characters")
         }
-        let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: SystemWallClock().now(), admin: admin, limits: limits)
+        let id = try store.insertOwnerKey(hash: SecretHash(of: key), label: label, createdAt: SystemClock().now(), admin: admin, limits: limits)
         print(key)
         FileHandle.standardError.write(Data("owner key \(id) created (\(admin ? "admin: it sees and controls every share" : "limited: it sees only the shares it creates")); it is shown only this once and stored only as a hash\n".utf8))
         if options.switches.contains("--enroll") || options.flags["--qr"] != nil {
@@ -530,7 +531,7 @@ enum Commands {
         guard let id = Int64(text), id > 0 else { throw CLIError("a key id is a number (flare keys list shows them)") }
         let store = try openStore(options)
         guard let key = try store.ownerKey(id: id) else { throw CLIError("no key \(id) (flare keys list shows them)") }
-        if try store.revokeOwnerKey(id: id, at: SystemWallClock().now()) {
+        if try store.revokeOwnerKey(id: id, at: SystemClock().now()) {
             print("key \(id) (\(key.label)) revoked; flared stops its \(try store.ownerKeys().first { $0.id == id }?.liveShares ?? 0) live shares, armed check-ins and queued mail within a second (at its next start if it is not running)")
         } else {
             print("key \(id) (\(key.label)) was already revoked")

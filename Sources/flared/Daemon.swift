@@ -13,6 +13,7 @@ import FlareSQLite
 import FlareStore
 import FlareStores
 import Foundation
+import FlareSystem
 
 /// Builds the service from its configuration: the parts, and the list they start and stop in.
 final class Daemon: Sendable {
@@ -27,7 +28,7 @@ final class Daemon: Sendable {
         self.logger = logger
         shutdownTimeout = settings.shutdownTimeout
         let storeGraceSeconds = settings.storeGraceSeconds
-        let clock = SystemWallClock()
+        let clock = SystemClock()
         let metrics = Metrics()
         let dataDirectory = settings.dataDirectory
         try DataDirectory.prepare(dataDirectory)
@@ -121,7 +122,7 @@ final class Daemon: Sendable {
                                     fixRate: settings.gateway.fixRatePerShare, sessions: natsSide.sessions, names: loginNames,
                                     clock: clock, metrics: metrics, logger: logger.with(label: "bridge"))
             let bridge = NATSBridge(responder: natsSide.responder, client: client, options: mqttOptions, publisher: natsSide.publisher, ingest: ingest,
-                                    sessions: natsSide.sessions, names: loginNames, store: store, shares: shares, metrics: metrics,
+                                    sessions: natsSide.sessions, names: loginNames, store: store, shares: shares, clock: clock, metrics: metrics,
                                     logger: logger.with(label: "bridge"))
             if !isShared { logger.warning("FLARE_BROKER=nats with the SQLite store: one flared answers every login to the cluster; with PostgreSQL, several instances do") }
             bridgeService = .init("NATS bridge", start: { try bridge.start() }, stop: { _ in
@@ -132,7 +133,7 @@ final class Daemon: Sendable {
         } else {
             let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
                                 subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
-                                staleAfterSeconds: settings.instanceStaleAfterSeconds,
+                                staleAfterSeconds: settings.instanceStaleAfterSeconds, clock: clock,
                                 metrics: metrics, logger: logger.with(label: "bridge"))
             bridgeService = .init("MQTT bridge", start: {
                 try bridge.start()

@@ -3,6 +3,7 @@ import FlareCrypto
 import FlareSettings
 import FlareStore
 import Foundation
+import FlareSystem
 
 /// Files `flared` keeps in its data directory, created on first start with owner-only permissions.
 enum DataDirectory {
@@ -34,7 +35,7 @@ enum DataDirectory {
     }
 
     /// On first start there is no owner key: make one and leave it for the operator in owner.key.
-    static func ensureOwnerKey(in directory: String, store: any ShareStore, clock: any WallClock, logger: Logger) throws {
+    static func ensureOwnerKey(in directory: String, store: any ShareStore, clock: any Clock, logger: Logger) throws {
         if let version = store.upgradedFromSchema, version < 7 { try sayKeysAreAdmin(store: store, logger: logger) }
         guard try store.ownerKeyCount() == 0 else { return }
         let key = OwnerKey.generate()

@@ -8,6 +8,7 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareSystem
 
 /// Three real NATS 2.15.1 nodes whose auth callout is answered by flared's responder (two of them, one queue group),
 /// a real SQLite store with the shares, and a key to mint share tokens with.
@@ -27,7 +28,7 @@ final class NATSAuthFixture: @unchecked Sendable {
         responders = try (1...2).map { index in
             try AuthCalloutResponder(servers: cluster.urls, calloutPassword: cluster.calloutPassword, servicePassword: cluster.password,
                                      issuerSeed: seed, tokenKey: key, shares: store,
-                                     clock: SystemWallClock(), logger: Logger(label: "callout-\(index)", level: .error), instanceName: "test-\(index)")
+                                     clock: SystemClock(), logger: Logger(label: "callout-\(index)", level: .error), instanceName: "test-\(index)")
         }
         (self.cluster, self.directory, self.store) = (cluster, directory, store)
     }

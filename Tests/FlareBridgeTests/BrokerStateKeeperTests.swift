@@ -8,6 +8,7 @@ import FlareServiceTestSupport
 import Testing
 @testable import FlareBridge
 @testable import FlareShares
+import FlareSystem
 
 /// What the broker's epoch mark reads as, set by the test.
 final class SetEpochReader: BrokerEpochReading {
@@ -145,7 +146,7 @@ final class Connection: Sendable {
         reader.set(.mark(nil))
         keeper.step()  // the first mark
         let keeper2 = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: fixture.publisher, reader: reader, holder: "flared",
-                                        connection: { 1 }, clock: SystemWallClock(), metrics: Metrics(),
+                                        connection: { 1 }, clock: SystemClock(), metrics: Metrics(),
                                         logger: Logger(label: "test", level: .error))
         // A restarted flared (same holder) finds the broker as it left it: the mark it recorded, or a newer one.
         reader.set(.mark(1))
@@ -192,7 +193,7 @@ final class Connection: Sendable {
         // The restore runs on connection 1; the broker goes and comes back as the mark is published after it.
         let cutting = BrokerStateKeeper(store: fixture.store, shares: fixture.service, publisher: ReconnectingPublisher(fixture.publisher, connection),
                                         reader: reader, holder: "flared", connection: { [connection] in connection.current },
-                                        clock: SystemWallClock(), metrics: Metrics(), logger: Logger(label: "test", level: .error))
+                                        clock: SystemClock(), metrics: Metrics(), logger: Logger(label: "test", level: .error))
         cutting.step()
         #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared", now: 0, durationMillis: 1) == 2)
         let again = fixture.publisher.messages.count
@@ -202,7 +203,7 @@ final class Connection: Sendable {
 
     @Test func anotherInstanceHoldingTheLeaseKeepsTheBroker() throws {
         _ = try twoShares()
-        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared-b", now: SystemWallClock().now(),
+        #expect(try fixture.store.holdLease(BrokerStateKeeper.leaseName, holder: "flared-b", now: SystemClock().now(),
                                             durationMillis: 60_000) == 0)
         let before = fixture.publisher.messages.count
         keeper.step()
@@ -216,7 +217,7 @@ final class Connection: Sendable {
         let restored = try #require(fixture.service.restoreBrokerState(window: 1, timeout: .seconds(1)))
         #expect(restored.shares == 2)
         let row = try #require(try fixture.store.share(id: active)).row
-        #expect(try fixture.store.markEnded(row: row, at: SystemWallClock().now(), reason: .stopped))
+        #expect(try fixture.store.markEnded(row: row, at: SystemClock().now(), reason: .stopped))
         let before = fixture.publisher.messages.count
         #expect(fixture.service.confirmRestore(restored) == 1)
         let sent = published(after: before)
@@ -249,14 +250,19 @@ final class Connection: Sendable {
         #expect(eventually { fixture.registry.snapshot(id)?.last?.timestamp == now - 10 })
         let before = fixture.publisher.messages.count
         fixture.service.ownPositionCameBack(topic: Topics.location(id), payload: fixture.location(1, 2, tst: now - 20))
-        #expect(eventually(timeout: .seconds(10)) { published(after: before).contains { $0.topic == Topics.location(id) } })
+        fixture.clock.advance(by: ShareService.positionCheckDelayMillis)
+        #expect(eventually { published(after: before).contains { $0.topic == Topics.location(id) } })
         let republished = try #require(published(after: before).first { $0.topic == Topics.location(id) })
         let republishedFix = try JSONValue.parse(republished.payload)
         #expect(republished.isOwnPosition && republishedFix["tst"] == .number(Double(now - 10)))
 
         let afterFix = fixture.publisher.messages.count
         fixture.service.ownPositionCameBack(topic: Topics.location(id), payload: republished.payload)
-        Thread.sleep(forTimeInterval: Double(ShareService.positionCheckDelayMillis) / 1000 + 1)
+        // The witness: a share ending after the check is due. The scheduler runs jobs in deadline order, so once it
+        // has ended the check has run, and whatever it would have published is there.
+        let witness = try fixture.service.create(name: nil, durationSeconds: Double(ShareService.positionCheckDelayMillis / 1000 + 1)).share.id
+        fixture.clock.advance(by: ShareService.positionCheckDelayMillis + 1_100)
+        #expect(eventually { fixture.registry.snapshot(witness)?.share.isActive == false })
         #expect(!published(after: afterFix).contains { $0.topic == Topics.location(id) })
     }
 }
@@ -309,13 +315,20 @@ final class ReconnectingPublisher: BrokerPublisher {
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.2, seq: 2), retained: false) == nil)
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(999, seq: 3), retained: false) == .invalidCoordinates)
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.4, seq: 4), retained: false) == nil)
-        #expect(eventually(timeout: .seconds(10)) { marks(fixture, id).last == 4 })
+        // Their marks are handled after the fixes count as stored: a fix handed over once they are stored is written in
+        // a later round, after those marks were held. The refusal's job is due at once, before the held mark's.
+        #expect(fixture.ingestor.waitUntilStored())
+        #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fixture.location(52.5, 13.4), retained: false) == nil)
+        #expect(fixture.ingestor.waitUntilStored())
+        #expect(marks(fixture, id) == [1])
+        fixture.clock.advance(by: 1_000)
+        #expect(eventually { marks(fixture, id).last == 4 })
         // Within the second after the first mark, at most one more was published: the newest.
         #expect(marks(fixture, id).count <= 3)
         let stream = try #require(fixture.publisher.lastJSON(on: Topics.stored(id)))
         #expect(stream["seq_stream"] == .number(1_764_600_000_000))
         // A fix sent again (its confirmation was lost) hears the mark again.
-        Thread.sleep(forTimeInterval: 1.1)
+        fixture.clock.advance(by: 1_100)
         let before = marks(fixture, id).count
         #expect(fixture.ingestor.handle(topic: Topics.location(id), payload: fix(52.4, seq: 4), retained: false) == nil)
         #expect(eventually { marks(fixture, id).count == before + 1 })

@@ -1,6 +1,7 @@
 import FlareCrypto
 import Testing
 @testable import FlareCore
+import FlareSystem
 
 /// Events, their signatures (Standard Webhooks), the webhook address rule and the retry schedule.
 @Suite struct EventTests {

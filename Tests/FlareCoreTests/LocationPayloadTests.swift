@@ -1,6 +1,7 @@
 import FlareWire
 import Testing
 @testable import FlareCore
+import FlareSystem
 
 @Suite struct LocationPayloadTests {
     let parser = LocationPayloadParser(maximumBytes: 4096)

@@ -1,6 +1,7 @@
 import FlareCore
 import FlareCrypto
 import Testing
+import FlareSystem
 
 /// flared's mark on its own positions (NATS): believed only for its topic, its payload and its moment.
 @Suite struct OwnPositionMarkTests {

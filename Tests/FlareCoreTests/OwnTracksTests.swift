@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import FlareCore
+import FlareSystem
 
 /// What the OwnTracks apps send and what Flare hands them.
 @Suite struct OwnTracksTests {

@@ -200,7 +200,7 @@ import Glibc
         #expect(try fixture.store.keysWithWorkToStop().isEmpty)
         // Past the check-in's deadline: a watcher's round fires nothing; only the other key's mail goes out.
         let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock, logger: Logger(label: "test", level: .error))
-        #expect(eventually(timeout: .seconds(10)) { fixture.clock.now() > armed.checkin.firesAt })
+        fixture.clock.advance(by: 1_100)
         #expect(watcher.step())
         round(deliverer)
         round(deliverer)
@@ -310,7 +310,7 @@ import Glibc
         let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
         round(deliverer)
         #expect(server.received.isEmpty, "nobody is told before the deadline")
-        Thread.sleep(forTimeInterval: 1.1)
+        fixture.clock.advance(by: 1_100)
         #expect(eventually { watcher.step() })
         round(deliverer)
         round(deliverer)
@@ -384,7 +384,7 @@ import Glibc
         #expect(fixture.ingestor.handle(topic: Topics.location(armed.share.id), payload: payload, retained: false) == nil)
         #expect(eventually { ((try? fixture.store.recentFixes(row: armed.checkin.shareRow, limit: 1)) ?? []).count == 1 })
         _ = try fixture.service.stop(armed.share.id)
-        Thread.sleep(forTimeInterval: 1.1)
+        fixture.clock.advance(by: 1_100)
         let watcher = CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "a", clock: fixture.clock,
                                      logger: Logger(label: "test", level: .error))
         #expect(eventually { watcher.step() })

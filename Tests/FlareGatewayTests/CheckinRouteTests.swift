@@ -6,6 +6,7 @@ import FlareTestSupport
 import Foundation
 import Testing
 @testable import FlareGateway
+import FlareSystem
 
 /// `POST /api/v1/checkins`, `GET …/{id}`, `…/done`, `…/extend`, and the watcher that fires a missed one from the
 /// store: nothing live before the deadline, the contacts' links and events once after it, nothing armed for bad input.
@@ -24,7 +25,7 @@ import Testing
     func arm(_ json: String, key: String? = nil) -> Reply { fixture.send("POST", "/api/v1/checkins", bearer: key ?? fixture.ownerKey, json: json) }
 
     func watcher() -> CheckinWatcher {
-        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "test", clock: SystemWallClock(), logger: Logger(label: "test", level: .error))
+        CheckinWatcher(shares: fixture.service, store: fixture.store, holder: "test", clock: fixture.clock, logger: Logger(label: "test", level: .error))
     }
 
     @Test func anArmedCheckinRecordsPositionsWithNoLiveLinkAndIsDoneFromThePhone() throws {
@@ -72,8 +73,8 @@ import Testing
         // Not yet due: nothing happens.
         #expect(eventually { watcher.step() })
         #expect(try fixture.send("GET", "/api/v1/checkins/\(armed.checkinID)", bearer: fixture.ownerKey).decode(CheckinInfo.self).state == "armed")
-        // The deadline passes (moved into the past in the store, rather than waited for).
-        #expect(try fixture.store.moveCheckin(CheckinID(armed.checkinID)!, dueAt: Int64(Date().timeIntervalSince1970 * 1000) - 1_000))
+        // The deadline passes.
+        fixture.clock.advance(seconds: 3_601)
         #expect(eventually { watcher.step() })
         #expect(eventually { watcher.step() })
         let after = try fixture.send("GET", "/api/v1/checkins/\(armed.checkinID)", bearer: fixture.ownerKey).decode(CheckinInfo.self)
@@ -191,7 +192,7 @@ import Testing
     /// key may run: arming past it and moving the deadline past it are refused alike, and nothing changes.
     @Test func aLimitedKeysCheckinEndsWithinItsLongestShare() throws {
         let limited = OwnerKey.generate()
-        try fixture.store.insertOwnerKey(hash: SecretHash(of: limited), label: "limited", createdAt: SystemWallClock().now(), admin: false,
+        try fixture.store.insertOwnerKey(hash: SecretHash(of: limited), label: "limited", createdAt: fixture.clock.now(), admin: false,
                                          limits: KeyLimits(maxLive: nil, maxDurationSeconds: 7200, createsPerHour: nil))
         let mum = try contact("Mum", key: limited)
         let tooFar = arm(#"{"in_s":6000,"grace_s":600,"duration_s":1800,"contacts":["\#(mum)"]}"#, key: limited)

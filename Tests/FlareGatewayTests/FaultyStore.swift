@@ -1,6 +1,7 @@
 import FlareCore
 import FlareStore
 import Synchronization
+import FlareSystem
 
 /// A store that fails on demand: the real SQLite store, wrapped, throwing for the calls named in `failing` (by
 /// method name; `share(id:)`, `share(viewTokenHash:)`, `ownerKey(hash:)` and `ownerKey(id:)` apart) as a database

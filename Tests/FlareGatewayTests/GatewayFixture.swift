@@ -13,6 +13,7 @@ import Synchronization
 import FlareServiceTestSupport
 import Testing
 @testable import FlareHTTP
+import FlareSystem
 
 /// What `/healthz` is told about the parts the gateway cannot see.
 final class HealthBox: Sendable {
@@ -36,6 +37,8 @@ final class GatewayFixture {
     let gateway: Gateway
     let ownerKey: String
     let tokenKey: [UInt8]
+    /// Time as the test moves it (`clock.advance`): rate limits refill, trackers go stale and shares expire only then.
+    let clock: ManualClock
     /// The store as the service sees it, when it fails on demand (`faulty: true`).
     let faults: FaultyStore?
     static let publicURL = "https://sos.example.org"
@@ -64,7 +67,8 @@ final class GatewayFixture {
             "FLARE_LEAFLET_DIR": directory.appendingPathComponent("no-leaflet").path,
         ].merging(settings) { $1 })
         let logger = Logger(label: "gateway-test", level: .error)
-        let clock = SystemWallClock()
+        let clock = other?.clock ?? ManualClock(readingsIncrease: true)
+        self.clock = clock
         var key = [UInt8](repeating: 0, count: 32)
         var random = SystemRandomNumberGenerator()
         for index in key.indices { key[index] = random.next() }

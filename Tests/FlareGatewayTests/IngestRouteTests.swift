@@ -56,7 +56,7 @@ import Testing
         let path = "/api/v1/shares/\(created.shareID)/locations"
         #expect(fixture.send("POST", path, bearer: created.deviceToken, json: Self.location(tst: GatewayFixture.now)).status == 202)
         // Someone following the link asks once the phone has gone quiet (stale after a second here).
-        Thread.sleep(forTimeInterval: 1.2)
+        fixture.clock.advance(by: 1_200)
         #expect(fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate").status == 202)
         let first = try fixture.send("POST", path, bearer: created.deviceToken, json: Self.location(lat: 52.6, tst: GatewayFixture.now))
             .decode(IngestReceipt.self)

@@ -80,7 +80,7 @@ import Testing
         let fixture = try GatewayFixture(settings: ["FLARE_STALE_AFTER_S": "1"])
         let created = try fixture.createShare()
         #expect(post(fixture, created, Self.androidLocation()).text == "[]")
-        Thread.sleep(forTimeInterval: 1.2)  // the phone goes quiet for longer than the stale limit
+        fixture.clock.advance(by: 1_200)  // the phone goes quiet for longer than the stale limit
         #expect(fixture.send("POST", "/api/v1/view/\(created.viewToken)/locate").status == 202)
         // The next message the phone sends (any instance may answer it) carries the command, once.
         let withCommand = post(fixture, created, Self.androidLocation(lat: 48.2, tst: GatewayFixture.now))

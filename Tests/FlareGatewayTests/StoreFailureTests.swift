@@ -8,6 +8,7 @@ import FlareTestSupport
 import Foundation
 import Synchronization
 import Testing
+import FlareSystem
 
 /// A store that fails is answered as a failure: every route, with each store call it makes failing in turn, answers
 /// 503 `store_unavailable` with `Retry-After`, or the answer it gives with a healthy store (when the call was only a
@@ -147,12 +148,12 @@ import Testing
         let share = try maker.createShare()
         if !quietTracker { try maker.recordFix(share, latitude: 52.52, longitude: 13.40, tst: GatewayFixture.now - 5) }
         let limitedKey = OwnerKey.generate()
-        try maker.store.insertOwnerKey(hash: SecretHash(of: limitedKey), label: "limited", createdAt: SystemWallClock().now(), admin: false,
+        try maker.store.insertOwnerKey(hash: SecretHash(of: limitedKey), label: "limited", createdAt: SystemClock().now(), admin: false,
                                        limits: KeyLimits(maxLive: nil, maxDurationSeconds: 7200, createsPerHour: nil))
         let created = maker.send("POST", "/api/v1/shares", bearer: limitedKey, json: #"{"duration_s":3600}"#)
         try #require(created.status == 201, "\(created.text)")
         let otherKeyID = try maker.store.insertOwnerKey(hash: SecretHash(of: OwnerKey.generate()), label: "other",
-                                                        createdAt: SystemWallClock().now(), admin: false, limits: .none)
+                                                        createdAt: SystemClock().now(), admin: false, limits: .none)
         let contact = Contact(id: .generate(), ownerKeyID: 1, name: "Dad", email: nil, phone: nil, language: .en, createdAt: GatewayFixture.now)
         _ = try maker.store.insertContact(contact, limit: 10)
         let linked = maker.send("POST", "/api/v1/shares", bearer: maker.ownerKey, json: #"{"name":"Anna","contacts":["\#(contact.id)"]}"#)

@@ -9,6 +9,7 @@ public import FlareStore
 import FlareTestSupport
 public import Foundation
 import Synchronization
+public import FlareSystem
 
 // What the tests of the application layer (shares, bridge, events, gateway) share: a recording broker, a clock, a
 // resolver and a fixture with the real SQLite store.
@@ -58,19 +59,50 @@ public final class RecordingPublisher: BrokerPublisher {
     public func lastJSON(on topic: String) -> JSONValue? { last(on: topic).flatMap { try? JSONValue.parse($0.payload) } }
 }
 
-/// The system's time, except that no two readings are the same millisecond: a test that sends a will and then a fix
-/// within one millisecond means the fix came after it, which is what the tracker rules are told by a later reading.
-/// (Flare counts a fix heard in the same millisecond as the will as sent before it.)
-public final class StrictlyIncreasingClock: WallClock {
-    private let last = Mutex<UnixMillis>(0)
-    public init() {}
+/// A clock the test moves: its time stands still until `advance`, which wakes whatever sleeps until one of its
+/// deadlines (the scheduler), so a test of an expiry, a sweep or a rate limit waits for nothing.
+///
+/// `readingsIncrease`: no two wall readings are the same millisecond (each reading moves the wall time on by one),
+/// as a real service's readings are when one thing happens after another: a test that sends a will and then a fix
+/// means the fix came after it, which is what the tracker rules are told by a later reading. (Flare counts a fix
+/// heard in the same millisecond as the will as sent before it.)
+public final class ManualClock: Clock {
+    private struct State {
+        var wall: UnixMillis
+        var monotonic: Int64 = 1_000_000
+        var wakes: [@Sendable () -> Void] = []
+    }
+    private let state: Mutex<State>
+    private let readingsIncrease: Bool
+
+    public init(startingAt wall: UnixMillis = SystemClock().now(), readingsIncrease: Bool = false) {
+        state = Mutex(State(wall: wall))
+        self.readingsIncrease = readingsIncrease
+    }
+
     public func now() -> UnixMillis {
-        let system = SystemWallClock().now()
-        return last.withLock { last in
-            last = max(system, last + 1)
-            return last
+        state.withLock { state in
+            if readingsIncrease { state.wall += 1 }
+            return state.wall
         }
     }
+
+    public func monotonicMillis() -> Int64 { state.withLock { $0.monotonic } }
+
+    public func whenMoved(_ wake: @escaping @Sendable () -> Void) { state.withLock { $0.wakes.append(wake) } }
+
+    /// Moves both readings on by `millis` and wakes whoever sleeps until a deadline of this clock.
+    public func advance(by millis: Int64) {
+        precondition(millis >= 0, "time does not go back")
+        let wakes = state.withLock { state in
+            state.wall += millis
+            state.monotonic += millis
+            return state.wakes
+        }
+        for wake in wakes { wake() }
+    }
+
+    public func advance(seconds: Int64) { advance(by: seconds * 1000) }
 }
 
 /// A share service, registry, ingestor and store on a real SQLite file in a temp directory.
@@ -86,7 +118,7 @@ public struct ServiceFixture: Sendable {
     /// The service's clock: whatever reads the outbox or the check-ins beside it uses this one, since it may run a
     /// few milliseconds ahead of the system's (it never repeats a millisecond) and a record made by the service is
     /// not due yet by the system's clock.
-    public let clock: StrictlyIncreasingClock
+    public let clock: ManualClock
 
     public init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
          publisher: RecordingPublisher = RecordingPublisher(), eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false,
@@ -97,7 +129,7 @@ public struct ServiceFixture: Sendable {
         self.key = key
         metrics = Metrics()
         let logger = Logger(label: "test", level: .error)
-        let clock = StrictlyIncreasingClock()
+        let clock = ManualClock(readingsIncrease: true)
         self.clock = clock
         service = ShareService(store: store, trailLength: 4, publisher: publisher, tokenKey: key,
                                policy: SharePolicy(defaultDurationSeconds: 3600, maximumDurationSeconds: 86_400, historyRetentionSeconds: retentionSeconds),

@@ -6,6 +6,7 @@ import Synchronization
 import FlareServiceTestSupport
 import Testing
 @testable import FlareShares
+import FlareSystem
 
 @Suite struct ShareRegistryTests {
     func stored(active: Bool = true, createdAt: UnixMillis = 0) -> StoredShare {
@@ -137,25 +138,22 @@ import Testing
 }
 
 @Suite struct DeadlineSchedulerTests {
-    /// Runs `body` with a scheduler on the wall clock that records the jobs it runs (`ran`), and the time it was made;
-    /// stops it afterwards. `asleep`: its thread already waits for a job tomorrow (its longest wait, a minute), so a
-    /// job scheduled in `body` runs at its time only if it wakes the thread.
+    /// Runs `body` with a scheduler on a clock the test moves, that records the jobs it runs (`ran`); stops it
+    /// afterwards. `asleep`: its thread already waits for a job tomorrow, so a job scheduled in `body` runs at its
+    /// time only if something wakes the thread (a new earliest deadline, or the clock moving).
     func withRecordingScheduler(asleep: Bool = false,
-                                _ body: (_ scheduler: DeadlineScheduler<String>, _ ran: () -> [String], _ now: UnixMillis) -> Void) {
+                                _ body: (_ scheduler: DeadlineScheduler<String>, _ ran: () -> [String], _ clock: ManualClock) -> Void) {
         let ran = Mutex<[String]>([])
-        let clock = SystemWallClock()
+        let clock = ManualClock()
         let scheduler = DeadlineScheduler<String>(clock: clock) { job in ran.withLock { $0.append(job) } }
-        let now = clock.now()
-        if asleep {
-            scheduler.schedule("tomorrow", at: now + 86_400_000)
-            usleep(100_000)
-        }
-        body(scheduler, { ran.withLock { $0 } }, now)
+        if asleep { scheduler.schedule("tomorrow", at: clock.now() + 86_400_000) }
+        body(scheduler, { ran.withLock { $0 } }, clock)
         scheduler.stop()
     }
 
     @Test func runsJobsInDeadlineOrderAndHonoursReschedulingAndCancelling() {
-        withRecordingScheduler { scheduler, ran, now in
+        withRecordingScheduler { scheduler, ran, clock in
+            let now = clock.now()
             scheduler.schedule("c", at: now + 90)
             scheduler.schedule("a", at: now + 10)
             scheduler.schedule("b", at: now + 50)
@@ -164,6 +162,10 @@ import Testing
             scheduler.schedule("cancelled", at: now + 30)
             scheduler.cancel("cancelled")
             scheduler.schedule("past", at: now - 1000)
+            #expect(eventually { ran() == ["past"] })
+            clock.advance(by: 60)
+            #expect(eventually { ran() == ["past", "a", "b"] })
+            clock.advance(by: 60)
             #expect(eventually { ran().count == 5 })
             #expect(ran() == ["past", "a", "b", "c", "moved"])
             #expect(scheduler.pendingCount == 0)
@@ -173,30 +175,39 @@ import Testing
     /// Untracked items cost no table entry: rescheduling or cancelling does not touch them, each runs when due, in
     /// deadline order with the tracked ones, and waking works for them as for the others.
     @Test func untrackedJobsRunWhenDueWhateverWasScheduledSince() {
-        withRecordingScheduler(asleep: true) { scheduler, ran, now in
-            // Half a second apart, so that a test thread held up on a loaded machine still schedules them all in time.
+        withRecordingScheduler(asleep: true) { scheduler, ran, clock in
+            let now = clock.now()
             scheduler.scheduleUntracked("expire", at: now + 600)
             scheduler.scheduleUntracked("expire", at: now + 1_600)  // an extension: the first one still runs
             scheduler.cancel("expire")  // no effect on untracked items
             scheduler.schedule("tracked", at: now + 1_100)
             #expect(scheduler.pendingCount == 4)
-            #expect(eventually(timeout: .seconds(10)) { ran() == ["expire", "tracked", "expire"] })
+            clock.advance(by: 600)
+            #expect(eventually { ran() == ["expire"] })
+            clock.advance(by: 1_000)
+            #expect(eventually { ran() == ["expire", "tracked", "expire"] })
             #expect(scheduler.pendingCount == 1)
         }
     }
 
-    /// Only a new earliest deadline wakes the sleeping thread; a later one waits for the thread's own wake-up, also
-    /// when the earliest item is a cancelled one. Either way every job runs at its time, not a minute late.
+    /// Only a new earliest deadline wakes the sleeping thread on its own; a later one is looked at when the thread
+    /// next wakes, also when the earliest item is a cancelled one. The clock moving wakes it too, so every job runs
+    /// at its time, not a minute late.
     @Test func aNewEarliestDeadlineWakesTheThreadAndALaterOneIsStillRun() {
-        withRecordingScheduler(asleep: true) { scheduler, ran, now in
-            scheduler.schedule("soon", at: now + 150)
-            #expect(eventually(timeout: .seconds(10)) { ran() == ["soon"] })
+        withRecordingScheduler(asleep: true) { scheduler, ran, clock in
+            scheduler.schedule("due", at: clock.now())
+            #expect(eventually { ran() == ["due"] })
 
-            let later = SystemWallClock().now()
+            let later = clock.now()
             scheduler.schedule("cancelled", at: later + 200)
             scheduler.cancel("cancelled")
             scheduler.schedule("after the cancelled one", at: later + 400)  // not the earliest item: no wake-up
-            #expect(eventually(timeout: .seconds(10)) { ran() == ["soon", "after the cancelled one"] })
+            clock.advance(by: 399)
+            // The witness: due now, and the earliest, so it wakes the thread; the later job is not due yet.
+            scheduler.schedule("witness", at: clock.now())
+            #expect(eventually { ran() == ["due", "witness"] })
+            clock.advance(by: 1)
+            #expect(eventually { ran() == ["due", "witness", "after the cancelled one"] })
             #expect(scheduler.pendingCount == 1)
         }
     }

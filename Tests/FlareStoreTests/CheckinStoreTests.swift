@@ -3,6 +3,7 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareSystem
 
 /// Check-ins in both engines: kept as given, found by their deadline once it and its grace have passed, and moved out
 /// of `armed` once, with their events and (when missed) their links in the same transaction.

@@ -4,6 +4,7 @@ import FlareStores
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareSystem
 
 /// Contacts in both engines: kept as given, listed newest first in pages per key, the per-key limit, deletion once.
 @Suite struct ContactStoreTests {

@@ -5,6 +5,7 @@ import FlareTestSupport
 import Foundation
 import Synchronization
 import Testing
+import FlareSystem
 
 /// Personal links in both engines: kept as given, added only to an active share, withdrawn and first opened once
 /// each, left out of what is loaded once their share's history is purged (and deleted with it), and named in the
@@ -264,11 +265,13 @@ import Testing
         #expect(try writer.withdrawLink(shareRow: row, id: anna.id, at: 3_000_000))
         #expect(try !writer.withdrawLink(shareRow: row, id: anna.id, at: 3_000_001))
         #expect(try writer.noteLinkOpened(shareRow: row, id: anna.id, at: 3_000_002, event: nil))
-        // A change made after all the others: once it is heard, everything before it has been.
         try writer.markEnded(row: row, at: 4_000_000, reason: .stopped)
-        let deadline = Date().addingTimeInterval(10)
-        while heard.withLock({ $0.count }) < 4 && Date() < deadline { usleep(10_000) }
-        usleep(100_000)
-        #expect(heard.withLock { $0 } == [ended.id, share.id, share.id, share.id])
+        // A change of another share after all the others: once it is heard, everything before it has been (the feed
+        // keeps the order of commits), so one heard too many fails the check below.
+        let marker = base.makeShare()
+        let markerRow = try writer.insertShare(marker)
+        #expect(try writer.insertLinks([link(markerRow)]))
+        #expect(eventually(timeout: .seconds(10)) { heard.withLock { $0.contains(marker.id) } })
+        #expect(heard.withLock { $0 } == [ended.id, share.id, share.id, share.id, marker.id])
     }
 }

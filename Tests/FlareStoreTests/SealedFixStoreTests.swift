@@ -71,8 +71,7 @@ import Testing
         // A fix in clear after them: once it is heard, everything before it has been.
         let plainRow = try writer.insertShare(base.makeShare())
         #expect(try writer.insertFixes([PendingFix(shareRow: plainRow, fix: Fix(latitude: 1, longitude: 2, timestamp: 1_004), receivedAt: 1_004_000)]) == [true])
-        #expect(eventually(timeout: .seconds(10)) { heard.withLock { $0.count } >= 3 })
-        usleep(100_000)
+        #expect(eventually(timeout: .seconds(10)) { heard.withLock { $0.contains { $0.0 == plainRow } } })
         let got = heard.withLock { $0 }
         #expect(got.count == 3)
         #expect(got.prefix(2).map(\.0) == [row, row] && got.prefix(2).map(\.1.sealed) == fixes.map(\.sealed))

@@ -7,6 +7,7 @@ import FlareTestSupport
 import Foundation
 import Synchronization
 import Testing
+import FlareSystem
 
 /// The engines every store test runs against.
 enum Engine: String, CaseIterable, CustomTestStringConvertible {
