@@ -14,14 +14,14 @@ import FlareSystem
 /// short by a failing store, finish the job at the next round.
 public final class KeyRevocations: Sendable {
     private let shares: ShareService
-    private let store: any KeyRecords & ShareRecords
+    private let store: any KeyRecords
     private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger
     /// Live shares ended per key and round; more wait for the next round (a second later).
     static let sharesPerRound = 500
 
-    init(shares: ShareService, store: any KeyRecords & ShareRecords, clock: any Clock, metrics: Metrics, logger: Logger) {
+    init(shares: ShareService, store: any KeyRecords, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.shares = shares
         self.store = store
         self.clock = clock
@@ -39,12 +39,15 @@ public final class KeyRevocations: Sendable {
         // First what would tell anyone: a check-in whose share is stopped below would still mail at its deadline.
         let cancelled = try store.cancelQueuedWork(ofKey: key, at: now)
         if cancelled.mails > 0 { metrics.increment(FlareMetrics.mailRefused, labels: [("reason", "key_revoked")], by: Double(cancelled.mails)) }
-        let live = try store.listShares(state: .active, after: nil, limit: Self.sharesPerRound, owner: key)
+        let live: [(row: Int64, lookup: ShareLookup)]
+        do { live = try shares.list(state: .active, after: nil, limit: Self.sharesPerRound, owner: key) } catch {
+            throw StoreError(operation: "list a revoked key's shares", code: 0, message: error.description, engine: "flare")
+        }
         var ended = 0
-        for stored in live {
+        for (_, listed) in live {
             // Memory takes in a share another instance made before it is stopped here.
-            guard case .live = try shares.share(stored.share.id) else { continue }
-            do { _ = try shares.stop(stored.share.id); ended += 1 } catch {
+            guard case .live = try shares.share(listed.share.id) else { continue }
+            do { _ = try shares.stop(listed.share.id); ended += 1 } catch {
                 throw StoreError(operation: "stop a revoked key's share", code: 0, message: error.description, engine: "flare")
             }
         }

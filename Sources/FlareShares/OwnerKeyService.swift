@@ -15,7 +15,7 @@ import Synchronization
 /// moves with any key's change by any process, so a key revoked from the command line still stops working at the
 /// next request. A store with neither (no mark, not shared) looks the key up every time.
 public final class OwnerKeyService: Sendable {
-    private let store: any KeyRecords & ChangeFeed
+    let store: any KeyRecords & ChangeFeed
     private let clock: any Clock
     private let metrics: Metrics
     private let logger: Logger

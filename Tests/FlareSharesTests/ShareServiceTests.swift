@@ -174,7 +174,7 @@ import FlareSystem
         #expect(json["op"] == .string("revoke"))
         #expect(json["share_id"] == .string(stopped.share.id.rawValue))
         #expect(json["until"]?.doubleValue == Double((stopped.share.expiresAt + 999) / 1000))
-        fixture.service.end(expiring.share.id, reason: .expired)
+        fixture.service.lifecycle.end(expiring.share.id, reason: .expired)
         #expect(fixture.publisher.messages.filter { $0.topic == Topics.brokerControl }.count == 1)
 
         // A restarted flared says it again at its first connection (it cannot know the broker heard it).
@@ -225,14 +225,14 @@ import FlareSystem
         let id = try fixture.service.create(name: nil, durationSeconds: 600).share.id
         let now = Int64(Date().timeIntervalSince1970) * 1000
         send(fixture, id, #"{"_type":"location","lat":1,"lon":2,"tst":\#(now / 1000)}"#)
-        fixture.service.updateTracker(id, now: now + 30_000)
+        fixture.service.trackers.updateTracker(id, now: now + 30_000)
         #expect(fixture.registry.snapshot(id)?.share.tracker == nil)       // live, as a new share is: nothing written
         let heardAt = try #require(fixture.registry.snapshot(id)?.lastHeardAt)
-        fixture.service.updateTracker(id, now: heardAt + 60_001)
+        fixture.service.trackers.updateTracker(id, now: heardAt + 60_001)
         let stale = try #require(fixture.registry.snapshot(id)?.share.tracker)
         #expect(stale.state == .stale && stale.since == heardAt + 60_000 && stale.transport == .mqtt)
         let announced = statusPayloads(fixture, id).count
-        fixture.service.updateTracker(id, now: heardAt + 90_000)
+        fixture.service.trackers.updateTracker(id, now: heardAt + 90_000)
         #expect(statusPayloads(fixture, id).count == announced)            // recorded and announced once
     }
 

@@ -1,14 +1,49 @@
-import FlareAPI
-import FlareCore
+public import FlareCore
 import FlareStore
-import FlareEvents
 import FlareSystem
+import FlareWire
 import Synchronization
 
-extension ShareService {
-    // MARK: Confirming trackers
+/// Confirming trackers (`flare track`, and any client that numbers its messages): what each sent is recorded as
+/// handled, stored or refused, and the share's mark (how far everything is handled without a gap) is retained on
+/// `…/stored` at most once a second, so that the tracker knows what it may forget.
+final class ConfirmingTrackers: Sendable {
+    enum Job: Hashable, Sendable {
+        /// Record the confirming trackers' messages that were refused (see `refused(_:row:share:)`).
+        case refusedSequences
+        /// Publish a confirming tracker's mark held back by the once-a-second limit.
+        case heldMark(ShareID)
+    }
 
-    struct Confirmations {
+    private let store: any TrackerRecords
+    private let directory: ShareDirectory
+    private let announcer: BrokerAnnouncer
+    private let deadlines: Deadlines
+    private let clock: any Clock
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    init(store: any TrackerRecords, directory: ShareDirectory, announcer: BrokerAnnouncer, deadlines: Deadlines, clock: any Clock, logger: Logger) {
+        self.store = store
+        self.directory = directory
+        self.announcer = announcer
+        self.deadlines = deadlines
+        self.clock = clock
+        self.logger = logger
+        deadlines.on(Job.self) { [weak self] job in
+            switch job {
+            case .refusedSequences: self?.recordRefusedSequences()
+            case .heldMark(let id): self?.publishHeldMark(id)
+            }
+        }
+    }
+
+    /// A share whose history is deleted has no mark to hold back.
+    func forget(_ id: ShareID) {
+        state.withLock { _ = $0.marks.removeValue(forKey: id) }
+    }
+
+    private struct State {
         /// Confirming trackers' messages that were refused, until recorded (see `refused(_:row:share:)`).
         var refused: [(share: ShareID, row: Int64, sequence: TrackerSequence)] = []
         /// Per share: when its tracker's mark was last published (monotonic ms), and a newer one held back meanwhile.
@@ -20,7 +55,7 @@ extension ShareService {
     /// marks published on `…/stored`, retained, at most once a second per share. False when the store could not be
     /// written (the tracker sends those messages again, and they are recorded then).
     @discardableResult
-    package func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
+    func handled(_ sequences: [(share: ShareID, row: Int64, sequence: TrackerSequence)]) -> Bool {
         guard !sequences.isEmpty else { return true }
         let shareOfRow = Dictionary(sequences.map { ($0.row, $0.share) }, uniquingKeysWith: { first, _ in first })
         let marks: [(shareRow: Int64, mark: TrackerSequence)]
@@ -37,17 +72,17 @@ extension ShareService {
     /// A confirming tracker's message was refused, or was a retained repeat of what is known (from the MQTT thread):
     /// its mark must move past it, or the tracker would keep it, and send it again, for ever. Recorded on the
     /// scheduler's thread.
-    package func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
-        let first = confirmations.withLock { state in
+    func refused(_ sequence: TrackerSequence, row: Int64, share: ShareID) {
+        let first = state.withLock { state in
             guard state.refused.count < 10_000 else { return false }  // a flood: the rest is sent again, and recorded then
             state.refused.append((share, row, sequence))
             return state.refused.count == 1
         }
-        if first { schedule(.refusedSequences, at: clock.now()) }
+        if first { deadlines.schedule(Job.refusedSequences, at: clock.now()) }
     }
 
-    func recordRefusedSequences() {
-        let refused = confirmations.withLock { state in
+    private func recordRefusedSequences() {
+        let refused = state.withLock { state in
             defer { state.refused = [] }
             return state.refused
         }
@@ -56,11 +91,11 @@ extension ShareService {
 
     static let trackerMarkIntervalMillis: Int64 = 1_000
 
-    func publishMark(_ mark: TrackerSequence, of id: ShareID) {
+    private func publishMark(_ mark: TrackerSequence, of id: ShareID) {
         let now = clock.monotonicMillis()
         // Marks come from two threads (the writer's commits, the scheduler's refusals), so one may be older than a mark
         // held back: the newer of the two is what goes out, now or when the interval has passed.
-        let toSend: TrackerSequence? = confirmations.withLock { state in
+        let toSend: TrackerSequence? = state.withLock { state in
             let entry = state.marks[id]
             let newest = entry?.held.map { ($0.stream, $0.number) < (mark.stream, mark.number) ? mark : $0 } ?? mark
             guard let entry, now - entry.publishedAt < Self.trackerMarkIntervalMillis else {
@@ -68,7 +103,7 @@ extension ShareService {
                 return newest
             }
             if entry.held == nil {
-                schedule(.trackerMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
+                deadlines.schedule(Job.heldMark(id), at: clock.now() + Self.trackerMarkIntervalMillis - (now - entry.publishedAt))
             }
             state.marks[id]?.held = newest
             return nil
@@ -76,8 +111,8 @@ extension ShareService {
         if let toSend { sendMark(toSend, of: id) }
     }
 
-    func publishHeldMark(_ id: ShareID) {
-        let held: TrackerSequence? = confirmations.withLock { state in
+    private func publishHeldMark(_ id: ShareID) {
+        let held: TrackerSequence? = state.withLock { state in
             guard let mark = state.marks[id]?.held else { return nil }
             state.marks[id] = (clock.monotonicMillis(), nil)
             return mark
@@ -85,13 +120,13 @@ extension ShareService {
         if let held { sendMark(held, of: id) }
     }
 
-    func sendMark(_ mark: TrackerSequence, of id: ShareID) {
-        guard let share = registry.snapshot(id)?.share, share.isActive else { return }
+    private func sendMark(_ mark: TrackerSequence, of id: ShareID) {
+        guard let share = directory.snapshot(id)?.share, share.isActive else { return }
         var writer = JSONWriter()
         writer.beginObject()
         writer.field("seq_stream", mark.stream)
         writer.field("seq", mark.number)
         writer.endObject()
-        publish(topic: Topics.stored(id), payload: writer.bytes, expiry: UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000)))
+        announcer.retain(topic: Topics.stored(id), payload: writer.bytes, expiry: UInt32(clamping: max(1, (share.expiresAt - clock.now()) / 1000)))
     }
 }

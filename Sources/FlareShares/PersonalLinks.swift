@@ -1,25 +1,47 @@
-import FlareCore
+public import FlareCore
 import FlareCrypto
-import FlareStore
+public import FlareStore
 import FlareSystem
 
-extension ShareService {
-    // MARK: Personal links
-
+/// A personal link per contact: its own URL (a token derived from the token key, stored only as its hash), made with
+/// the share or added later, mailed within the owning key's budget (`MailPlanner`), withdrawn alone, and opened once
+/// as far as `link.opened` is concerned.
+final class PersonalLinks: Sendable {
     /// The most personal links one share has (withdrawn ones count): a family's, not a mailing list's.
-    public static let linksPerShare = 20
+    static let linksPerShare = 20
 
-    /// What a link holder's token opened: the share, and the personal link it came through (nil: the share's own).
-    public struct LinkLookup: Sendable {
-        public let lookup: ShareLookup
-        public let link: ShareLink?
+    /// Personal links are mailed by the server, which has no key to put in them; the sharer sends the link instead.
+    static let endToEndTakesNoContacts = ShareError.refusedInput(
+        code: "e2e_contacts", message: "an end-to-end encrypted share takes no contacts: the server never has the key their links need; send the link with its #k= yourself")
+
+    private let store: any LinkRecords & ContactRecords
+    private let contacts: ContactService
+    private let directory: ShareDirectory
+    private let audience: ShareAudience
+    private let outbox: EventOutbox
+    private let mailPlanner: MailPlanner
+    private let tokenKey: [UInt8]
+    private let clock: any Clock
+    private let logger: Logger
+
+    init(store: any LinkRecords & ContactRecords, contacts: ContactService, directory: ShareDirectory, audience: ShareAudience, outbox: EventOutbox,
+         mailPlanner: MailPlanner, tokenKey: [UInt8], clock: any Clock, logger: Logger) {
+        self.store = store
+        self.contacts = contacts
+        self.directory = directory
+        self.audience = audience
+        self.outbox = outbox
+        self.mailPlanner = mailPlanner
+        self.tokenKey = tokenKey
+        self.clock = clock
+        self.logger = logger
     }
 
     /// A personal link's view token: derived from the token key, the share and the link, so that the owner can be
     /// shown its URL again (`GET …/links`) while the store keeps only its hash, as for every token. 192 bits, shaped
     /// as a `Secret`. A new token key (`flare token-key rotate`, the emergency stop) gives new URLs, and the old ones
     /// stop at the restart it asks for (`rekeyLinks`).
-    public func linkToken(share: ShareID, link: LinkID) -> String {
+    func linkToken(share: ShareID, link: LinkID) -> String {
         ShareLink.viewToken(tokenKey: tokenKey, share: share, link: link)
     }
 
@@ -31,21 +53,21 @@ extension ShareService {
         guard existing + ids.count <= Self.linksPerShare else {
             throw .refusedInput(code: "too_many_links", message: "a share has at most \(Self.linksPerShare) personal links")
         }
-        var contacts: [Contact] = []
+        var found: [Contact] = []
         for id in ids {
             // Another key's contact is to this one as a contact that does not exist (`ContactService`'s rule).
-            let found: Contact?
+            let contact: Contact?
             do throws(StoreError) {
-                found = if let owner { try self.contacts.contact(id, for: owner) } else { try store.contact(id: id) }
+                contact = if let owner { try contacts.contact(id, for: owner) } else { try store.contact(id: id) }
             } catch {
                 throw .storage(error.description)
             }
-            guard let found else {
+            guard let contact else {
                 throw .refusedInput(code: "unknown_contact", message: "no such contact: \(id)")
             }
-            contacts.append(found)
+            found.append(contact)
         }
-        return contacts
+        return found
     }
 
     /// A link each, not yet stored.
@@ -58,71 +80,67 @@ extension ShareService {
         }
     }
 
-    /// The share and personal link a link holder's token hashes to: memory first, then the store (a share or link
-    /// another instance just made). Nil if unknown; throws when memory does not know it and the store cannot say.
-    public func link(viewTokenHash hash: SecretHash) throws(StoreError) -> LinkLookup? {
-        if let snapshot = registry.snapshot(viewTokenHash: hash) { return LinkLookup(lookup: .live(snapshot), link: nil) }
-        if let found = registry.snapshot(linkHash: hash) { return LinkLookup(lookup: .live(found.snapshot), link: found.link) }
-        // Not in memory: the store, for the share's own token or a personal link's, in one lookup whose miss is
-        // remembered as every token's is (so an unknown token costs the store one read, not two, and then none).
-        var link: ShareLink?
-        guard let lookup = try lookUpInStore({ () throws(StoreError) -> StoredShare? in
-            if let stored = try store.share(viewTokenHash: hash) { return stored }
-            guard let found = try store.link(viewTokenHash: hash), found.viewTokenHash.matches(hash) else { return nil }
-            link = found
-            return try store.share(row: found.shareRow)
-        }, missKey: hash.base64URL) else { return nil }
-        guard let link else { return LinkLookup(lookup: lookup, link: nil) }
-        return LinkLookup(lookup: lookup, link: registry.links(lookup.share.id).first { $0.id == link.id } ?? link)
+    /// Which of `links` are mailed, within the owner's budget and one mail per address of the share (`MailPlanner`).
+    func planMail(_ links: [(link: ShareLink, token: String, contact: Contact)], share: ShareID, owner: Int64?, now: UnixMillis)
+        throws(ShareError) -> [LinkID: LinkMailing] {
+        guard outbox.mailsContacts, links.contains(where: { $0.contact.email != nil }) else { return [:] }
+        do {
+            var mailed = Set<String>()
+            for earlier in directory.links(share) where !earlier.isWithdrawn {
+                if let id = earlier.contactID, let address = try store.contact(id: id)?.email { mailed.insert(MailPlanner.normalized(address)) }
+            }
+            return try mailPlanner.plan(links.map { ($0.link.id, $0.contact.email) }, mailedAddresses: mailed, owner: owner, now: now)
+        } catch { throw .storage(error.description) }
     }
 
     /// The share's personal links, oldest first, with their URLs' tokens.
-    public func links(of snapshot: ShareSnapshot) -> [(link: ShareLink, token: String)] {
-        registry.links(snapshot.share.id).map { ($0, linkToken(share: snapshot.share.id, link: $0.id)) }
+    func links(of snapshot: ShareSnapshot) -> [(link: ShareLink, token: String)] {
+        directory.links(snapshot.share.id).map { ($0, linkToken(share: snapshot.share.id, link: $0.id)) }
     }
 
-    /// A link each for contacts of a running share.
-    /// Their mails are planned as the create's (`MailPlanner`): within the owning key's budget, and one an address of
-    /// the share, the share's earlier links counted.
-    public func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?)
+    /// A link each for contacts of a running share. Their mails are planned as the create's (`MailPlanner`): within
+    /// the owning key's budget, and one an address of the share, the share's earlier links counted.
+    func addLinks(_ snapshot: ShareSnapshot, contacts ids: [ContactID], owner: OwnerKeyRecord?)
         throws(ShareError) -> (links: [(link: ShareLink, token: String)], mailing: [LinkID: LinkMailing]) {
         guard snapshot.share.isActive else { throw .ended }
         if snapshot.share.endToEnd { throw Self.endToEndTakesNoContacts }
-        let contacts = try contactsForLinks(ids, owner: owner, existing: registry.links(snapshot.share.id).count)
+        let contacts = try contactsForLinks(ids, owner: owner, existing: directory.links(snapshot.share.id).count)
         let now = clock.now()
         let links = makeLinks(for: contacts, share: snapshot.share.id, row: snapshot.row, at: now)
         let mailing = try planMail(links, share: snapshot.share.id, owner: snapshot.share.ownerKeyID, now: now)
         let added: Bool
         do {
-            added = try store.insertLinks(links.map(\.link), events: links.map { linkCreated(snapshot.share.id, $0.link, mailed: mailing[$0.link.id] == .queued) })
+            added = try store.insertLinks(links.map(\.link), events: links.map {
+                outbox.linkCreated(snapshot.share.id, $0.link, mailed: mailing[$0.link.id] == .queued)
+            })
         } catch { throw .storage(error.description) }
         guard added else { throw .ended }
-        registry.addLinks(snapshot.share.id, links.map(\.link))
-        eventRecorded()
+        directory.addLinks(snapshot.share.id, links.map(\.link))
+        outbox.recorded()
         logger.info("share \(snapshot.share.id): \(links.count) personal links added")
         return (links.map { ($0.link, $0.token) }, mailing)
     }
 
     /// Withdraws one personal link: its page says so, its live streams end, the share's other links go on.
-    public func withdrawLink(_ snapshot: ShareSnapshot, link id: LinkID) throws(ShareError) {
-        guard registry.links(snapshot.share.id).contains(where: { $0.id == id }) else { throw .notFound }
+    func withdrawLink(_ snapshot: ShareSnapshot, link id: LinkID) throws(ShareError) {
+        guard directory.links(snapshot.share.id).contains(where: { $0.id == id }) else { throw .notFound }
         let now = clock.now()
         do { _ = try store.withdrawLink(shareRow: snapshot.row, id: id, at: now) } catch { throw .storage(error.description) }
-        registry.withdraw(snapshot.share.id, link: id, at: now)
-        publishAudience(snapshot)
+        directory.withdraw(snapshot.share.id, link: id, at: now)
+        audience.publish(snapshot)
         logger.info("share \(snapshot.share.id): personal link \(id) withdrawn")
     }
 
     /// Removes a contact `caller` may see, and withdraws its personal links on every active share: their pages say
     /// withdrawn and their live streams end, here at once and on other instances when they read the shares again.
     /// False when there is no such contact.
-    public func removeContact(_ id: ContactID, by caller: OwnerKeyRecord) throws(StoreError) -> Bool {
+    func removeContact(_ id: ContactID, by caller: OwnerKeyRecord) throws(StoreError) -> Bool {
         guard let withdrawn = try contacts.remove(id, by: caller) else { return false }
         let at = clock.now()
         for (row, links) in Dictionary(grouping: withdrawn, by: \.shareRow) {
-            guard let shareID = registry.shareID(ofRow: row) else { continue }
-            for link in links { registry.withdraw(shareID, link: link.link, at: at) }
-            if let snapshot = registry.snapshot(shareID) { publishAudience(snapshot) }
+            guard let shareID = directory.shareID(ofRow: row) else { continue }
+            for link in links { directory.withdraw(shareID, link: link.link, at: at) }
+            if let snapshot = directory.snapshot(shareID) { audience.publish(snapshot) }
         }
         return true
     }
@@ -152,16 +170,16 @@ extension ShareService {
         let now = clock.now()
         do {
             let first = try store.noteLinkOpened(shareRow: snapshot.row, id: link.id, at: now,
-                                                 event: pending(.linkOpened(snapshot.share.id, link: link, at: now)))
-            registry.noteLinkOpened(snapshot.share.id, link: link.id, at: now)
+                                                 event: outbox.pending(.linkOpened(snapshot.share.id, link: link, at: now)))
+            directory.noteLinkOpened(snapshot.share.id, link: link.id, at: now)
             if first {
-                eventRecorded()
+                outbox.recorded()
                 // The phone hears who opened it (its audience topic names the links).
-                publishAudience(snapshot)
+                audience.publish(snapshot)
             }
         } catch {
             // Noted at the link's next request instead.
-            warnStore("share \(snapshot.share.id): cannot note that a personal link was opened (\(error))")
+            directory.warnStore("share \(snapshot.share.id): cannot note that a personal link was opened (\(error))")
         }
     }
 }
