@@ -134,24 +134,11 @@ public final class SQLiteShareStore: ShareStore, Sendable {
             init(_ database: SQLiteDatabase) { self.database = database }
         }
         let handOver = Connection(connection)
-        final class WeakStore: @unchecked Sendable {
-            // @unchecked: a weak reference, read by the checkpoint thread alone.
-            weak var store: SQLiteShareStore?
-            init(_ store: SQLiteShareStore) { self.store = store }
-            /// One step while the store is alive; false once it is gone. A function of its own, so that the strong
-            /// reference a step needs ends with the step: held across the pause, it kept every store (its file, its
-            /// inotify watch) alive for ever.
-            func step(_ database: SQLiteDatabase) -> Bool {
-                guard let store else { return false }
-                store.checkpointStep(database)
-                return true
-            }
-        }
-        let weakStore = WeakStore(store)
-        NamedThread.start(name: "flare-checkpt") {
+        NamedThread.start(name: "flare-checkpt") { [weak store] in
             while true {
                 usleep(pause)
-                guard weakStore.step(handOver.database) else { break }
+                guard let store else { break }
+                store.checkpointStep(handOver.database)
             }
         }
     }
