@@ -102,6 +102,8 @@ let package = Package(
         .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
+        // The command table of `flare`: every command refuses what it does not declare, and its help lists what it takes.
+        .testTarget(name: "flareTests", dependencies: ["flare", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // Both brokers' access rules: mosquitto with the flare_auth plugin, and three real NATS nodes with flared's callout.
         .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite", "FlareSystem"],

@@ -8,38 +8,60 @@ import Synchronization
 /// drives. Both are thin over libmosquitto (FlareMQTT), so the reference is as fast as the broker delivers.
 /// Loopback only: they refuse any broker host that is not 127.0.0.1, ::1 or localhost.
 enum Bench {
-    static func run(_ options: CommonOptions, _ words: [String]) throws -> Int32 {
-        switch words.count > 1 ? words[1] : "" {
-        case "publish": return try publish(options)
-        case "count": return try count(options)
-        case "store-create": return try StoreBench.create(options)
-        default: throw CLIError("usage: flare bench publish|count|store-create (see scripts/bench/bench.py)")
-        }
-    }
+    static let mqttURL = OptionSpec.value("--mqtt-url", "mqtt://127.0.0.1:PORT",
+                                          "the broker, on loopback (default 127.0.0.1 and env FLARE_MQTT_PORT, else 1883)")
+    static let mqtt311 = OptionSpec.switch("--mqtt311", "a NATS cluster: MQTT 3.1.1, as flared's service login (its password in DATA_DIR/nats/password)")
+    static let qos = OptionSpec.value("--qos", "0|1|2", "the MQTT QoS (default 1)")
+    static let inflight = OptionSpec.value("--inflight", "N", "messages in flight at once (default 1000)")
+    static let sharesFile = OptionSpec.value("--shares-file", "FILE", "the share ids to publish to, one a line")
+    static let prefix = OptionSpec.value("--prefix", "TOPIC", "topics are PREFIX/ID/location (default flare/v1/shares)")
+    static let publishCount = OptionSpec.value("--count", "N", "how many fixes, round-robin over the shares (default one each)")
+    static let rate = OptionSpec.value("--rate", "N", "fixes a second (default 0: as fast as the broker takes them)")
+    static let offset = OptionSpec.value("--offset", "N", "start this far into the round-robin (each round moves the fixes by 1e-6°)")
+    static let acked = OptionSpec.value("--acked", "FILE", "write the numbers of the fixes the broker acknowledged, one a line")
+    static let pattern = OptionSpec.value("--pattern", "TOPIC", "the subscription (default bench/v1/shares/+/location)")
+    static let expect = OptionSpec.value("--expect", "N", "stop once this many arrived (default 1; exit status 3 if fewer came)")
+    static let timeout = OptionSpec.value("--timeout", "SECONDS", "stop after this long at the latest (default 120)")
+    static let reportEvery = OptionSpec.value("--report-every", "N", "print a progress line every N messages (default 0: none)")
+    static let receiveMaximum = OptionSpec.value("--inflight", "N", "the receive maximum, as flared's bridge has it (default 1000)")
 
-    static func broker(_ options: CommonOptions) throws -> MQTTURL {
-        let text = options.flags["--mqtt-url"] ?? "mqtt://127.0.0.1:\(options.environment["FLARE_MQTT_PORT"] ?? "1883")"
+    static let all: [CommandSpec] = [
+        CommandSpec("bench publish", summary: "publish fixes as fast as the broker takes them (or at --rate); prints one JSON line",
+                    details: "The load generator of `make bench` (scripts/bench/bench.py); loopback brokers only. It logs in as the bench "
+                        + "service account where its password file exists ($FLARE_BENCH_PASSWORD_FILE, else DATA_DIR/broker/bench.password).",
+                    options: [mqttURL, mqtt311, sharesFile, prefix, publishCount, qos, rate, offset, inflight, acked, SharedOptions.dataDirectory],
+                    run: publish),
+        CommandSpec("bench count", summary: "count the messages on a subscription until --expect arrived; prints one JSON line",
+                    details: "The bare reference subscriber of `make bench`: it says \"ready\" on stderr once subscribed. Loopback brokers only.",
+                    options: [mqttURL, mqtt311, pattern, qos, expect, timeout, reportEvery, receiveMaximum, SharedOptions.dataDirectory],
+                    run: count),
+        CommandSpec("bench store-create", summary: "the store alone making shares, as flared's creations do; prints one JSON line",
+                    options: [StoreBench.storeDirectory, StoreBench.live, StoreBench.count], run: StoreBench.create),
+    ]
+
+    static func broker(_ invocation: Invocation) throws -> MQTTURL {
+        let text = invocation.value(mqttURL) ?? "mqtt://127.0.0.1:\(invocation.environment["FLARE_MQTT_PORT"] ?? "1883")"
         guard let url = MQTTURL(text), !url.tls, ["127.0.0.1", "::1", "localhost"].contains(url.host) else {
             throw CLIError("bench talks only to a broker on loopback (mqtt://127.0.0.1:PORT), got \(text)")
         }
         return url
     }
 
-    static func client(_ options: CommonOptions, name: String, inflight: Int, receiveMaximum: Int = 20) throws -> MQTTClient {
-        let url = try broker(options)
+    static func client(_ invocation: Invocation, name: String, inflight: Int, receiveMaximum: Int = 20) throws -> MQTTClient {
+        let url = try broker(invocation)
         var mqttOptions = MQTTClient.Options(clientID: "flare-bench-\(name)-\(UInt32.random(in: 0...UInt32.max))")
         mqttOptions.host = url.host
         mqttOptions.port = url.port
         mqttOptions.maxInflightMessages = inflight
         mqttOptions.receiveMaximum = receiveMaximum
         mqttOptions.reconnectDelay = (1, 2)
-        if options.switches.contains("--mqtt311") {
+        if invocation.isSet(mqtt311) {
             // A NATS cluster: MQTT 3.1.1, flared's service login (its password in DATA_DIR/nats/password), and a session
             // that outlives a reconnection to another node, so that what was in flight is sent again there.
             mqttOptions.protocolVersion = .v311
             mqttOptions.cleanSession = false
             mqttOptions.retriesAfterRefusal = true
-            let passwordFile = options.dataDirectory + "/nats/password"
+            let passwordFile = invocation.dataDirectory + "/nats/password"
             guard let password = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
                 throw CLIError("--mqtt311 logs in as the NATS cluster's service login: no password at \(passwordFile) (pass --data-dir)")
             }
@@ -49,7 +71,7 @@ enum Bench {
         }
         // The broker admits no one anonymously: the load tools log in as the `bench` service account, which
         // exists only where a benchmark or fault run created its password file.
-        let passwordFile = options.environment["FLARE_BENCH_PASSWORD_FILE"] ?? options.dataDirectory + "/broker/bench.password"
+        let passwordFile = invocation.environment["FLARE_BENCH_PASSWORD_FILE"] ?? invocation.dataDirectory + "/broker/bench.password"
         if let password = try? String(contentsOfFile: passwordFile, encoding: .utf8) {
             mqttOptions.username = "bench"
             mqttOptions.password = password.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -57,9 +79,9 @@ enum Bench {
         return try MQTTClient(options: mqttOptions)
     }
 
-    static func integer(_ options: CommonOptions, _ flag: String, default fallback: Int) throws -> Int {
-        guard let text = options.flags[flag] else { return fallback }
-        guard let value = Int(text), value >= 0 else { throw CLIError("\(flag) needs a whole number, got \(text)") }
+    static func integer(_ invocation: Invocation, _ option: OptionSpec, default fallback: Int) throws -> Int {
+        guard let text = invocation.value(option) else { return fallback }
+        guard let value = Int(text), value >= 0 else { throw CLIError("\(option.name) needs a whole number, got \(text)") }
         return value
     }
 
@@ -73,26 +95,26 @@ enum Bench {
     /// `<--prefix>/<id>/location`, at `--qos`, retained, as fast as the broker takes them or at `--rate` per second.
     /// Every fix differs from the others of its share (coordinates step by 1e-6°), so each is a new row.
     /// Prints one JSON line: start and end wall-clock times (ns) and how many were handed over.
-    static func publish(_ options: CommonOptions) throws -> Int32 {
-        guard let file = options.flags["--shares-file"], let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+    static func publish(_ invocation: Invocation) throws -> Int32 {
+        guard let file = invocation.value(sharesFile), let text = try? String(contentsOfFile: file, encoding: .utf8) else {
             throw CLIError("bench publish needs --shares-file FILE (one share id a line)")
         }
-        let prefix = options.flags["--prefix"] ?? "flare/v1/shares"
+        let prefix = invocation.value(Self.prefix) ?? "flare/v1/shares"
         let ids = text.split(whereSeparator: \.isNewline).map(String.init)
         guard !ids.isEmpty else { throw CLIError("\(file) names no share") }
-        let total = try integer(options, "--count", default: ids.count)
-        let qos = try integer(options, "--qos", default: 1)
-        let rate = try integer(options, "--rate", default: 0)
-        let offset = try integer(options, "--offset", default: 0)
-        let inflight = try integer(options, "--inflight", default: 1000)
+        let total = try integer(invocation, publishCount, default: ids.count)
+        let qos = try integer(invocation, Self.qos, default: 1)
+        let rate = try integer(invocation, Self.rate, default: 0)
+        let offset = try integer(invocation, Self.offset, default: 0)
+        let inflight = try integer(invocation, Self.inflight, default: 1000)
         let topics = ids.map { "\(prefix)/\($0)/location" }
-        let client = try client(options, name: "pub", inflight: max(1, inflight))
+        let client = try client(invocation, name: "pub", inflight: max(1, inflight))
         // --acked FILE: the fixes the broker acknowledged (their numbers, one a line), for a fault test that checks each
         // of them was stored. A PUBACK may come before `publish` has returned the message id: both sides are noted.
         // A NATS cluster acknowledges out of order: the last message's PUBACK does not mean the others are in, so there
         // the publisher waits for every one of them before it says it is done.
-        let ackedFile = options.flags["--acked"]
-        let tracksAcknowledgements = ackedFile != nil || options.switches.contains("--mqtt311")
+        let ackedFile = invocation.value(acked)
+        let tracksAcknowledgements = ackedFile != nil || invocation.isSet(mqtt311)
         let acknowledgements = Mutex<(byMessage: [Int32: Int], early: Set<Int32>, acked: [Int])>(([:], [], []))
         if tracksAcknowledgements {
             client.setPublishAcknowledgedHandler { mid, code in
@@ -153,17 +175,17 @@ enum Bench {
 
     /// Subscribes to `--pattern` at `--qos` with a clean session and counts messages until `--expect` arrived or
     /// `--timeout` seconds passed. Prints "ready" once subscribed (stderr), then one JSON line at the end.
-    static func count(_ options: CommonOptions) throws -> Int32 {
-        let pattern = options.flags["--pattern"] ?? "bench/v1/shares/+/location"
-        let qos = try integer(options, "--qos", default: 1)
-        let expect = try integer(options, "--expect", default: 1)
-        let timeout = try integer(options, "--timeout", default: 120)
-        let every = try integer(options, "--report-every", default: 0)
+    static func count(_ invocation: Invocation) throws -> Int32 {
+        let pattern = invocation.value(Self.pattern) ?? "bench/v1/shares/+/location"
+        let qos = try integer(invocation, Self.qos, default: 1)
+        let expect = try integer(invocation, Self.expect, default: 1)
+        let timeout = try integer(invocation, Self.timeout, default: 120)
+        let every = try integer(invocation, reportEvery, default: 0)
         struct Tally { var count = 0; var first: Int64 = 0; var last: Int64 = 0 }
         let tally = Mutex(Tally())
         let done = DispatchSemaphore(value: 0)
         // The same receive maximum as flared's bridge, so both get the same flow control from the broker.
-        let client = try client(options, name: "count", inflight: 100, receiveMaximum: max(1, try integer(options, "--inflight", default: 1000)))
+        let client = try client(invocation, name: "count", inflight: 100, receiveMaximum: max(1, try integer(invocation, receiveMaximum, default: 1000)))
         client.setMessageHandler { message in
             guard !message.payload.isEmpty else { return }
             let now = nowNanos()

@@ -11,15 +11,19 @@ import Foundation
 ///
 /// Writes only into `--store-dir`, which must not exist yet (it never opens a store someone uses); removes nothing.
 enum StoreBench {
-    static func create(_ options: CommonOptions) throws -> Int32 {
-        guard let directory = options.flags["--store-dir"] else {
+    static let storeDirectory = OptionSpec.value("--store-dir", "DIR", "where the new store goes: a directory that does not exist yet")
+    static let live = OptionSpec.value("--live", "N", "shares made first, not timed: the level the timed ones are made at (default 0)")
+    static let count = OptionSpec.value("--count", "N", "shares made, each timed (default 5000)")
+
+    static func create(_ invocation: Invocation) throws -> Int32 {
+        guard let directory = invocation.value(storeDirectory) else {
             throw CLIError("bench store-create needs --store-dir DIR (a directory that does not exist yet)")
         }
         guard !FileManager.default.fileExists(atPath: directory) else {
             throw CLIError("\(directory) exists: bench store-create writes only into a new directory")
         }
-        let live = try Bench.integer(options, "--live", default: 0)
-        let count = try Bench.integer(options, "--count", default: 5_000)
+        let live = try Bench.integer(invocation, Self.live, default: 0)
+        let count = try Bench.integer(invocation, Self.count, default: 5_000)
         guard count > 0 else { throw CLIError("--count must be at least 1") }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let store = try Stores.open(.sqlite(path: directory + "/flare.db"), instance: "bench")

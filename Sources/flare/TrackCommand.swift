@@ -44,11 +44,42 @@ struct TrackCommand {
     /// An end-to-end encrypted share's secretbox key (`--e2e`): each fix is sealed before it is published.
     let sealingKey: [UInt8]?
 
-    init(options: CommonOptions) throws {
-        var id = options.flags["--share-id"]
-        var token = options.flags["--token"]
-        var mqttURL = options.flags["--mqtt-url"]
-        if let file = options.flags["--share-file"] {
+    static let shareFile = OptionSpec.value("--share-file", "FILE", "the JSON `flare share create --json` printed: the share's id, device token and broker")
+    static let shareID = OptionSpec.value("--share-id", "ID", "the share, without --share-file")
+    static let token = OptionSpec.value("--token", "TOKEN", "its device token, without --share-file")
+    static let mqttURL = OptionSpec.value("--mqtt-url", "mqtt://HOST:PORT",
+                                          "the broker (default: --share-file's, else env FLARE_MQTT_URL, else 127.0.0.1 and FLARE_MQTT_PORT)")
+    static let interval = OptionSpec.value("--interval", "SECONDS", "time between fixes (default 2; with --gpsd 1, and 0 passes on every report)")
+    static let count = OptionSpec.value("--count", "N", "stop after this many fixes (default: until the share ends or Ctrl-C)")
+    static let speed = OptionSpec.value("--speed", "M/S", "the built-in route (the default source), walked at this speed (default 1.5)")
+    static let gpx = OptionSpec.value("--gpx", "FILE", "replay a GPX track instead, its points as far apart in time as recorded")
+    static let speedFactor = OptionSpec.value("--speed-factor", "N", "replay the GPX track N times faster (default 1)")
+    static let gpsd = OptionSpec.value("--gpsd", "HOST:PORT", "a live GPS receiver through gpsd instead (gpsd listens on 127.0.0.1:2947)")
+    static let queue = OptionSpec.value("--queue", "N",
+                                        "fixes kept while the broker is unreachable; beyond, the oldest never sent are dropped (default 10000)")
+    static let statusEvery = OptionSpec.value("--status-every", "SECONDS", "the status line's period (default 10; 0: none)")
+    static let quiet = OptionSpec.switch("--quiet", "no line per acknowledged fix")
+    static let mqtt311 = OptionSpec.switch("--mqtt311", "MQTT 3.1.1 (a NATS cluster: it has no MQTT 5)")
+    static let endToEnd = OptionSpec.switch("--e2e", "seal each fix for an end-to-end encrypted share (its key: --e2e-key, "
+                                                + "or the file share create --e2e wrote)")
+    static let confirmTimeout = OptionSpec.value("--confirm-timeout", "SECONDS",
+                                                 "at the end, how long to wait for Flare to confirm the last fixes stored (default 60)")
+    static let noConfirm = OptionSpec.switch("--no-confirm", "a fix is done at the broker's PUBACK, as in the OwnTracks apps "
+                                                 + "(default: when Flare confirms it stored)")
+
+    static let spec = CommandSpec(
+        "track", summary: "publish positions into a share over MQTT, as a phone would: the built-in route, a GPX replay, or a gpsd receiver",
+        details: "Each fix is kept (and sent again after a reconnection) until Flare confirms it stored. It stops when the share ends; "
+            + "exit status 130 after Ctrl-C, 1 when the broker refuses the device token or fixes stay unconfirmed.",
+        options: [shareFile, shareID, token, mqttURL, interval, count, speed, gpx, speedFactor, gpsd, queue, statusEvery, quiet, mqtt311,
+                  endToEnd, SharedOptions.e2eKey, confirmTimeout, noConfirm, SharedOptions.dataDirectory],
+        run: { invocation in try TrackCommand(invocation).run() })
+
+    init(_ invocation: Invocation) throws {
+        var id = invocation.value(Self.shareID)
+        var token = invocation.value(Self.token)
+        var mqttURL = invocation.value(Self.mqttURL)
+        if let file = invocation.value(Self.shareFile) {
             guard let data = FileManager.default.contents(atPath: file),
                   let share = try? APIJSON.decode(CreatedShare.self, from: data) else {
                 throw CLIError("cannot read \(file): expected the JSON printed by `flare share create --json`")
@@ -59,32 +90,32 @@ struct TrackCommand {
         }
         guard let idText = id, let shareID = ShareID(idText) else { throw CLIError("track needs --share-file FILE or --share-id ID") }
         guard let token, !token.isEmpty else { throw CLIError("track needs the share's device token (--token or --share-file)") }
-        let urlText = mqttURL ?? options.environment["FLARE_MQTT_URL"] ?? "mqtt://127.0.0.1:\(options.shared("FLARE_MQTT_PORT"))"
+        let urlText = mqttURL ?? invocation.environment["FLARE_MQTT_URL"] ?? "mqtt://127.0.0.1:\(invocation.shared("FLARE_MQTT_PORT"))"
         guard let broker = MQTTURL(urlText), !broker.tls else { throw CLIError("--mqtt-url must be mqtt://host:port (got \(urlText))") }
         self.shareID = shareID
         self.token = token
         self.broker = broker
-        let gpx = options.flags["--gpx"], gpsd = options.flags["--gpsd"]
+        let gpx = invocation.value(Self.gpx), gpsd = invocation.value(Self.gpsd)
         guard gpx == nil || gpsd == nil else { throw CLIError("--gpx and --gpsd are two different sources: pick one") }
         // gpsd reports once a second; by default pass each one on. The route and a GPX file without times use 2 s.
-        self.intervalSeconds = try options.double("--interval") ?? (gpsd != nil ? 1 : 2)
+        self.intervalSeconds = try invocation.number(Self.interval) ?? (gpsd != nil ? 1 : 2)
         guard intervalSeconds >= 0.01 || (gpsd != nil && intervalSeconds >= 0) else { throw CLIError("--interval must be at least 0.01 seconds") }
         if let gpx {
-            self.source = .gpx(path: gpx, speedFactor: try options.double("--speed-factor") ?? 1)
+            self.source = .gpx(path: gpx, speedFactor: try invocation.number(Self.speedFactor) ?? 1)
         } else if let gpsd {
             self.source = .gpsd(address: gpsd)
         } else {
-            self.source = .route(speed: try options.double("--speed") ?? 1.5)
+            self.source = .route(speed: try invocation.number(Self.speed) ?? 1.5)
         }
-        self.count = try options.double("--count").map { Int($0) }
-        self.queueLimit = max(1, Int(try options.double("--queue") ?? 10_000))
-        self.statusEverySeconds = try options.double("--status-every") ?? 10
-        self.quiet = options.switches.contains("--quiet")
-        self.mqtt311 = options.switches.contains("--mqtt311")
-        self.confirm = !options.switches.contains("--no-confirm")
-        self.confirmTimeoutSeconds = try options.double("--confirm-timeout") ?? 60
+        self.count = try invocation.number(Self.count).map { Int($0) }
+        self.queueLimit = max(1, Int(try invocation.number(Self.queue) ?? 10_000))
+        self.statusEverySeconds = try invocation.number(Self.statusEvery) ?? 10
+        self.quiet = invocation.isSet(Self.quiet)
+        self.mqtt311 = invocation.isSet(Self.mqtt311)
+        self.confirm = !invocation.isSet(Self.noConfirm)
+        self.confirmTimeoutSeconds = try invocation.number(Self.confirmTimeout) ?? 60
         guard confirmTimeoutSeconds >= 0 else { throw CLIError("--confirm-timeout must be 0 or more seconds") }
-        self.sealingKey = options.switches.contains("--e2e") ? E2EPassphrase.key(try options.passphrase(of: shareID.rawValue)) : nil
+        self.sealingKey = invocation.isSet(Self.endToEnd) ? E2EPassphrase.key(try invocation.passphrase(of: shareID.rawValue)) : nil
     }
 
     /// What is published for `fix`: its OwnTracks location, or for an end-to-end encrypted share that location sealed
@@ -354,119 +385,6 @@ struct TrackCommand {
         var sentAgain = 0
         var highestSent: Int64 = 0
         var lastAck: Date?
-    }
-}
-
-/// Fixes not yet done with, oldest first: those waiting to be sent, and (confirming) those sent and waiting for Flare's
-/// mark to pass them.
-///
-/// A fix gets its number in the stream when it is first sent, not when it is queued: a fix dropped before it was ever
-/// sent leaves no gap in the numbers, so Flare's mark never waits for it. Only fixes without a number are dropped
-/// (the oldest first, beyond `capacity`); at most `capacity` numbered fixes are out at once, and while that many wait
-/// for the mark the next one waits to be sent. So the queue holds at most twice `capacity`, and the stream, once
-/// started, never has to start again (a queue that renumbered everything on each drop sent the same fixes again and
-/// again, and never caught up while fixes kept coming in).
-struct SendQueue: Sendable {
-    struct Entry: Sendable {
-        var fix: Fix
-        /// Its number in the stream, from its first sending on (nil: never sent).
-        var number: Int64?
-        var sent = false
-        /// The broker acknowledged it once (`sent` goes back to false when it is to be sent again).
-        var acknowledged = false
-    }
-
-    let capacity: Int
-    /// The confirmation stream the fixes are numbered in (nil: not confirming).
-    let stream: Int64?
-    private(set) var entries: [Entry] = []
-    private(set) var nextNumber: Int64 = 1
-    private(set) var dropped = 0
-    private(set) var confirmed = 0
-    /// Fixes Flare confirmed that the broker never acknowledged to this tracker: the MQTT library sent one again by
-    /// itself after a reconnection, after its publish had been given up for lost.
-    private(set) var confirmedUnacknowledged = 0
-    /// Their numbers, until the broker's late acknowledgement of one comes, if it does.
-    private var confirmedUnacknowledgedNumbers: Set<Int64> = []
-    /// How many entries have a number (they come first: numbers are given in order).
-    private var numbered = 0
-    var producerDone = false
-
-    init(capacity: Int, stream: Int64?) {
-        self.capacity = max(1, capacity)
-        self.stream = stream
-    }
-
-    mutating func append(_ fix: Fix) {
-        entries.append(Entry(fix: fix))
-        if entries.count - numbered > capacity {
-            entries.remove(at: numbered)
-            dropped += 1
-        }
-    }
-
-    /// The fix to send next, numbered if it had no number yet; nil when nothing waits, or when `capacity` numbered
-    /// fixes already wait for the mark.
-    mutating func takeNext() -> Entry? {
-        guard let index = entries.firstIndex(where: { !$0.sent }) else { return nil }
-        if entries[index].number == nil {
-            guard numbered < capacity else { return nil }
-            entries[index].number = nextNumber
-            if let stream { entries[index].fix.sequence = TrackerSequence(stream: stream, number: nextNumber) }
-            nextNumber += 1
-            numbered += 1
-        }
-        return entries[index]
-    }
-
-    var unsent: Int { entries.count { !$0.sent } }
-    var awaitingConfirmation: Int { entries.count { $0.sent } }
-
-    /// The broker acknowledged it: done, or (confirming) kept until the mark passes it. By number: the entry may
-    /// have been confirmed while it was being sent.
-    mutating func sent(_ number: Int64, keep: Bool) {
-        // Confirmed before its acknowledgement (Flare's mark overtook the PUBACK, on a loaded machine): acknowledged
-        // now, so it counts as sent once, like any other, and no longer among the confirmed unacknowledged.
-        if confirmedUnacknowledgedNumbers.remove(number) != nil {
-            confirmedUnacknowledged -= 1
-            return
-        }
-        guard let index = entries.firstIndex(where: { $0.number == number }) else { return }
-        if keep {
-            entries[index].sent = true
-            entries[index].acknowledged = true
-        } else {
-            entries.remove(at: index)
-            numbered -= 1
-        }
-    }
-
-    /// Flare's mark: every fix of `markStream` numbered up to `through` is stored (or refused for good).
-    mutating func confirm(stream markStream: Int64, through: Int64) {
-        guard markStream == stream else { return }
-        // The numbered fixes come first, in order: the mark passes a prefix of the queue.
-        var passed = 0
-        for entry in entries {
-            guard let number = entry.number, number <= through else { break }
-            if !entry.acknowledged {
-                confirmedUnacknowledged += 1
-                confirmedUnacknowledgedNumbers.insert(number)
-            }
-            passed += 1
-        }
-        entries.removeFirst(passed)
-        numbered -= passed
-        confirmed += passed
-    }
-
-    /// What was sent and is not confirmed goes back in line, in order, with the numbers it had. Returns how many.
-    mutating func sendAgain() -> Int {
-        var count = 0
-        for index in entries.indices where entries[index].sent {
-            entries[index].sent = false
-            count += 1
-        }
-        return count
     }
 }
 
