@@ -20,8 +20,10 @@ packages+=(python3-aiosmtpd)
 packages+=(libnats-dev haproxy python3-pip)
 # make chaos: a read-only store on a loop-mounted ext4 image. The cluster tests: an instance whose clock runs fast.
 packages+=(e2fsprogs util-linux faketime)
+# The Python tests run under Debian's pytest.
+packages+=(python3-pytest)
 if [ "${1:-}" = "--browser" ]; then
-  packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium python3-pip)
+  packages+=(chromium chromium-driver fonts-noto-cjk python3-selenium python3-pip)
 fi
 if [ "${1:-}" = "--bench" ]; then
   packages+=(wrk nginx-light python3-paho-mqtt)
@@ -31,18 +33,16 @@ missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  "$(dirname "$0")/nats-server.sh" >/dev/null
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "flare: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "flare: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >/dev/null
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-
-echo "flare: installing ${missing[*]}" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "flare: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 "$(dirname "$0")/nats-server.sh" >/dev/null
+

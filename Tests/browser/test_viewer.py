@@ -15,7 +15,9 @@ import urllib.parse
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
+
+from scripts.flarestack import wait_until
 
 from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, seal, tile_host_pattern
 
@@ -31,14 +33,10 @@ def body_attr(d, name):
 
 
 def wait_for(d, cond, what, timeout=TIMEOUT_S):
-    def check(drv):
-        try:
-            return cond(drv)
-        except Exception:  # element not there yet, stale reference during re-render
-            return False
-    return WebDriverWait(d, timeout, poll_frequency=0.1).until(
-        check, message=f'waited {timeout} s for {what}; status={_safe(d, "#status")!r} '
-                       f'updated={_safe(d, "#updated")!r} coords={_safe(d, "#coords")!r}')
+    """Waits for `cond(d)` with flarestack's wait_until; any exception is "not yet" (an element not there yet, a stale
+    reference during a re-render). A failure says how the page stood then."""
+    return wait_until(lambda: cond(d), timeout, lambda: f'{what} (the page: status={_safe(d, "#status")!r} '
+                      f'updated={_safe(d, "#updated")!r} coords={_safe(d, "#coords")!r})', interval=0.1, ignoring=(Exception,))
 
 
 def _safe(d, css):
@@ -794,6 +792,7 @@ def test_an_encrypted_page_tells_the_answer_to_locate_now_that_the_server_cannot
 
 def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path):
     import base64
+
     import nacl.secret
     share, passphrase = flare.create_e2e()
     share_file = tmp_path / 'share.json'
@@ -815,6 +814,7 @@ def test_an_unchanged_owntracks_app_configured_by_the_cli_shows_its_encrypted_po
     """The configuration `flare share owntracks --e2e` writes, used as the app uses it: its credentials, client id and
     topic on a real MQTT client, its encryptionKey sealing the location the way the apps seal it (PyNaCl here)."""
     import base64
+
     import nacl.secret
     share, passphrase = flare.create_e2e()
     otrc = tmp_path / 'sos.otrc'

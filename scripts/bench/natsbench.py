@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 
-from flarestack import HOST, NatsStack
+from scripts.flarestack import HOST, Stack
 
 
 def _bench(stack, *args, timeout=600):
@@ -57,7 +57,7 @@ def ingest(stack, path, total, offset):
 
 
 def bench_nats(work, bin_dir, total, rounds, retained):
-    stack = NatsStack(work, bin_dir)
+    stack = Stack(work, broker="nats", bin_dir=bin_dir)
     rows = []
     try:
         shares = []
@@ -75,12 +75,12 @@ def bench_nats(work, bin_dir, total, rounds, retained):
                      "ratios": [p["ratio"] for p in pairs], "target": ">= 0.8 of the cluster's own delivery",
                      "pass": median["ratio"] >= 0.8 and all(p["flare_accepted"] >= p["acknowledged"] == total for p in pairs)})
         # Memory: N retained positions on N topics, as N phones leave them.
-        before = [stack.node_rss_mb(n) for n in (1, 2, 3)]
+        before = [stack.nats.node_rss_mb(n) for n in (1, 2, 3)]
         ids = [f"r{i:07d}" for i in range(retained)]
         _bench(stack, "publish", "--shares-file", _ids_file(stack, ids, "retained.txt"), "--prefix", "bench/retained",
                "--count", str(retained), "--qos", "1", timeout=1800)
         time.sleep(3)  # replicas catch up
-        after = [stack.node_rss_mb(n) for n in (1, 2, 3)]
+        after = [stack.nats.node_rss_mb(n) for n in (1, 2, 3)]
         growth = [a - b for a, b in zip(after, before)]
         per_position = max(growth) * 1024 * 1024 / retained
         rows.append({"name": f"NATS node memory, {retained:,} retained", "nodes_rss_mb": [round(a, 1) for a in after],
