@@ -3,7 +3,7 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run cluster test deps browser-deps bench-deps build plugin swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
+.PHONY: run cluster test deps browser-deps bench-deps build plugin lint swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build plugin
 	./scripts/run.sh
@@ -16,7 +16,7 @@ BROKER ?= mosquitto
 cluster: deps build plugin
 	FLARE_INSTANCES=2 FLARE_BROKER=$(BROKER) ./scripts/run.sh
 
-test: deps build plugin swift-test scripts-test browser-test chaos-quick fuzz
+test: deps build plugin lint swift-test scripts-test browser-test chaos-quick fuzz
 
 deps:
 	./scripts/deps.sh
@@ -40,6 +40,10 @@ $(PLUGIN): broker/plugin/flare_auth.c
 # The Swift tests, with a deadline: a test that hangs fails the run and is named, with its stacks.
 swift-test:
 	/usr/bin/python3 scripts/swift-test.py $(SWIFT_BUILD_FLAGS)
+
+# The Python side: every file of scripts/ and Tests/ checked by ruff (ruff.toml; make deps installs it).
+lint: deps
+	.build/venv/bin/ruff check scripts Tests
 
 # pytest on Tests/scripts: Package.swift's imports and docs/architecture.md's arrows; two `make run` instances side by
 # side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster` with each instance killed in turn (it is
