@@ -177,13 +177,7 @@ def test_a_missed_checkin_opens_with_who_did_not_check_in_and_the_last_position(
     _, share = flare.checkin([mum], in_s=2)
     a = flare.publish(share, flare.fix())
     # No link is live before the deadline; once it and its grace (none here) pass, the server makes Mum's.
-    deadline = time.time() + TIMEOUT_S
-    links = []
-    while not links and time.time() < deadline:
-        links = flare.links(share)
-        if not links:
-            time.sleep(0.3)
-    assert links, 'the missed check-in made no link'
+    links = wait_until(lambda: flare.links(share), TIMEOUT_S, "the missed check-in's link", interval=0.3)
     d = viewer()
     d.get(BASE_URL + links[0][1])
     wait_coords(d, a)
@@ -594,9 +588,7 @@ def test_seen_by_counts_each_browser_once(flare, viewer):
         else:
             d.get(share.url())
         wait_coords(d, a)
-        deadline = time.monotonic() + 10
-        while opened() != expected and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: opened() == expected, 10, lambda: f'{expected} opened (counted {counts + [opened()]})', interval=0.2)
         counts.append(opened())
     assert counts == [1, 2, 2]
 

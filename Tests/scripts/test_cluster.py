@@ -197,6 +197,7 @@ def test_a_nats_node_can_be_killed(work: str, started: list[Instance]) -> None:
                            "-t", f"flare/v1/shares/{demo['share_id']}/location", "-m", fix], capture_output=True, text=True, timeout=30)
     if sent.returncode != 0:
         cluster.fail(f"a phone over TLS could not publish: {sent.stderr.strip()}")
+
     def sent_over_tls_is_stored():
         with urllib.request.urlopen(cluster.url("A", f"/api/v1/view/{cluster.token}"), timeout=3) as response:
             view = json.load(response)

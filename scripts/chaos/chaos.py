@@ -41,6 +41,7 @@ def bench_publish(stack, share_ids, count, rate, offset):
 def stored_once_settled(stack, expected, seconds=30):
     """How many fixes are stored once ingest has settled: waits up to `seconds` for `expected`, then one more
     second, so that a fix stored twice would show. The caller asserts on the count (a shortfall is a loss)."""
+
     def count():
         return stack.rows("SELECT count(*) FROM fixes")[0][0]
     try:
@@ -165,6 +166,7 @@ def case_broker_restart(work, quick):
 
 def stored_once_settled_for(stack, share, expected, seconds=5):
     """How many fixes one share has once ingest has settled (see `stored_once_settled`)."""
+
     def count():
         return stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}')")[0][0]
     try:
@@ -567,6 +569,7 @@ def case_cluster_kill9(work, quick):
         out, _ = pub.communicate(timeout=seconds + 60)
         published = json.loads(out.strip().splitlines()[-1])["published"]
         assert published == total, f"publisher handed over {published} of {total}"
+
         def count():
             return cluster.count("SELECT count(*) FROM fixes")
         try:

@@ -53,6 +53,7 @@ def case_node_kill9(new_stack, work, quick):
         assert len(acked) >= total * 0.5, f"the cluster acknowledged only {len(acked)} of {total}"
         # Fix k went to share k mod 10 with latitude 47 + (k div 10) * 1e-6.
         expected = {(shares[k % len(shares)], round(47.0 + (k // len(shares)) * 1e-6, 7)) for k in acked}
+
         def count():
             return stack.rows("SELECT count(*) FROM fixes")[0][0]
         try:
@@ -101,16 +102,15 @@ def case_phone_node_kill9(new_stack, work, quick):
         tracker = subprocess.Popen([os.path.join(stack.bin, "flare"), "track", "--share-file", share_file, "--interval", "1",
                                     "--quiet", "--mqtt311"], env=stack.env,
                                    stdout=open(os.path.join(work, "track.log"), "a"), stderr=subprocess.STDOUT)
+
         def state():
             return stack.view(token).get("tracker", {}).get("state")
         wait_until(lambda: stack.view(token).get("last") is not None and state() == "live", 30, "the tracker live")
-        node = None
-        deadline = time.monotonic() + 10
-        while node is None and time.monotonic() < deadline:
+
+        def phone_node():
             ids = [c for n in (1, 2, 3) for c in stack.nats.mqtt_clients(n) if c.startswith(f"flare-{share['share_id']}-track-")]
-            node = stack.nats.node_of_client(ids[0]) if ids else None
-            time.sleep(0.2)
-        assert node is not None, "could not find the phone's node"
+            return stack.nats.node_of_client(ids[0]) if ids else None
+        node = wait_until(phone_node, 10, "the phone's node found", interval=0.2)
         stack.nats.kill_node(node)
         killed = time.monotonic()
         wait_until(lambda: state() == "stale", 60, "the tracker seen stale")
