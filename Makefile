@@ -3,7 +3,7 @@
 SWIFT ?= swift
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: run cluster test deps browser-deps bench-deps build plugin swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
+.PHONY: run cluster test deps browser-deps bench-deps build plugin lint swift-test scripts-test browser-test bench chaos chaos-quick fuzz clean
 
 run: deps build plugin
 	./scripts/run.sh
@@ -16,7 +16,7 @@ BROKER ?= mosquitto
 cluster: deps build plugin
 	FLARE_INSTANCES=2 FLARE_BROKER=$(BROKER) ./scripts/run.sh
 
-test: deps build plugin swift-test scripts-test browser-test chaos-quick fuzz
+test: deps build plugin lint swift-test scripts-test browser-test chaos-quick fuzz
 
 deps:
 	./scripts/deps.sh
@@ -41,12 +41,16 @@ $(PLUGIN): broker/plugin/flare_auth.c
 swift-test:
 	/usr/bin/python3 scripts/swift-test.py $(SWIFT_BUILD_FLAGS)
 
-# Two `make run` instances side by side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster`
-# with each instance killed in turn (it is restarted, the other keeps serving), then stopped (about 25 s).
+# The Python side: every file of scripts/ and Tests/ checked by ruff (ruff.toml; make deps installs it).
+lint: deps
+	.build/venv/bin/ruff check scripts Tests
+
+# pytest on Tests/scripts: Package.swift's imports and docs/architecture.md's arrows; two `make run` instances side by
+# side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster` with each instance killed in turn (it is
+# restarted, the other keeps serving), then stopped, and on NATS with a node killed (about 70 s).
+# Python runs from the repository root as modules (python3 -m …), so that scripts.flarestack is found.
 scripts-test: deps build plugin
-	/usr/bin/python3 Tests/scripts/test_package_imports.py
-	/usr/bin/python3 Tests/scripts/test_side_by_side.py
-	/usr/bin/python3 Tests/scripts/test_cluster.py
+	/usr/bin/python3 -m pytest -q -p no:cacheprovider Tests/scripts
 
 # The viewer in headless Chromium against a real broker and flared (screenshots in artifacts/).
 browser-test: browser-deps
@@ -59,15 +63,15 @@ bench-deps:
 # `make bench` takes about two minutes; `make bench ARGS=--long` is the full-size run quoted in the README.
 bench: deps bench-deps plugin
 	$(SWIFT) build -c release
-	/usr/bin/python3 scripts/bench/bench.py $(ARGS)
+	/usr/bin/python3 -m scripts.bench.bench $(ARGS)
 
 # Fault tests against real processes: kill -9 during ingest, broker restart, full disk, malformed HTTP, link abuse.
 chaos: deps build plugin
-	/usr/bin/python3 scripts/chaos/chaos.py $(ARGS)
+	/usr/bin/python3 -m scripts.chaos.chaos $(ARGS)
 
 # The same cases with shorter streams (about a minute), part of `make test`.
 chaos-quick: deps build plugin
-	/usr/bin/python3 scripts/chaos/chaos.py --quick
+	/usr/bin/python3 -m scripts.chaos.chaos --quick
 
 # libFuzzer on the payload and token parsers, FUZZ_SECONDS long (default 30).
 fuzz:

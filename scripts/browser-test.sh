@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Real-browser tests of the viewer: starts its own mosquitto and flared on free loopback ports with a temp
-# data directory, runs Tests/browser (headless Chromium via Selenium), and stops both. Screenshots: artifacts/.
+# Real-browser tests of the viewer: runs Tests/browser (headless Chromium via Selenium) against its own mosquitto and
+# flared (FLARE_BIN's build, default .build/debug), which the tests start and stop. Screenshots: artifacts/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${FLARE_BIN:-$here/.build/debug}
+bin=$(cd "$bin" && pwd)  # the tests run from the repository root
 python=${PYTHON:-/usr/bin/python3}
 
 # axe-core 4 for the accessibility audit: the copy the PyPI wheel axe-playwright-python ships (the page's CSP refuses
@@ -17,36 +18,7 @@ if [ ! -s "$axe" ]; then
   rm -rf "$wheel_dir"
 fi
 
-free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-work=$(mktemp -d /tmp/flare-browser.XXXXXX)
-export FLARE_DATA_DIR=$work/data
-export FLARE_MQTT_PORT=$(free_port)
-http_port=$(free_port)
-export FLARE_HTTP_ADDR=127.0.0.1:$http_port
-export FLARE_MQTT_CLIENT_ID=flared-browser-test
-# Only the plain listener, on a free port: no fixed TLS or WebSockets ports that a running `make run` may hold.
-export FLARE_MQTT_TLS_PORT= FLARE_MQTT_WS_PORT=
-# Nor its metrics port.
-export FLARE_METRICS_ADDR=127.0.0.1:$(free_port)
-
-pids=()
-cleanup() {
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$here/scripts/broker.sh" 2>"$work/broker.log" &
-pids+=($!)
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$FLARE_MQTT_PORT") 2>/dev/null && break; sleep 0.1; done
-"$bin/flared" 2>"$work/flared.log" &
-pids+=($!)
-for _ in $(seq 150); do curl -fsS "http://$FLARE_HTTP_ADDR/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fsS "http://$FLARE_HTTP_ADDR/healthz" >/dev/null || { cat "$work/flared.log" >&2; exit 1; }
-
-export FLARE_BASE_URL=http://$FLARE_HTTP_ADDR
-export FLARE_CLI="$bin/flare"
-status=0
-"$python" -m pytest "$here/Tests/browser" -q -p no:cacheprovider "$@" || status=$?
-[ $status -eq 0 ] || { echo "--- flared log (tail)" >&2; tail -40 "$work/flared.log" >&2; }
-exit $status
+# Tests/browser/conftest.py starts the broker and flared (scripts/flarestack: free loopback ports, a temp data directory,
+# both stopped at the end) and prints flared's log on a failure.
+cd "$here"
+exec "$python" -m pytest Tests/browser -q -p no:cacheprovider --flare-bin "$bin" "$@"

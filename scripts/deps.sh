@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Flare needs, if any are missing. Used by `make run` and `make test`.
+# Installs the Debian packages Flare needs, if any are missing, and ruff (pinned, from PyPI) into .build/venv. Used by
+# `make run` and `make test`.
 set -euo pipefail
 
 packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
@@ -20,8 +21,10 @@ packages+=(python3-aiosmtpd)
 packages+=(libnats-dev haproxy python3-pip)
 # make chaos: a read-only store on a loop-mounted ext4 image. The cluster tests: an instance whose clock runs fast.
 packages+=(e2fsprogs util-linux faketime)
+# The Python tests run under Debian's pytest; the venv below (Debian's Python, its packages visible) holds the PyPI tools.
+packages+=(python3-pytest python3-venv)
 if [ "${1:-}" = "--browser" ]; then
-  packages+=(chromium chromium-driver fonts-noto-cjk python3-pytest python3-selenium python3-pip)
+  packages+=(chromium chromium-driver fonts-noto-cjk python3-selenium python3-pip)
 fi
 if [ "${1:-}" = "--bench" ]; then
   packages+=(wrk nginx-light python3-paho-mqtt)
@@ -31,18 +34,24 @@ missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  "$(dirname "$0")/nats-server.sh" >/dev/null
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "flare: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "flare: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >/dev/null
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-
-echo "flare: installing ${missing[*]}" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "flare: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 "$(dirname "$0")/nats-server.sh" >/dev/null
+
+# ruff, the Python linter `make lint` runs (ruff.toml), from PyPI at a pinned version, in .build/venv.
+ruff_version=0.17.6
+venv=$(cd "$(dirname "$0")/.." && pwd)/.build/venv
+if [ "$("$venv/bin/ruff" --version 2>/dev/null)" != "ruff $ruff_version" ]; then
+  echo "flare: installing ruff $ruff_version into $venv" >&2
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "ruff==$ruff_version"
+fi

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 
 # Swift Testing's progress lines (the cases of a parameterized test say when they start, never when they end).
@@ -66,7 +65,8 @@ def flare_stacks(pid: int) -> str:
     except subprocess.TimeoutExpired:
         return "(gdb did not answer within 60 s)"
     threads = re.split(r"\n(?=Thread \d+ )", out)
-    interesting = [t for t in threads if t.startswith("Thread ") and any(line.startswith("#") and ("Flare" in line or "Tests" in line) for line in t.splitlines())]
+    interesting = [t for t in threads
+                   if t.startswith("Thread ") and any(line.startswith("#") and ("Flare" in line or "Tests" in line) for line in t.splitlines())]
     return "\n".join(interesting) or "(no thread is in Flare's code)"
 
 

@@ -1,7 +1,9 @@
 """Fixtures for the viewer's real-browser tests (headless Chromium through Selenium).
 
 Everything that knows how to reach a running Flare lives in `FlareBackend`; the tests only call
-`create()`, `publish()` and `stop()`. Environment:
+`create()`, `publish()` and `stop()`. With `--flare-bin DIR` (scripts/browser-test.sh passes it) the run starts
+its own broker and flared of that build (a `scripts.flarestack.Stack` on free loopback ports in a temp directory,
+stopped at the end) and sets the variables below for it. Otherwise, the environment says where Flare is:
 
   FLARE_BASE_URL      where the gateway answers, e.g. http://127.0.0.1:8080 (required; tests skip without it)
   FLARE_DRIVER        "cli" (default) or "http"; "http" is the default when FLARE_OWNER_KEY is set
@@ -19,8 +21,10 @@ import os
 import pathlib
 import random
 import shlex
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -29,9 +33,45 @@ import urllib.request
 
 import pytest
 
+from scripts.flarestack import Stack
+
 BASE_URL = os.environ.get('FLARE_BASE_URL', '').rstrip('/')
 TIMEOUT_S = float(os.environ.get('FLARE_TIMEOUT_S', '10'))
 ARTIFACTS = pathlib.Path(os.environ.get('FLARE_ARTIFACTS', pathlib.Path(__file__).resolve().parents[2] / 'artifacts'))
+
+
+_stack = None
+
+
+def pytest_addoption(parser):
+    parser.addoption('--flare-bin', metavar='DIR',
+                     help='start a broker and the flared of this build for the run (else FLARE_BASE_URL says where Flare is)')
+
+
+def pytest_configure(config):
+    """With --flare-bin: a broker and flared for the whole run, and the environment the tests and the CLI read."""
+    global _stack, BASE_URL
+    bin_dir = config.getoption('--flare-bin')
+    if not bin_dir:
+        return
+    # Only the plain MQTT listener, on a free port: no fixed TLS or WebSockets ports that a running `make run` may hold.
+    _stack = Stack(tempfile.mkdtemp(prefix='flare-browser-'), bin_dir=os.path.abspath(bin_dir),
+                   env={'FLARE_MQTT_CLIENT_ID': 'flared-browser-test', 'FLARE_MQTT_TLS_PORT': '', 'FLARE_MQTT_WS_PORT': ''})
+    os.environ.update(_stack.a.env, FLARE_BASE_URL=f'http://127.0.0.1:{_stack.http_port}',
+                      FLARE_CLI=os.path.join(_stack.bin, 'flare'))
+    BASE_URL = os.environ['FLARE_BASE_URL']
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    if _stack and exitstatus:
+        with open(_stack.a.log, errors='replace') as f:
+            terminalreporter.write_line('--- flared log (tail)\n' + ''.join(f.readlines()[-40:]))
+
+
+def pytest_unconfigure(config):
+    if _stack:
+        _stack.stop()
+        shutil.rmtree(_stack.work, ignore_errors=True)
 
 
 class Share:
@@ -129,7 +169,7 @@ class FlareBackend:
             out = subprocess.run(self.cli + ['checkin', 'start', '--in', f'{in_s}s', '--grace', '0s', '--name', name, '--json'] + flags,
                                  check=True, capture_output=True, text=True, timeout=30)
             armed = json.loads(out.stdout)
-        share = Share(dict(armed, share_url=f'/s/none-before-the-deadline'))
+        share = Share(dict(armed, share_url='/s/none-before-the-deadline'))
         return armed['checkin_id'], share
 
     def links(self, share):
@@ -171,6 +211,7 @@ class FlareBackend:
 def seal(plaintext, passphrase):
     """`data` of an OwnTracks `encrypted` message, by PyNaCl: base64 of nonce | tag | ciphertext."""
     import base64
+
     import nacl.secret
     key = passphrase.encode()[:32].ljust(32, b'\0')
     return base64.b64encode(bytes(nacl.secret.SecretBox(key).encrypt(plaintext))).decode()

@@ -15,7 +15,9 @@ import urllib.parse
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
+
+from scripts.flarestack import wait_until
 
 from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, seal, tile_host_pattern
 
@@ -31,14 +33,10 @@ def body_attr(d, name):
 
 
 def wait_for(d, cond, what, timeout=TIMEOUT_S):
-    def check(drv):
-        try:
-            return cond(drv)
-        except Exception:  # element not there yet, stale reference during re-render
-            return False
-    return WebDriverWait(d, timeout, poll_frequency=0.1).until(
-        check, message=f'waited {timeout} s for {what}; status={_safe(d, "#status")!r} '
-                       f'updated={_safe(d, "#updated")!r} coords={_safe(d, "#coords")!r}')
+    """Waits for `cond(d)` with flarestack's wait_until; any exception is "not yet" (an element not there yet, a stale
+    reference during a re-render). A failure says how the page stood then."""
+    return wait_until(lambda: cond(d), timeout, lambda: f'{what} (the page: status={_safe(d, "#status")!r} '
+                      f'updated={_safe(d, "#updated")!r} coords={_safe(d, "#coords")!r})', interval=0.1, ignoring=(Exception,))
 
 
 def _safe(d, css):
@@ -179,13 +177,7 @@ def test_a_missed_checkin_opens_with_who_did_not_check_in_and_the_last_position(
     _, share = flare.checkin([mum], in_s=2)
     a = flare.publish(share, flare.fix())
     # No link is live before the deadline; once it and its grace (none here) pass, the server makes Mum's.
-    deadline = time.time() + TIMEOUT_S
-    links = []
-    while not links and time.time() < deadline:
-        links = flare.links(share)
-        if not links:
-            time.sleep(0.3)
-    assert links, 'the missed check-in made no link'
+    links = wait_until(lambda: flare.links(share), TIMEOUT_S, "the missed check-in's link", interval=0.3)
     d = viewer()
     d.get(BASE_URL + links[0][1])
     wait_coords(d, a)
@@ -596,9 +588,7 @@ def test_seen_by_counts_each_browser_once(flare, viewer):
         else:
             d.get(share.url())
         wait_coords(d, a)
-        deadline = time.monotonic() + 10
-        while opened() != expected and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: opened() == expected, 10, lambda: f'{expected} opened (counted {counts + [opened()]})', interval=0.2)
         counts.append(opened())
     assert counts == [1, 2, 2]
 
@@ -794,6 +784,7 @@ def test_an_encrypted_page_tells_the_answer_to_locate_now_that_the_server_cannot
 
 def test_flare_tracks_sealed_positions_that_pynacl_opens(flare, viewer, tmp_path):
     import base64
+
     import nacl.secret
     share, passphrase = flare.create_e2e()
     share_file = tmp_path / 'share.json'
@@ -815,6 +806,7 @@ def test_an_unchanged_owntracks_app_configured_by_the_cli_shows_its_encrypted_po
     """The configuration `flare share owntracks --e2e` writes, used as the app uses it: its credentials, client id and
     topic on a real MQTT client, its encryptionKey sealing the location the way the apps seal it (PyNaCl here)."""
     import base64
+
     import nacl.secret
     share, passphrase = flare.create_e2e()
     otrc = tmp_path / 'sos.otrc'

@@ -1,61 +1,27 @@
 """scripts/run.sh as `make run` and `make cluster` start it, for the script tests (Tests/scripts/test_*.py).
 
-An Instance is one run.sh in its own process group, on free loopback ports, with its own FLARE_DATA_DIR and its
-output in a log file; kill() stops everything it started, whatever happened. Uses the built binaries in .build/debug
-and .build/broker (run `make build plugin` first).
+An Instance is one run.sh in its own process group, on free loopback ports (below the ephemeral range, which other
+tests' port-0 binds and outgoing connections use, so nothing else picks them while it starts), with its own
+FLARE_DATA_DIR and its output in a log file; kill() stops everything it started, whatever happened. Uses the built
+binaries in .build/debug and .build/broker (run `make build plugin` first).
 """
+
+from __future__ import annotations
+
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
-import time
-import urllib.error
-import sys
 import urllib.request
+from typing import Callable, NoReturn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts.flarestack import HOST, ROOT, WaitTimeout, free_span, http_status, port_open, wait_until
+
 RUN = os.path.join(ROOT, "scripts", "run.sh")
-HOST = "127.0.0.1"
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from flarestack import bindable  # noqa: E402
-
-handed_out = set()
 
 
-def port_open(port):
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def free_port(room=0):
-    """A free loopback port with `room` free ports after it, below the ephemeral range (which other tests'
-    port-0 binds and outgoing connections use) so nothing else picks it while the instance starts."""
-    for _ in range(500):
-        port = random.randrange(20000, 32000)
-        span = range(port, port + room + 1)
-        if any(p in handed_out for p in span) or not all(bindable(p) and not port_open(p) for p in span):
-            continue
-        handed_out.update(span)
-        return port
-    raise AssertionError("no free port found")
-
-
-def http_status(url):
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            response.read()
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
-def processes_of(data_dir):
+def processes_of(data_dir: str) -> list[int]:
     """Pids of processes whose command line or FLARE_DATA_DIR names data_dir (mosquitto, flared, flare, sed)."""
     found = []
     marker = data_dir.encode()
@@ -80,13 +46,14 @@ def processes_of(data_dir):
 class Instance:
     """scripts/run.sh in its own process group (as a terminal runs `make run`), its output in a log file."""
 
-    def __init__(self, root, name, mqtt_port, extra_env=None, http_room=0, other_ports=()):
+    def __init__(self, root: str, name: str, mqtt_port: int, extra_env: dict[str, str] | None = None, http_room: int = 0,
+                 other_ports: list[int] | tuple[int, ...] = ()) -> None:
         """http_room: free ports wanted after the HTTP port (`make cluster`'s further instances take them);
         other_ports: ports of its own that must be closed once it stopped (beside HTTP and MQTT)."""
         self.name = name
         self.data_dir = os.path.join(root, name)
         os.mkdir(self.data_dir)
-        self.http_port = free_port(room=http_room)
+        self.http_port = free_span(http_room)
         self.own_ports = [self.http_port + n for n in range(http_room + 1)] + list(other_ports)
         self.mqtt_port = mqtt_port
         self.log_path = os.path.join(root, name + ".log")
@@ -100,28 +67,23 @@ class Instance:
         self.pgid = self.process.pid
         self.tls_port = self.ws_port = None
 
-    def output(self):
+    def output(self) -> str:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
-    def fail(self, what):
+    def fail(self, what: str) -> NoReturn:
         tail = "\n".join(self.output().splitlines()[-25:])
         raise AssertionError(f"{self.name}: {what}\n--- {self.name}'s output (last lines) ---\n{tail}")
 
-    def wait_for(self, check, seconds, what):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if check():
-                    return
-            except OSError:
-                pass
-            if self.process.poll() is not None:
-                self.fail(f"run.sh exited ({self.process.returncode}) before {what}")
-            time.sleep(0.1)
-        self.fail(f"{what} did not happen within {seconds} s")
+    def wait_for(self, check: Callable[[], object], seconds: float, what: str) -> None:
+        """wait_until, failing with run.sh's last lines, and at once when run.sh exits."""
+        try:
+            wait_until(check, seconds, what, interval=0.1,
+                       gone=lambda: f"run.sh exited ({self.process.returncode})" if self.process.poll() is not None else None)
+        except WaitTimeout as error:
+            self.fail(str(error))
 
-    def wait_until_running(self):
+    def wait_until_running(self) -> None:
         self.wait_for(lambda: http_status(f"http://{HOST}:{self.http_port}/healthz") == 200, 30, "/healthz 200")
         self.wait_for(lambda: "Ctrl-C stops everything." in self.output(), 10, "the banner")
         banner = re.search(r"broker:\s+mqtt://127\.0\.0\.1:(\d+)\s+mqtts://localhost:(\d+) .*ws://127\.0\.0\.1:(\d+)",
@@ -148,7 +110,7 @@ class Instance:
             self.fail(f"its demo share {self.share_url} answered {status}")
         self.check_metrics(re.findall(r"metrics:\s+http://127\.0\.0\.1:(\d+)/metrics", self.output()), [self.http_port])
 
-    def check_metrics(self, banner_ports, public_ports):
+    def check_metrics(self, banner_ports: list[str], public_ports: list[int]) -> None:
         """The banner's metrics listeners serve /metrics, each its own port; the public listeners answer 404."""
         ports = [int(p) for p in banner_ports]
         if not ports or len(set(ports)) != len(public_ports):
@@ -163,7 +125,7 @@ class Instance:
             if status != 404:
                 self.fail(f"the public listener on port {port} answered /metrics with {status}, not 404")
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the whole process group, then everything must be gone within 20 s."""
         os.killpg(self.pgid, signal.SIGINT)
         try:
@@ -172,27 +134,30 @@ class Instance:
             self.fail("run.sh did not exit within 20 s of SIGINT")
         self.wait_gone(10)
 
-    def wait_gone(self, seconds):
-        deadline = time.monotonic() + seconds
-        while True:
-            left = processes_of(self.data_dir)
+    def wait_gone(self, seconds: float) -> None:
+        """Everything it started is gone within `seconds` (0: now), and none of its ports accepts a connection."""
+        left: list[int | str] = []
+
+        def nothing_left() -> bool:
+            left[:] = processes_of(self.data_dir)
             try:
                 os.killpg(self.pgid, 0)
-                left += [f"process group {self.pgid}"]
+                left.append(f"process group {self.pgid}")
             except ProcessLookupError:
                 pass
             except PermissionError:
-                left += [f"process group {self.pgid}"]
-            if not left:
-                break
-            if time.monotonic() > deadline:
-                self.fail(f"still running after it stopped: {left}")
-            time.sleep(0.1)
+                left.append(f"process group {self.pgid}")
+            return not left
+
+        try:
+            wait_until(nothing_left, seconds, "everything stopped", interval=0.1)
+        except WaitTimeout:
+            self.fail(f"still running after it stopped: {left}")
         for port in self.own_ports + [self.mqtt_port, self.tls_port, self.ws_port]:
             if port and port_open(port):
                 self.fail(f"port {port} still accepts connections after it stopped")
 
-    def kill(self):
+    def kill(self) -> None:
         """Cleanup, whatever happened: TERM then KILL the group and anything else from its data directory."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -208,11 +173,11 @@ class Instance:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            deadline = time.monotonic() + 5
-            while processes_of(self.data_dir) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not processes_of(self.data_dir):
+            try:
+                wait_until(lambda: not processes_of(self.data_dir), 5, "its processes gone", interval=0.1)
                 break
+            except WaitTimeout:
+                pass
         self.log.close()
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """`make cluster` keeps serving when an instance dies, and `make cluster BROKER=nats` when a NATS node dies
 (`make scripts-test`, part of `make test`; about 70 s).
 
@@ -9,39 +8,28 @@ be reported ("flared A (pid N) died (signal 9); restarting in 1 s") and the dead
 again. An instance that exits with status 0 (SIGTERM to it alone) is not restarted, and the command printed for
 starting it by hand works. A second quick failure waits longer (2 s), and SIGTERM to run.sh during that pause stops
 everything and starts nothing more; Ctrl-C (SIGINT to the process group) stops everything too. Bounded in time
-(TOTAL_SECONDS), everything started is stopped on failure too. Uses the built binaries in .build/debug and
-.build/broker (run `make build plugin` first).
-Prints "cluster: N passed, N failed"; exits non-zero on a failure.
+(each test on its own), everything started is stopped on failure too (conftest.py). Uses the built binaries in
+.build/debug and .build/broker (run `make build plugin` first).
 """
+
+from __future__ import annotations
+
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
 
-from runsh import HOST, ROOT, RUN, Instance, free_port, http_status, port_open, processes_of
+import pytest
 
-TOTAL_SECONDS = 150
+from scripts.flarestack import HOST, ROOT, free_span, http_status, port_open
 
-
-class Timeout(Exception):
-    pass
+from runsh import Instance, processes_of
 
 
-def on_alarm(signum, frame):
-    raise Timeout(f"the test took longer than {TOTAL_SECONDS} s")
-
-
-def on_stop(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def last_fix_time(url):
+def last_fix_time(url: str) -> int | None:
     """The `tst` of the view JSON's last fix, or None."""
     with urllib.request.urlopen(url, timeout=3) as response:
         last = json.load(response).get("last")
@@ -51,16 +39,16 @@ def last_fix_time(url):
 class Cluster(Instance):
     """run.sh with FLARE_INSTANCES=2; instance A on http_port, B on the next port."""
 
-    def __init__(self, root, name, broker="mosquitto"):
-        pg_port = free_port()
+    def __init__(self, root: str, name: str, broker: str = "mosquitto") -> None:
+        pg_port = free_span()
         env = {"FLARE_INSTANCES": "2", "FLARE_PG_PORT": str(pg_port), "FLARE_DEMO_INTERVAL": "1", "FLARE_BROKER": broker}
         other_ports = [pg_port]
         if broker == "nats":
             # The three nodes take their ports from here (client, MQTT, monitoring, route each).
-            nats_port = free_port(room=12)
+            nats_port = free_span(12)
             env["FLARE_NATS_PORT"] = str(nats_port)
             other_ports += [nats_port + n for n in range(12)]
-        super().__init__(root, name, free_port(room=2), http_room=1, other_ports=other_ports, extra_env=env)
+        super().__init__(root, name, free_span(2), http_room=1, other_ports=other_ports, extra_env=env)
         self.ports = {"A": self.http_port, "B": self.http_port + 1}
 
     def url(self, which, path):
@@ -136,8 +124,9 @@ class Cluster(Instance):
         self.check_serving(which)
 
 
-def either_instance_can_be_killed(root, started):
-    cluster = Cluster(root, "cluster")
+@pytest.mark.bounded(100)
+def test_either_instance_can_be_killed(work: str, started: list[Instance]) -> None:
+    cluster = Cluster(work, "cluster")
     started.append(cluster)
     cluster.wait_until_running()
     cluster.kill_and_see_it_restarted("A", "B", delay=1)
@@ -185,11 +174,12 @@ def either_instance_can_be_killed(root, started):
         cluster.fail("B was restarted after SIGTERM")
 
 
-def a_nats_node_can_be_killed(root, started):
+@pytest.mark.bounded(120)
+def test_a_nats_node_can_be_killed(work: str, started: list[Instance]) -> None:
     """`make cluster BROKER=nats`: kill -9 of one of the three NATS nodes; both instances keep serving the demo share,
     whose tracker reconnects through HAProxy to a survivor (new fixes arrive after the failover's pause); Ctrl-C
     stops everything, the nodes and HAProxy too."""
-    cluster = Cluster(root, "nats", broker="nats")
+    cluster = Cluster(work, "nats", broker="nats")
     started.append(cluster)
     cluster.wait_until_running()
     if "NATS, three nodes" not in cluster.output():
@@ -207,6 +197,7 @@ def a_nats_node_can_be_killed(root, started):
                            "-t", f"flare/v1/shares/{demo['share_id']}/location", "-m", fix], capture_output=True, text=True, timeout=30)
     if sent.returncode != 0:
         cluster.fail(f"a phone over TLS could not publish: {sent.stderr.strip()}")
+
     def sent_over_tls_is_stored():
         with urllib.request.urlopen(cluster.url("A", f"/api/v1/view/{cluster.token}"), timeout=3) as response:
             view = json.load(response)
@@ -225,54 +216,9 @@ def a_nats_node_can_be_killed(root, started):
     cluster.interrupt()
 
 
-def ctrl_c_stops_the_cluster(root, started):
-    cluster = Cluster(root, "ctrl-c")
+@pytest.mark.bounded(60)
+def test_ctrl_c_stops_the_cluster(work: str, started: list[Instance]) -> None:
+    cluster = Cluster(work, "ctrl-c")
     started.append(cluster)
     cluster.wait_until_running()
     cluster.interrupt()
-
-
-CASES = [either_instance_can_be_killed, a_nats_node_can_be_killed, ctrl_c_stops_the_cluster]
-
-
-def main():
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.alarm(TOTAL_SECONDS)
-    for path in (RUN, os.path.join(ROOT, ".build", "debug", "flared"), os.path.join(ROOT, ".build", "debug", "flare"),
-                 os.path.join(ROOT, ".build", "broker", "flare_auth.so")):
-        if not os.path.exists(path):
-            print(f"cluster: {path} is missing (run `make build plugin`)", file=sys.stderr)
-            sys.exit(2)
-    root = tempfile.mkdtemp(prefix="flare-cluster-")
-    # The PostgreSQL server runs as `postgres` when this runs as root (postgres.sh): it must reach its directory.
-    os.chmod(root, 0o711)
-    passed = failed = 0
-    started = []
-    try:
-        for case in CASES:
-            began = time.monotonic()
-            try:
-                case(root, started)
-                passed += 1
-                print(f"ok    {case.__name__} ({time.monotonic() - began:.1f} s)", flush=True)
-            except (AssertionError, OSError, ValueError, KeyError) as error:
-                failed += 1
-                print(f"FAIL  {case.__name__}: {error}", flush=True)
-            finally:
-                while started:
-                    started.pop().kill()
-    except (Timeout, KeyboardInterrupt) as error:
-        failed += 1
-        print(f"FAIL  stopped: {error}", flush=True)
-    finally:
-        signal.alarm(0)
-        while started:
-            started.pop().kill()
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"cluster: {passed} passed, {failed} failed", flush=True)
-    sys.exit(1 if failed else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Two `make run` instances side by side (`make scripts-test`, part of `make test`; about 10 s).
 
 Instance A and instance B are scripts/run.sh as `make run` starts it, each given only FLARE_DATA_DIR,
@@ -7,37 +6,24 @@ other's, and get TLS and WebSockets ports that follow their FLARE_MQTT_PORT (B's
 this test, so B's listeners move up to the next free ports). Ctrl-C (SIGINT to each run.sh's process group)
 must then stop everything they started. Also: an explicitly set TLS port that is taken is refused with a
 clear message, and Ctrl-C during start-up stops what had started and starts nothing more. Loopback only,
-bounded in time (90 s in all), everything started is stopped on failure too. Uses the built binaries in .build/debug and .build/broker (run `make build plugin` first).
-Prints "side-by-side: N passed, N failed"; exits non-zero on a failure.
+each test bounded in time, everything started is stopped on failure too (conftest.py). Uses the built binaries in
+.build/debug and .build/broker (run `make build plugin` first).
 """
-import os
-import shutil
-import signal
+
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 
-from runsh import HOST, ROOT, RUN, Instance, free_port, http_status, port_open
+import pytest
 
-TOTAL_SECONDS = 90
+from scripts.flarestack import HOST, free_span, http_status, port_open
 
-
-class Timeout(Exception):
-    pass
+from runsh import Instance
 
 
-def on_alarm(signum, frame):
-    raise Timeout(f"the test took longer than {TOTAL_SECONDS} s")
-
-
-def on_stop(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def two_instances_side_by_side(root, started):
-    a = Instance(root, "a", free_port(room=2))
+@pytest.mark.bounded(60)
+def test_two_instances_side_by_side(work: str, started: list[Instance]) -> None:
+    a = Instance(work, "a", free_span(2))
     started.append(a)
     a.wait_until_running()
     if (a.tls_port, a.ws_port) != (a.mqtt_port + 1, a.mqtt_port + 2):
@@ -45,10 +31,10 @@ def two_instances_side_by_side(root, started):
 
     # B's FLARE_MQTT_PORT+1 is taken (by this test): its listeners move up to the next free ports.
     with socket.socket() as holder:
-        mqtt = free_port(room=3)
+        mqtt = free_span(3)
         holder.bind((HOST, mqtt + 1))
         holder.listen(1)
-        b = Instance(root, "b", mqtt)
+        b = Instance(work, "b", mqtt)
         started.append(b)
         b.wait_until_running()
         if (b.tls_port, b.ws_port) != (mqtt + 2, mqtt + 3):
@@ -73,12 +59,13 @@ def two_instances_side_by_side(root, started):
     a.interrupt()
 
 
-def an_explicit_taken_port_is_refused(root, started):
+@pytest.mark.bounded(40)
+def test_an_explicit_taken_port_is_refused(work: str, started: list[Instance]) -> None:
     with socket.socket() as holder:
-        taken = free_port()
+        taken = free_span()
         holder.bind((HOST, taken))
         holder.listen(1)
-        c = Instance(root, "c", free_port(room=2), extra_env={"FLARE_MQTT_TLS_PORT": str(taken)})
+        c = Instance(work, "c", free_span(2), extra_env={"FLARE_MQTT_TLS_PORT": str(taken)})
         started.append(c)
         try:
             c.process.wait(timeout=20)
@@ -92,9 +79,10 @@ def an_explicit_taken_port_is_refused(root, started):
         c.wait_gone(10)
 
 
-def ctrl_c_during_start_up_stops_everything(root, started):
+@pytest.mark.bounded(60)
+def test_ctrl_c_during_start_up_stops_everything(work: str, started: list[Instance]) -> None:
     # As soon as flared answers, before the demo share and `flare track`: nothing may start after the signal.
-    d = Instance(root, "d", free_port(room=2))
+    d = Instance(work, "d", free_span(2))
     started.append(d)
     d.wait_for(lambda: http_status(f"http://{HOST}:{d.http_port}/healthz") == 200, 30, "/healthz 200")
     d.interrupt()
@@ -102,47 +90,3 @@ def ctrl_c_during_start_up_stops_everything(root, started):
         return  # start-up had already finished; the stop was checked all the same
     time.sleep(1)  # anything started after the signal would show up now
     d.wait_gone(0)
-
-
-CASES = [two_instances_side_by_side, an_explicit_taken_port_is_refused, ctrl_c_during_start_up_stops_everything]
-
-
-def main():
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.alarm(TOTAL_SECONDS)
-    for path in (RUN, os.path.join(ROOT, ".build", "debug", "flared"), os.path.join(ROOT, ".build", "debug", "flare"),
-                 os.path.join(ROOT, ".build", "broker", "flare_auth.so")):
-        if not os.path.exists(path):
-            print(f"side-by-side: {path} is missing (run `make build plugin`)", file=sys.stderr)
-            sys.exit(2)
-    root = tempfile.mkdtemp(prefix="flare-side-by-side-")
-    passed = failed = 0
-    started = []
-    try:
-        for case in CASES:
-            began = time.monotonic()
-            try:
-                case(root, started)
-                passed += 1
-                print(f"ok    {case.__name__} ({time.monotonic() - began:.1f} s)", flush=True)
-            except (AssertionError, OSError, ValueError, KeyError) as error:
-                failed += 1
-                print(f"FAIL  {case.__name__}: {error}", flush=True)
-            finally:
-                while started:
-                    started.pop().kill()
-    except (Timeout, KeyboardInterrupt) as error:
-        failed += 1
-        print(f"FAIL  stopped: {error}", flush=True)
-    finally:
-        signal.alarm(0)
-        while started:
-            started.pop().kill()
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"side-by-side: {passed} passed, {failed} failed", flush=True)
-    sys.exit(1 if failed else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
 """Flare's benchmark suite (`make bench`, `make bench ARGS=--long`).
 
 Starts its own mosquitto (scripts/broker.sh) and a release-built flared on free loopback ports in a temp
 directory, measures each benchmark against a reference taken in the same run, prints a table and writes
 bench-results/<time>.json. Every load goes to 127.0.0.1 only, is bounded in count and time, and stops itself.
+From the repository root: `/usr/bin/python3 -m scripts.bench.bench [--long] [--only ROWS] [--keep]` (docs/performance.md).
 """
 import argparse
 import http.client
@@ -11,147 +11,33 @@ import json
 import os
 import resource
 import select
-import signal
 import selectors
 import shutil
+import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
-import natsbench  # noqa: E402
+from scripts.bench import natsbench
+from scripts.flarestack import HOST, RELEASE_BIN, ROOT, Stack, WaitTimeout, cpu_seconds, free_port, port_open, rss_mb, wait_until
 
-RELEASE = os.path.join(ROOT, ".build", "release")
+RELEASE = RELEASE_BIN  # bursts.py --release-dir and memory.py --heaptrack change it
 
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+# The benchmarks measure throughput, not the link rate limits (the fault tests check those); every viewer of the
+# benchmarks comes from 127.0.0.1, many of them on one link; a share lives a day.
+BENCH_ENV = {"FLARE_LINK_RATE_PER_ADDRESS": "1000000/1000000", "FLARE_LINK_RATE_PER_TOKEN": "1000000/1000000",
+             "FLARE_LIVE_STREAMS_PER_LINK": "10000", "FLARE_LIVE_STREAMS_PER_ADDRESS": "10000",
+             "FLARE_MAX_DURATION_S": "86400", "FLARE_DEFAULT_DURATION_S": "86400"}
 
 
-class Stack:
-    """A broker and flared, each a child process, in one temp data directory."""
-
-    def __init__(self, work, postgres=None):
-        self.work = work
-        self.data = os.path.join(work, "data")
-        os.makedirs(self.data)
-        self.mqtt_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()  # /metrics is on its own listener, not on FLARE_HTTP_ADDR
-        self.postgres = postgres
-        env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
-                   FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}",
-                   FLARE_LOG_LEVEL="warning",
-                   # The benchmarks measure throughput, not the link rate limits (the fault tests check those).
-                   FLARE_LINK_RATE_PER_ADDRESS="1000000/1000000", FLARE_LINK_RATE_PER_TOKEN="1000000/1000000",
-                   # Every viewer of the benchmarks comes from 127.0.0.1, many of them on one link.
-                   FLARE_LIVE_STREAMS_PER_LINK="10000", FLARE_LIVE_STREAMS_PER_ADDRESS="10000",
-                   FLARE_MAX_DURATION_S="86400", FLARE_DEFAULT_DURATION_S="86400")
-        if postgres:
-            env.update(FLARE_STORE_URL=postgres.url, FLARE_MQTT_CLIENT_ID="flared-a")
-        self.env = env
-        self.conn = None
-        self.second = None
-        write_bench_password(os.path.join(self.data, "broker"))
-        self.broker = self.flared = None
-        try:
-            self.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=env,
-                                           stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
-            wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
-            self.flared = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
-                                           stdout=open(os.path.join(work, "flared.log"), "w"), stderr=subprocess.STDOUT)
-            wait_for(lambda: self.get("/healthz")[0] == 200, 20, "flared")
-        except BaseException:
-            self.stop()  # leave no process behind
-            raise
-        with open(os.path.join(self.data, "owner.key")) as f:
-            self.owner_key = f.read().strip()
-
-    def request(self, method, path, body=None, headers=None):
-        for attempt in range(2):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(HOST, self.http_port, timeout=30)
-            try:
-                self.conn.request(method, path, body=body, headers=headers or {})
-                response = self.conn.getresponse()
-                return response.status, response.read()
-            except (ConnectionError, http.client.HTTPException, OSError):
-                self.conn.close()
-                self.conn = None
-                if attempt:
-                    raise
-
-    def get(self, path):
-        try:
-            return self.request("GET", path)
-        except OSError:
-            return 0, b""
-
-    def metric(self, name):
-        """Summed over the instances (with a second one, each stores part of the stream)."""
-        texts = []
-        for port in [self.metrics_port] + ([self.second_metrics_port] if self.second else []):
-            conn = http.client.HTTPConnection(HOST, port, timeout=30)
-            conn.request("GET", "/metrics")
-            texts.append(conn.getresponse().read().decode())
-            conn.close()
-        total = 0.0
-        for line in "\n".join(texts).splitlines():
-            if line.startswith(name) and (line[len(name)] in " {"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def stored_fixes(self):
-        if self.postgres:
-            return int(self.postgres.sql("SELECT count(*) FROM fixes"))
-        db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
-        try:
-            return db.execute("SELECT count(*) FROM fixes").fetchone()[0]
-        finally:
-            db.close()
-
-    def start_second(self):
-        """A second flared on the same PostgreSQL and broker (instance B): (its HTTP port, its process)."""
-        port, self.second_metrics_port = free_port(), free_port()
-        env = dict(self.env, FLARE_HTTP_ADDR=f"{HOST}:{port}", FLARE_METRICS_ADDR=f"{HOST}:{self.second_metrics_port}",
-                   FLARE_MQTT_CLIENT_ID="flared-b")
-        self.second = subprocess.Popen([os.path.join(RELEASE, "flared")], env=env,
-                                       stdout=open(os.path.join(self.work, "flared-b.log"), "w"), stderr=subprocess.STDOUT)
-        wait_for(lambda: http_status(port, "/healthz") == 200, 20, "flared B")
-        self.second_port = port
-        return port
-
-    def stop(self):
-        stop_processes(self.second, self.flared, self.broker)
-
-
-def http_status(port, path):
-    try:
-        conn = http.client.HTTPConnection(HOST, port, timeout=10)
-        conn.request("GET", path)
-        status = conn.getresponse().status
-        conn.close()
-        return status
-    except (OSError, http.client.HTTPException):  # not up yet (or connected to itself: see chaos.py's wait_for)
-        return 0
-
-
-def wait_for(check, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"bench: {what} did not come up within {seconds} s")
+def bench_stack(work: str, **options) -> Stack:
+    """A broker and a release-built flared as the benchmarks run them, in `work` (`options`: Stack's: store, durable,
+    instances, env)."""
+    env = dict(BENCH_ENV, **options.pop("env", {}))
+    return Stack(work, bin_dir=RELEASE, log_level="warning", env=env, **options)
 
 
 def create_shares(stack, count, threads=4):
@@ -251,7 +137,7 @@ def create_burst(stack, count, connections=8):
             break
     wrk.send_signal(signal.SIGINT)  # wrk then stops and prints its summary
     out, err = wrk.communicate(timeout=30)
-    summary = next((l for l in out.splitlines() if l.startswith("flare-create ")), None)
+    summary = next((line for line in out.splitlines() if line.startswith("flare-create ")), None)
     if took is None or summary is None:
         raise SystemExit(f"bench: wrk share creation did not finish: {err.strip()[-300:]}")
     created, refused, errors, p50_us, p99_us = (int(x) for x in summary.split()[1:])
@@ -288,7 +174,7 @@ def reference_creations(work, postgres, seconds=3, clients=8):
         f.write(REFERENCE_CREATE_SQL)
     out = subprocess.run([postgres.program("pgbench"), "-n", "-M", "prepared", "-c", str(clients), "-j", "1", "-T", str(seconds), "-f", script, postgres.url],
                          capture_output=True, text=True, timeout=seconds + 60)
-    tps = next((float(l.split()[2]) for l in out.stdout.splitlines() if l.startswith("tps = ")), None)
+    tps = next((float(line.split()[2]) for line in out.stdout.splitlines() if line.startswith("tps = ")), None)
     if out.returncode != 0 or tps is None:
         raise SystemExit(f"bench: pgbench reference failed: {out.stderr.strip()[-300:]}")
     return tps
@@ -425,7 +311,8 @@ class SSEViewers:
             s = socket.socket()
             s.setblocking(False)
             s.connect_ex((HOST, stack.http_port))
-            self.sel.register(s, selectors.EVENT_WRITE, {"buf": b"", "req": f"GET /api/v1/view/{token}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode(), "hdr": False})
+            request = f"GET /api/v1/view/{token}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode()
+            self.sel.register(s, selectors.EVENT_WRITE, {"buf": b"", "req": request, "hdr": False})
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
@@ -482,7 +369,7 @@ def paho_publisher(stack):
     import paho.mqtt.client as mqtt
     client = mqtt.Client(client_id=f"flare-bench-lat-{os.getpid()}", protocol=mqtt.MQTTv311)
     client.max_inflight_messages_set(1000)
-    with open(os.path.join(stack.data, "broker", "bench.password")) as f:
+    with open(stack.env["FLARE_BENCH_PASSWORD_FILE"]) as f:
         client.username_pw_set("bench", f.read().strip())
     client.connect(HOST, stack.mqtt_port)
     client.loop_start()
@@ -522,7 +409,7 @@ def percentile(sorted_values, p):
 def bench_latency(stack, shares, rate, seconds):
     publisher = paho_publisher(stack)
     viewers = SSEViewers(stack, [s[1] for s in shares])
-    wait_for(lambda: viewers.open + viewers.errors >= len(shares), 30, "SSE viewers")
+    wait_until(lambda: viewers.open + viewers.errors >= len(shares), 30, "SSE viewers")
     sent = steady_publish(publisher, shares, rate, seconds, 48.0)
     time.sleep(0.5)
     viewers.close()
@@ -564,8 +451,8 @@ def wrk(url, seconds, connections):
 def bench_view(stack, share, seconds, rounds):
     """wrk on the view JSON and the viewer page, then on nginx serving files of the same sizes."""
     token = share[1]
-    view_body = stack.request("GET", f"/api/v1/view/{token}")[1]
-    page_body = stack.request("GET", f"/s/{token}")[1]
+    view_body = stack.request("GET", f"/api/v1/view/{token}")[2]
+    page_body = stack.request("GET", f"/s/{token}")[2]
     root = os.path.join(stack.work, "nginx")
     os.makedirs(os.path.join(root, "www"))
     with open(os.path.join(root, "www", "view.json"), "wb") as f:
@@ -589,7 +476,7 @@ http {{
 """)
     nginx = subprocess.Popen(["nginx", "-c", conf, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: port_open(port), 10, "nginx")
+        wait_until(lambda: port_open(port), 10, "nginx")
         rows = []
         for label, flare_path, static in (("view JSON", f"/api/v1/view/{token}", "/view.json"), ("viewer page", f"/s/{token}", "/page.html")):
             # Alternating pairs, median ratio: wrk, nginx and flared share two cores, and one pair swings ±20 %.
@@ -620,7 +507,7 @@ class RoundTripProbe:
         self.sent = {}
         self.lock = threading.Lock()
         self.client = mqtt.Client(client_id=f"flare-bench-probe-{os.getpid()}", protocol=mqtt.MQTTv311)
-        with open(os.path.join(stack.data, "broker", "bench.password")) as f:
+        with open(stack.env["FLARE_BENCH_PASSWORD_FILE"]) as f:
             self.client.username_pw_set("bench", f.read().strip())
         self.client.on_message = self._received
         self.client.connect(HOST, stack.mqtt_port)
@@ -672,7 +559,7 @@ def create_shares_with_positions(stack, count, offset):
         path = shares_file(stack, chunk, "positioned-shares.txt")
         before = stack.metric("flare_fixes_accepted_total")
         flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", str(offset))
-        wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
+        wait_until(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
     return new, took
 
 
@@ -705,7 +592,7 @@ def bench_scale(stack, shares, levels, viewer_count, rate, seconds):
     if viewer_count:
         publisher = paho_publisher(stack)
         viewers = SSEViewers(stack, [s[1] for s in shares[:viewer_count]])
-        wait_for(lambda: viewers.open + viewers.errors >= viewer_count, 120, f"{viewer_count} SSE viewers")
+        wait_until(lambda: viewers.open + viewers.errors >= viewer_count, 120, f"{viewer_count} SSE viewers")
         opened = viewers.open
         before = len(viewers.events)
         sent = steady_publish(publisher, shares[:viewer_count], rate, seconds, 49.0)
@@ -724,10 +611,9 @@ def bench_postgres(work, cfg, only, rows):
     """The same ingest benchmarks with the PostgreSQL store (durable: fsync on), share creation with many live shares
     on it, and two instances sharing the stream. Two cores run the broker, the publisher, both flared and the database,
     so two instances show correctness and cost, not a speed-up."""
-    postgres = Postgres(os.path.join(work, "pg"), durable=True)
     stack = None
     try:
-        stack = Stack(os.path.join(work, "pg-stack"), postgres=postgres)
+        stack = bench_stack(os.path.join(work, "pg-stack"), store="postgres", durable=True)
         total, share_count = cfg["ingest"]
         shares, _ = create_shares(stack, share_count)
         if "pg-ingest" in only:
@@ -742,14 +628,14 @@ def bench_postgres(work, cfg, only, rows):
             shares.extend(new)
             _, state = at_level(stack)
             rate_created, creation = creation_at(stack, level)
-            reference = reference_creations(stack.work, postgres)
+            reference = reference_creations(stack.work, stack.postgres)
             rows.append({"name": f"scale {level} shares (PostgreSQL)", **state, **creation,
                          "bulk_create_per_s": round(len(new) / took), "database_alone_per_s": round(reference),
                          "ratio_to_database_alone": round(rate_created / reference, 2),
                          "target": "create >= 2000/s", "pass": rate_created >= 2000})
             print_row(rows[-1])
         if "cluster" in only:
-            port_b = stack.start_second()
+            port_b = stack.add_instance().http_port
             row = bench_ingest(stack, shares[:share_count], total // 2, 1, 40_000, 1)
             row["name"] = "ingest QoS 1, two instances"
             row["target"] = ">= 0.5 (correctness and cost)"
@@ -761,7 +647,6 @@ def bench_postgres(work, cfg, only, rows):
     finally:
         if stack:
             stack.stop()
-        postgres.stop()
 
 
 def bench_create_to_other(stack, port_b, count):
@@ -770,7 +655,7 @@ def bench_create_to_other(stack, port_b, count):
     headers = {"Authorization": f"Bearer {stack.owner_key}", "Content-Type": "application/json"}
     conn_b = http.client.HTTPConnection(HOST, port_b, timeout=10)
     for _ in range(count):
-        status, body = stack.request("POST", "/api/v1/shares", json.dumps({"duration_s": 600}).encode(), headers)
+        status, _, body = stack.request("POST", "/api/v1/shares", json.dumps({"duration_s": 600}).encode(), headers)
         assert status == 201, status
         token = json.loads(body)["share_url"].rsplit("/", 1)[1]
         started = time.monotonic()
@@ -804,24 +689,18 @@ def bench_restore(stack, shares, target, rate, seconds):
             path = shares_file(stack, chunk, "restore-shares.txt")
             before = stack.metric("flare_fixes_accepted_total")
             flare_cli(stack, "publish", "--shares-file", path, "--count", str(len(chunk)), "--qos", "1", "--offset", "11")
-            wait_for(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
+            wait_until(lambda: stack.metric("flare_fixes_accepted_total") - before >= len(chunk), 120, "last positions")
     live = int(stack.metric("flare_shares_active"))
-    db = sqlite3.connect(f"file:{stack.data}/flare.db?mode=ro", uri=True, timeout=30)
-    try:
-        with_position = db.execute("SELECT count(DISTINCT share) FROM fixes").fetchone()[0]
-    finally:
-        db.close()
-    wait_for(lambda: stack.metric("flare_broker_epoch") >= 2, 30, "flared's epoch mark")
+    with_position = stack.count("SELECT count(DISTINCT share) FROM fixes")
+    wait_until(lambda: stack.metric("flare_broker_epoch") >= 2, 30, "flared's epoch mark")
     restores_before = stack.metric("flare_broker_restores_total")
     messages_before = stack.metric("flare_broker_restored_messages_total")
     stack.broker.kill()
     stack.broker.wait()
-    database = os.path.join(stack.data, "broker", "mosquitto.db")
+    database = os.path.join(stack.broker_dir, "mosquitto.db")
     if os.path.exists(database):
         os.remove(database)
-    stack.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=stack.env,
-                                    stdout=open(os.path.join(stack.work, "broker.log"), "a"), stderr=subprocess.STDOUT)
-    wait_for(lambda: port_open(stack.mqtt_port), 10, "mosquitto back")
+    stack.start_broker()
     back = time.monotonic()
     stream = shares_file(stack, shares[:100], "restore-stream.txt")
     publisher = subprocess.Popen([os.path.join(RELEASE, "flare"), "bench", "publish", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
@@ -857,36 +736,6 @@ def bench_restore(stack, shares, target, rate, seconds):
 
 # --- broker persistence ---------------------------------------------------------------------------------------
 
-def cpu_seconds(pid):
-    """User + system CPU time a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class BareBroker:
-    """scripts/broker.sh alone (no flared), with one FLARE_MQTT_AUTOSAVE setting, in its own directory."""
-
-    def __init__(self, work, autosave):
-        self.work = work
-        self.mqtt_port = free_port()
-        data = os.path.join(work, "data")
-        os.makedirs(data, exist_ok=True)
-        self.env = dict(os.environ, FLARE_DATA_DIR=data, FLARE_MQTT_PORT=str(self.mqtt_port), FLARE_MQTT_AUTOSAVE=autosave)
-        self.env["FLARE_BENCH_PASSWORD_FILE"] = write_bench_password(os.path.join(data, "broker"))
-        self.database = os.path.join(data, "broker", "mosquitto.db")
-        self.process = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=self.env,
-                                        stdout=open(os.path.join(work, "broker.log"), "w"), stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        stop_processes(self.process)
-
-
 def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
     """What mosquitto's persistence settings cost the broker, against no persistence in the same run.
 
@@ -906,7 +755,7 @@ def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
             path = os.path.join(run, "topics.txt")
             with open(path, "w") as f:
                 f.write("".join(i + "\n" for i in ids))
-            broker = BareBroker(run, setting)
+            broker = bench_stack(run, instances=0, env={"FLARE_MQTT_AUTOSAVE": setting})  # scripts/broker.sh alone
             try:
                 # The subscriber first, then every topic's retained position (the state each save writes): the
                 # stream is timed from when the subscriber has them all.
@@ -918,15 +767,16 @@ def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
                 flare_cli(broker, "publish", "--shares-file", path, "--prefix", "bench/p", "--count", str(topics), "--rate", "10000", "--qos", "1")
                 assert select.select([counter.stdout], [], [], 120)[0], "the subscriber did not get the retained positions"
                 assert json.loads(counter.stdout.readline())["received"] == topics
-                cpu_before, started = cpu_seconds(broker.process.pid), time.monotonic()
+                cpu_before, started = cpu_seconds(broker.broker.pid), time.monotonic()
                 pub = flare_cli(broker, "publish", "--shares-file", path, "--prefix", "bench/p", "--count", str(total),
                                 "--rate", str(rate), "--qos", "1", timeout=seconds + 120)
                 out = counter.stdout.read()
                 counter.wait(seconds + 90)
                 elapsed = time.monotonic() - started
-                cpu = cpu_seconds(broker.process.pid) - cpu_before
+                cpu = cpu_seconds(broker.broker.pid) - cpu_before
                 received = json.loads(out.strip().splitlines()[-1])["received"] - topics
-                database_mb = os.path.getsize(broker.database) / 1_048_576 if os.path.exists(broker.database) else 0.0
+                database = os.path.join(broker.broker_dir, "mosquitto.db")
+                database_mb = os.path.getsize(database) / 1_048_576 if os.path.exists(database) else 0.0
             finally:
                 broker.stop()
             per_fix_us = cpu / max(1, pub["published"]) * 1e6
@@ -944,7 +794,7 @@ def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m scripts.bench.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
     parser.add_argument("--only", default="ingest,latency,view,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
                         help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, restore, "
@@ -957,18 +807,21 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
     if args.long:
-        cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15, levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
+        cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15,
+                   levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
     else:
-        cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5, levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
+        cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5,
+                   levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
     work = tempfile.mkdtemp(prefix="flare-bench-")
-    stack = Stack(work)
+    stack = None
     results = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "long": args.long, "cpus": os.cpu_count(),
                "mosquitto": subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0:1], "rows": []}
     rows = results["rows"]
     try:
+        stack = bench_stack(work)
         total, share_count = cfg["ingest"]
         shares, took = create_shares(stack, share_count)
         for qos in (1, 0):
@@ -1003,6 +856,8 @@ def main():
             for row in natsbench.bench_nats(nats_work, RELEASE, cfg["nats"][0], cfg["rounds"], cfg["nats"][1]):
                 rows.append(row)
                 print_row(row)
+    except WaitTimeout as error:
+        raise SystemExit(f"bench: {error}") from None
     finally:
         if stack:
             stack.stop()
@@ -1048,7 +903,8 @@ def print_table(rows):
                      f"create {r['create_per_s']:,}/s (x{r['ratio_to_database_alone']}, p99 {r['create_p99_ms']} ms)")
         elif name.startswith("scale"):
             cells = (f"{r['flared_rss_mb']} MB", f"store alone {r['store_alone_per_s']:,}/s",
-                     f"create {r['create_per_s']:,}/s (x{r['ratio_to_store_alone']}, p99 {r['create_p99_ms']} ms), MQTT rtt max {r.get('probe_max_ms', '-')} ms")
+                     f"create {r['create_per_s']:,}/s (x{r['ratio_to_store_alone']}, p99 {r['create_p99_ms']} ms), "
+                     f"MQTT rtt max {r.get('probe_max_ms', '-')} ms")
         else:
             cells = (f"{r['open']:,} open", f"{r['events_received']}/{r['fixes_sent']}", f"RSS {r['flared_rss_mb']} MB")
         print(f"{name:34} {cells[0]:>14} {cells[1]:>14} {cells[2]:>26}  {r['target']:>34}  {'yes' if r['pass'] else 'NO'}")

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Share creations in bursts of given sizes, with a given number of live shares: rate, p50 and p99 of each burst.
 
 Starts mosquitto and a release-built flared on free loopback ports in a temp directory, as scripts/bench/bench.py
@@ -6,8 +5,8 @@ does, creates the live shares, then sends each burst with wrk (8 keep-alive conn
 and prints its figures and how large SQLite's WAL file has grown so far. `--release-dir` runs another build's
 flared and flare (copied out of .build/release), so that two builds can be measured in turn on the same day:
 
-    /usr/bin/python3 scripts/bench/bursts.py --live 1000 --bursts 500,5000,5000,20000
-    /usr/bin/python3 scripts/bench/bursts.py --live 100000 --bursts 5000 --release-dir /tmp/flare-before
+    /usr/bin/python3 -m scripts.bench.bursts --live 1000 --bursts 500,5000,5000,20000
+    /usr/bin/python3 -m scripts.bench.bursts --live 100000 --bursts 5000 --release-dir /tmp/flare-before
 
 Every process it starts is stopped before it exits; everything talks to 127.0.0.1 only.
 """
@@ -18,12 +17,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
+from scripts.bench import bench
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m scripts.bench.bursts", description=__doc__.splitlines()[0])
     parser.add_argument("--live", type=int, default=1000, help="live shares before the first burst (default 1000)")
     parser.add_argument("--bursts", default="500,5000,5000", help="comma-separated burst sizes (default 500,5000,5000)")
     parser.add_argument("--release-dir", help="a directory with the flared and flare to run (default .build/release)")
@@ -44,7 +42,7 @@ def main():
     work = tempfile.mkdtemp(prefix="flare-bursts-")
     stack = None
     try:
-        stack = bench.Stack(work)
+        stack = bench.bench_stack(work)
         if args.live:
             print(f"bursts: creating {args.live:,} live shares", flush=True)
             bench.create_shares(stack, args.live)

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Where flared's memory goes: its RSS split by kind of mapping, read from /proc/<pid>/smaps.
 
 Starts mosquitto and a release-built flared (SQLite, or PostgreSQL with --postgres) on free loopback ports in a
@@ -8,12 +7,12 @@ anonymous mappings (glibc's per-thread malloc arenas counted apart), thread stac
 (the binary, the Swift runtime, Foundation, other libraries). SQLite's page cache lives inside the heap: it is
 estimated apart, as a bound (PRAGMA cache_size=-65536, 64 MiB, and never more than the pages the database has).
 
-    /usr/bin/python3 scripts/bench/memory.py --shares 10000
-    /usr/bin/python3 scripts/bench/memory.py --shares 1000,10000,100000
-    /usr/bin/python3 scripts/bench/memory.py --shares 1000 --burst     # then 200,000 QoS 1 fixes, and 60 s after
-    /usr/bin/python3 scripts/bench/memory.py --shares 10000 --postgres
-    /usr/bin/python3 scripts/bench/memory.py --shares 10000 --heaptrack /tmp/flared.heaptrack   # flared under heaptrack
-    /usr/bin/python3 scripts/bench/memory.py --heaptrack-report /tmp/flared.heaptrack.zst      # its allocations, grouped
+    /usr/bin/python3 -m scripts.bench.memory --shares 10000
+    /usr/bin/python3 -m scripts.bench.memory --shares 1000,10000,100000
+    /usr/bin/python3 -m scripts.bench.memory --shares 1000 --burst     # then 200,000 QoS 1 fixes, and 60 s after
+    /usr/bin/python3 -m scripts.bench.memory --shares 10000 --postgres
+    /usr/bin/python3 -m scripts.bench.memory --shares 10000 --heaptrack /tmp/flared.heaptrack   # flared under heaptrack
+    /usr/bin/python3 -m scripts.bench.memory --heaptrack-report /tmp/flared.heaptrack.zst      # its allocations, grouped
 
 Every process it starts is stopped before it exits; everything talks to 127.0.0.1 only.
 """
@@ -28,9 +27,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
-from flarestack import Postgres  # noqa: E402
+from scripts.bench import bench
+from scripts.flarestack import wait_until
 
 KB = 1024
 ARENA = 64 * 1024 * 1024  # glibc's HEAP_MAX_SIZE on 64-bit: each thread arena's heap is one such aligned region
@@ -145,7 +143,7 @@ def breakdown(pid):
 def rollup(pid):
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
-            return {l.split(":")[0]: int(l.split(":")[1].split()[0]) for l in f if l.strip().endswith("kB")}
+            return {line.split(":")[0]: int(line.split(":")[1].split()[0]) for line in f if line.strip().endswith("kB")}
     except OSError:
         return {}
 
@@ -195,7 +193,8 @@ def report(label, stack, shares):
     files = sum(v for k, v in b["kinds"].items() if k.startswith("file:"))
     rest = rss - (page_cache or 0) - files - stacks
     print(f"\n== {label}: {shares:,} live shares, flared pid {pid}")
-    print(f"   VmRSS {rss / KB:.1f} MiB  VmHWM {b['status']['VmHWM'] / KB:.1f}  RssAnon {b['status']['RssAnon'] / KB:.1f}  RssFile {b['status']['RssFile'] / KB:.1f}"
+    print(f"   VmRSS {rss / KB:.1f} MiB  VmHWM {b['status']['VmHWM'] / KB:.1f}  RssAnon {b['status']['RssAnon'] / KB:.1f}  "
+          f"RssFile {b['status']['RssFile'] / KB:.1f}"
           f"  RssShmem {b['status'].get('RssShmem', 0) / KB:.1f}  (smaps_rollup Rss {b['rollup'].get('Rss', 0) / KB:.1f},"
           f" Anonymous {b['rollup'].get('Anonymous', 0) / KB:.1f})")
     print(f"   {'part':64} {'MiB':>8}")
@@ -208,7 +207,7 @@ def report(label, stack, shares):
     reserved = sum(s for s, _ in b["stacks"])
     print(f"   threads: {b['threads']}; stacks found {len(b['stacks'])}, reserved {reserved / KB:.1f} MiB,"
           f" resident {stacks / KB:.2f} MiB; names: {', '.join(sorted(set(b['thread_names'])))}")
-    print(f"   file-backed, largest: " + ", ".join(f"{os.path.basename(p)} {kb / KB:.1f}" for p, kb in list(b["files"].items())[:6]))
+    print("   file-backed, largest: " + ", ".join(f"{os.path.basename(p)} {kb / KB:.1f}" for p, kb in list(b["files"].items())[:6]))
     per_share = rest * KB / max(1, shares)
     print(f"   rest (RSS - page cache bound - stacks - files): {rest / KB:.1f} MiB = {per_share:,.0f} B per live share")
     return {"label": label, "shares": shares, "rss_kb": rss, "page_cache_kb": page_cache, "database_kb": db,
@@ -270,7 +269,8 @@ def heaptrack_report(path, top=12):
             print(f"   {size / 1048576:8.2f} MiB {100 * size / max(1, total):5.1f} %  {group}")
         ranked = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
         names = sorted({n for site, _ in ranked for n in site})
-        demangled = subprocess.run([shutil.which("swift-demangle"), "--simplified"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines() \
+        demangled = subprocess.run([shutil.which("swift-demangle"), "--simplified"], input="\n".join(names),
+                                   capture_output=True, text=True).stdout.splitlines() \
             if shutil.which("swift-demangle") else names
         readable = dict(zip(names, demangled)) if len(demangled) == len(names) else {n: n for n in names}
         print("   largest sites (Flare's innermost frames, the standard library's own left out):")
@@ -292,7 +292,7 @@ def grow(stack, shares, level):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m scripts.bench.memory", description=__doc__.splitlines()[0])
     parser.add_argument("--shares", default="10000", help="comma-separated levels of live shares (default 10000)")
     parser.add_argument("--burst", action="store_true",
                         help="after the last level: 200,000 QoS 1 fixes over 1,000 shares (bench.py's ingest row), "
@@ -313,7 +313,7 @@ def main():
         return 0
     levels = [int(x) for x in args.shares.split(",")]
     work = tempfile.mkdtemp(prefix="flare-memory-")
-    postgres = stack = None
+    stack = None
     readings = []
     try:
         if args.heaptrack:
@@ -324,9 +324,7 @@ def main():
                 f.write(f"#!/bin/sh\nexec heaptrack -o {os.path.abspath(args.heaptrack)} {os.path.join(bench.RELEASE, 'flared')}\n")
             os.chmod(os.path.join(wrapped, "flared"), 0o755)
             bench.RELEASE = wrapped
-        if args.postgres:
-            postgres = Postgres(os.path.join(work, "pg"), durable=True)
-        stack = bench.Stack(os.path.join(work, "stack"), postgres=postgres)
+        stack = bench.bench_stack(os.path.join(work, "stack"), store="postgres" if args.postgres else "sqlite", durable=True)
         shares = []
         for level in levels:
             grow(stack, shares, level)
@@ -335,7 +333,7 @@ def main():
         if args.viewers:
             before = readings[-1]
             viewers = bench.SSEViewers(stack, [s[1] for s in shares[:args.viewers]])
-            bench.wait_for(lambda: viewers.open + viewers.errors >= args.viewers, 120, f"{args.viewers} SSE viewers")
+            wait_until(lambda: viewers.open + viewers.errors >= args.viewers, 120, f"{args.viewers} SSE viewers")
             time.sleep(args.settle)
             live = int(stack.metric("flare_shares_active"))
             readings.append(report(f"{viewers.open:,} viewers", stack, live))
@@ -362,11 +360,9 @@ def main():
                 except subprocess.TimeoutExpired:
                     pass
         if stack:
-            stack.stop()
-        if postgres:
             try:
-                postgres.stop()
-            except RuntimeError as error:
+                stack.stop()
+            except RuntimeError as error:  # postgres.sh stop
                 print(f"memory: {error}", file=sys.stderr)
         if args.keep:
             print(f"memory: kept {work}", file=sys.stderr)
@@ -378,7 +374,8 @@ def main():
         other = r["heap_kb"] - (pc or 0)
         print(f"{r['label']:26} {r['rss_kb'] / KB:7.1f} {'-' if pc is None else f'{pc / KB:.1f}':>11} {other / KB:11.1f}"
               f" {r['arenas']:6d} {r['stacks_kb'] / KB:7.2f} {r['threads']:7d} {r['files_kb'] / KB:7.1f} {r['per_share_b']:8,d} B")
-    print("MiB; page cache = min(64 MiB, the database's page_count x page_size, the heap), a bound inside the heap; rest/share = (RSS - page cache - stacks - files) / live shares")
+    print("MiB; page cache = min(64 MiB, the database's page_count x page_size, the heap), a bound inside the heap; "
+          "rest/share = (RSS - page cache - stacks - files) / live shares")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(readings, f, indent=1)

@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 
-from flarestack import HOST, NatsStack
+from scripts.flarestack import HOST, Stack, WaitTimeout, wait_until
 
 
 def _bench(stack, *args, timeout=600):
@@ -48,16 +48,18 @@ def ingest(stack, path, total, offset):
     """The same stream to Flare's topics, timed until flared has accepted every fix."""
     accepted0 = stack.metric("flare_fixes_accepted_total")
     pub = _bench(stack, "publish", "--shares-file", path, "--count", str(total), "--qos", "1", "--offset", str(offset))
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and stack.metric("flare_fixes_accepted_total") - accepted0 < pub["acked"]:
-        time.sleep(0.02)
+    try:
+        wait_until(lambda: stack.metric("flare_fixes_accepted_total") - accepted0 >= pub["acked"], 180, "every acknowledged fix accepted",
+                   interval=0.02)
+    except WaitTimeout:
+        pass  # the row says how many were accepted
     end_ns = time.time_ns()
     accepted = stack.metric("flare_fixes_accepted_total") - accepted0
     return int(accepted), pub["acked"], accepted / max(1e-9, (end_ns - pub["start_ns"]) / 1e9)
 
 
 def bench_nats(work, bin_dir, total, rounds, retained):
-    stack = NatsStack(work, bin_dir)
+    stack = Stack(work, broker="nats", bin_dir=bin_dir)
     rows = []
     try:
         shares = []
@@ -75,12 +77,12 @@ def bench_nats(work, bin_dir, total, rounds, retained):
                      "ratios": [p["ratio"] for p in pairs], "target": ">= 0.8 of the cluster's own delivery",
                      "pass": median["ratio"] >= 0.8 and all(p["flare_accepted"] >= p["acknowledged"] == total for p in pairs)})
         # Memory: N retained positions on N topics, as N phones leave them.
-        before = [stack.node_rss_mb(n) for n in (1, 2, 3)]
+        before = [stack.nats.node_rss_mb(n) for n in (1, 2, 3)]
         ids = [f"r{i:07d}" for i in range(retained)]
         _bench(stack, "publish", "--shares-file", _ids_file(stack, ids, "retained.txt"), "--prefix", "bench/retained",
                "--count", str(retained), "--qos", "1", timeout=1800)
         time.sleep(3)  # replicas catch up
-        after = [stack.node_rss_mb(n) for n in (1, 2, 3)]
+        after = [stack.nats.node_rss_mb(n) for n in (1, 2, 3)]
         growth = [a - b for a, b in zip(after, before)]
         per_position = max(growth) * 1024 * 1024 / retained
         rows.append({"name": f"NATS node memory, {retained:,} retained", "nodes_rss_mb": [round(a, 1) for a in after],

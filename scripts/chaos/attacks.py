@@ -1,6 +1,6 @@
 """The attack group of `make chaos`: what someone holding one share's token, or one link, tries against everyone else.
 
-Each case runs a real plugin broker and flared (chaos.Stack), attacks them the way the attack was found, and checks
+Each case runs a real plugin broker and flared (a flarestack.Stack), attacks them the way the attack was found, and checks
 that nothing acknowledged is lost and that other shares are not affected. `--quick` runs the same cases with shorter
 streams. Traffic stays on 127.0.0.1, every loop is bounded, and everything started is stopped.
 """
@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from flarestack import HOST, free_port, stop_processes
+from scripts.flarestack import HOST, free_port, stop_processes, wait_until
 
 
 def b64url(data):
@@ -40,7 +40,7 @@ def legacy_device_token(stack, share_id, expires_at):
 
 
 def admin_password(stack):
-    with open(os.path.join(stack.work, "broker-data", "broker", "admin.password")) as f:
+    with open(os.path.join(stack.broker_dir, "admin.password")) as f:
         return f.read().strip()
 
 
@@ -93,12 +93,12 @@ def track(stack, work, share, name, count, interval, confirm):
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"{name}.log"), "w"), env=stack.env)
 
 
-def case_session_takeover(stack_class, wait_for, work, quick):
+def case_session_takeover(new_stack, work, quick):
     """A token of one share connecting with the bridge's client id (and a persistent session) would take the bridge's
     session and drop what the broker queued for it; with another share's phone's id, that phone's. While another share
     streams QoS 1 fixes from a publisher that is done at the broker's PUBACK, every such attempt is refused at CONNACK:
     every fix the broker acknowledged is stored, and neither the bridge nor the phone is disconnected."""
-    stack = stack_class(work)
+    stack = new_stack(work)
     tracker = None
     try:
         victim, attacker = stack.create_share(), stack.create_share()
@@ -118,7 +118,7 @@ def case_session_takeover(stack_class, wait_for, work, quick):
                 refused += 0 if connected else 1
                 assert not connected, f"client id {stolen[(attempts - 1) % len(stolen)]} was taken with another share's token"
         assert tracker.wait(120) == 0, "the victim's tracker failed"
-        wait_for(lambda: stored_for(stack, victim) >= count, 30, "every fix the broker acknowledged stored")
+        wait_until(lambda: stored_for(stack, victim) >= count, 30, "every fix the broker acknowledged stored")
         time.sleep(0.5)
         stored = stored_for(stack, victim)
         assert stored == count, f"{count} fixes acknowledged by the broker, {stored} stored"
@@ -137,12 +137,12 @@ def case_session_takeover(stack_class, wait_for, work, quick):
         stack.stop()
 
 
-def case_retained_junk(stack_class, wait_for, work, quick):
+def case_retained_junk(new_stack, work, quick):
     """A device token writes only its share's location topic: nothing below it is taken. A token of the earlier rules
     (`…/location/#`) that left retained messages there sees them cleared when the share ends; another share's retained
     position stays."""
     make_admin_account(work)
-    stack = stack_class(work)
+    stack = new_stack(work)
     try:
         share, other = stack.create_share(), stack.create_share()
         base = f"flare/v1/shares/{share['share_id']}/location"
@@ -165,11 +165,11 @@ def case_retained_junk(stack_class, wait_for, work, quick):
                                             json.dumps({"lat": 48.1, "lon": 11.5, "tst": now - 5}),
                                             {"Authorization": f"Bearer {target['device_token']}", "Content-Type": "application/json"})
             assert status == 202, (status, body[:200])
-        wait_for(lambda: len(retained_below(stack, f"{base}/#")) == 4, 10, "the junk and the position retained")
+        wait_until(lambda: len(retained_below(stack, f"{base}/#")) == 4, 10, "the junk and the position retained")
         status, _, _ = stack.request("POST", f"/api/v1/shares/{share['share_id']}/stop", headers={"Authorization": f"Bearer {stack.owner_key}"})
         assert status == 200, status
-        wait_for(lambda: retained_below(stack, f"{base}/#") == {}, 15,
-                 lambda: f"nothing retained below the stopped share's location (have {retained_below(stack, base + '/#')})")
+        wait_until(lambda: retained_below(stack, f"{base}/#") == {}, 15,
+                   lambda: f"nothing retained below the stopped share's location (have {retained_below(stack, base + '/#')})")
         other_retained = retained_below(stack, f"flare/v1/shares/{other['share_id']}/location")
         assert len(other_retained) == 1, f"the other share's retained position went: {other_retained}"
         return ("today's device token: 3 × 12 KB below its location refused; a token of the earlier rules left 3 × 12 KB "
@@ -179,12 +179,12 @@ def case_retained_junk(stack_class, wait_for, work, quick):
         stack.stop()
 
 
-def case_fix_flood(stack_class, wait_for, work, quick):
+def case_fix_flood(new_stack, work, quick):
     """One share's device token sending as fast as it can: over HTTP, answered 202 within the share's budget and 429
     with Retry-After beyond it, every 202 stored; over MQTT, disconnected beyond the budget before its message is
     acknowledged, so a tracker that keeps each fix until Flare confirms it gets every one stored; another share's fixes
     are taken throughout."""
-    stack = stack_class(work, extra_env={"FLARE_FIX_RATE_PER_SHARE": "20/100"})
+    stack = new_stack(work, env={"FLARE_FIX_RATE_PER_SHARE": "20/100"})
     tracker = None
     try:
         flood, bystander, mqtt_share = stack.create_share(), stack.create_share(), stack.create_share()
@@ -222,8 +222,8 @@ def case_fix_flood(stack_class, wait_for, work, quick):
             disconnects = f.read().count(f"share {mqtt_share['share_id']} over its publish rate")
         assert disconnects > 0, "the MQTT flood was never over its budget"
         # The broker's count reaches flared's /metrics (flare/v1/broker/stats, at most every 5 s).
-        wait_for(lambda: stack.metric("flare_broker_rate_disconnects") >= disconnects, 20,
-                 lambda: f"flare_broker_rate_disconnects at {stack.metric('flare_broker_rate_disconnects')}, the broker said {disconnects}")
+        wait_until(lambda: stack.metric("flare_broker_rate_disconnects") >= disconnects, 20,
+                   lambda: f"flare_broker_rate_disconnects at {stack.metric('flare_broker_rate_disconnects')}, the broker said {disconnects}")
         return (f"HTTP: {total} fixes at full speed into one share: {answers[202]} answered 202 (all stored), "
                 f"{answers.get(429, 0)} answered 429; the other share's {bystander_ok} all taken. MQTT: {count} fixes at "
                 f"100/s against 20/s: disconnected {disconnects} times, all {count} confirmed and stored once"), {
@@ -234,11 +234,11 @@ def case_fix_flood(stack_class, wait_for, work, quick):
         stack.stop()
 
 
-def case_public_surface(stack_class, wait_for, work, quick):
+def case_public_surface(new_stack, work, quick):
     """What a link holder or a stranger can reach: /metrics not on the public listener, /healthz says up or down and
     nothing more, one link cannot hold more live streams than its bound, a name of thousands of combining marks is
     refused."""
-    stack = stack_class(work)
+    stack = new_stack(work)
     streams = []
     try:
         share = stack.create_share()
@@ -280,11 +280,11 @@ def case_public_surface(stack_class, wait_for, work, quick):
         stack.stop()
 
 
-def case_key_rotation(stack_class, wait_for, work, quick):
+def case_key_rotation(new_stack, work, quick):
     """`flare token-key rotate`, flared restarted, the broker reloaded: the phone connected with a token of the old key
     is disconnected and refused, a share made after it works, and the key's webhook secret is still the one its
     receiver knows (it opens with the new key)."""
-    stack = stack_class(work)
+    stack = new_stack(work)
     phone = None
     try:
         share = stack.create_share()
@@ -306,7 +306,7 @@ def case_key_rotation(stack_class, wait_for, work, quick):
         with open(os.path.join(work, "broker-data", "token.key"), "w") as f:
             f.write(new_key)
         stack.broker.send_signal(1)  # SIGHUP
-        wait_for(lambda: phone.poll() is not None, 10, "the phone of the old key disconnected")
+        wait_until(lambda: phone.poll() is not None, 10, "the phone of the old key disconnected")
         stop_processes(stack.flared)
         stack.start_flared()
         connected, said = try_connect(stack, share["share_id"], share["device_token"], f"flare-{share['share_id']}", persistent=False)
@@ -329,6 +329,7 @@ class SlowRelay:
 
     def __init__(self, seconds):
         import asyncio
+
         from aiosmtpd.controller import Controller
         self.received = []  # (monotonic time, recipients)
         self.lock = threading.Lock()
@@ -361,7 +362,7 @@ class SlowRelay:
         self.controller.stop()
 
 
-def case_mail_cannon(stack_class, wait_for, work, quick):
+def case_mail_cannon(new_stack, work, quick):
     """One key tries to use Flare as a mail cannon (trust, second round, 1): ten contacts with one stranger's address,
     named by ten shares, get one mail a share; its mail beyond its hourly budget is not sent, and the link says so; and
     with its backlog of hundreds of mails queued at a relay taking 50 ms a mail, another key's missed check-in is
@@ -371,7 +372,7 @@ def case_mail_cannon(stack_class, wait_for, work, quick):
     relay = SlowRelay(0.05)
     stack = None
     try:
-        stack = stack_class(work, extra_env={"FLARE_SMTP_URL": f"smtp://{HOST}:{relay.port}", "FLARE_SMTP_FROM": "flare@example.org",
+        stack = new_stack(work, env={"FLARE_SMTP_URL": f"smtp://{HOST}:{relay.port}", "FLARE_SMTP_FROM": "flare@example.org",
                                              "FLARE_MAIL_PER_KEY_PER_HOUR": str(budget)})
 
         def call(method, path, key, body=None):
@@ -411,13 +412,13 @@ def case_mail_cannon(stack_class, wait_for, work, quick):
         status, armed = call("POST", "/api/v1/checkins", family, {"in_s": 2, "grace_s": 0, "contacts": [mum]})
         assert status == 201, (status, armed)
         due = time.monotonic() + 2
-        wait_for(lambda: relay.to("mum@example.org"), 20, "the missed check-in's mail")
+        wait_until(lambda: relay.to("mum@example.org"), 20, "the missed check-in's mail")
         mum_at = relay.to("mum@example.org")[0]
         late = mum_at - due
         backlog_left = budget - relay.count_before(mum_at)
         assert late < 5, f"the other key's mail came {late:.1f} s after its deadline"
         # Over-budget links were never queued: once the budget's mails are out, that is all there is.
-        wait_for(lambda: relay.count() >= budget + 1, 10 + budget * 0.1, "the cannon's budget of mails sent")
+        wait_until(lambda: relay.count() >= budget + 1, 10 + budget * 0.1, "the cannon's budget of mails sent")
         assert relay.count() == budget + 1, f"{relay.count()} mails went out, the budget is {budget} and one for Mum"
         assert len(relay.to("victim@example.org")) == 10, "one mail a share to the stranger"
         assert stack.metric('flare_mail_refused_total{reason="mail_budget"}') == 20
@@ -430,12 +431,12 @@ def case_mail_cannon(stack_class, wait_for, work, quick):
         relay.stop()
 
 
-def case_clear_on_e2e(stack_class, wait_for, work, quick):
+def case_clear_on_e2e(new_stack, work, quick):
     """A position in clear published, retained, to an end-to-end encrypted share (trust, second round, 2): refused,
     never stored, and gone from the broker's retained store at once; the share's OwnTracks configuration is refused
     (409 e2e_needs_key) in every form a phone could load."""
     make_admin_account(work)
-    stack = stack_class(work)
+    stack = new_stack(work)
     watcher = None
     try:
         status, _, body = stack.request("POST", "/api/v1/shares", json.dumps({"duration_s": 600, "e2e": True}),
@@ -455,7 +456,7 @@ def case_clear_on_e2e(stack_class, wait_for, work, quick):
                                  "-P", share["device_token"], "-i", f"flare-{share['share_id']}-phone", "-t", location, "-q", "1", "-r",
                                  "-m", clear], capture_output=True, text=True, timeout=20)
         assert result.returncode == 0, result.stderr
-        wait_for(lambda: stack.metric("flare_e2e_clear_positions_cleared_total") == 1, 10, "the clear position refused")
+        wait_until(lambda: stack.metric("flare_e2e_clear_positions_cleared_total") == 1, 10, "the clear position refused")
         seen = (watcher.stdout.readline() + watcher.stdout.readline()).split()
         watcher.wait(timeout=20)
         assert len(seen) == 4 and int(seen[1]) > 0 and seen[3] == "0", f"the watcher saw {seen}"
@@ -476,12 +477,12 @@ def case_clear_on_e2e(stack_class, wait_for, work, quick):
         stack.stop()
 
 
-def case_flared_mark(stack_class, wait_for, work, quick):
+def case_flared_mark(new_stack, work, quick):
     """A phone publishes a far-future position, retained, with flared's own mark `flare-origin: flared` (trust, second
     round, 4): the broker disconnects it before acknowledging, nothing of it is retained or stored, and flared's own
     retained position stands."""
     make_admin_account(work)
-    stack = stack_class(work)
+    stack = new_stack(work)
     try:
         share = stack.create_share()
         location = f"flare/v1/shares/{share['share_id']}/location"
@@ -489,7 +490,7 @@ def case_flared_mark(stack_class, wait_for, work, quick):
                                         json.dumps({"lat": 48.1, "lon": 11.5, "tst": int(time.time()) - 5}),
                                         {"Authorization": f"Bearer {share['device_token']}", "Content-Type": "application/json"})
         assert status == 202, (status, body[:200])
-        wait_for(lambda: len(retained_below(stack, location)) == 1, 10, "flared's own position retained")
+        wait_until(lambda: len(retained_below(stack, location)) == 1, 10, "flared's own position retained")
         before = retained_below(stack, location)
         forged = json.dumps({"_type": "location", "lat": 10.5, "lon": 10.5, "tst": int(time.time()) + 365 * 86400})
         result = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(stack.mqtt_port), "-V", "mqttv5", "-u", share["share_id"],

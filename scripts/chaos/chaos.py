@@ -1,196 +1,39 @@
-#!/usr/bin/python3
 """Flare's fault tests (`make chaos`; `--quick` is the bounded subset that `make test` runs).
 
 Each case starts its own mosquitto and flared (debug build unless --release) on free loopback ports in a temp
 directory, breaks something on purpose, and checks what Flare promises. Traffic goes to 127.0.0.x only,
 every loop is bounded in count and time, and everything started is stopped. Prints "N passed, N failed".
+From the repository root: `/usr/bin/python3 -m scripts.chaos.chaos [--quick] [--only NAME,…] [--release]`.
 """
 import argparse
-import http.client
+import functools
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from flarestack import HOST, ROOT, Postgres, free_port, port_open, stop_processes, write_bench_password  # noqa: E402
-from flarestack import wait_until as wait_for  # noqa: E402
-import threading  # noqa: E402
-import functools  # noqa: E402
-import attacks  # noqa: E402
-import natscases  # noqa: E402
+from scripts.chaos import attacks, natscases
+from scripts.flarestack import DEBUG_BIN, HOST, RELEASE_BIN, ROOT, LiveViewer, Stack, stop_processes, wait_until
 
-BIN = os.path.join(ROOT, ".build", "debug")
+BIN = DEBUG_BIN  # --release: RELEASE_BIN
 
 
-class Stack:
-    def __init__(self, work, data=None, extra_env=None):
-        self.work = work
-        self.data = data or os.path.join(work, "data")
-        os.makedirs(self.data, exist_ok=True)
-        self.mqtt_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()  # /metrics is on its own listener, not on FLARE_HTTP_ADDR
-        self.env = dict(os.environ, FLARE_DATA_DIR=self.data, FLARE_MQTT_PORT=str(self.mqtt_port),
-                        FLARE_HTTP_ADDR=f"{HOST}:{self.http_port}", FLARE_METRICS_ADDR=f"{HOST}:{self.metrics_port}",
-                        FLARE_LOG_LEVEL="info", **(extra_env or {}))
-        self.broker = None
-        self.flared = None
-        try:
-            self.start_broker()
-            self.start_flared()
-        except BaseException:
-            self.stop()  # a case that fails here gets no Stack to stop: leave no process behind
-            raise
-        with open(os.path.join(self.data, "owner.key")) as f:
-            self.owner_key = f.read().strip()
-
-    def start_broker(self):
-        # The broker's files stay outside a data directory that a test fills up.
-        broker_data = os.path.join(self.work, "broker-data")
-        self.env["FLARE_BENCH_PASSWORD_FILE"] = write_bench_password(os.path.join(broker_data, "broker"))
-        env = dict(self.env, FLARE_DATA_DIR=broker_data)
-        self.broker = subprocess.Popen([os.path.join(ROOT, "scripts", "broker.sh")], env=env,
-                                       stdout=open(os.path.join(self.work, "broker.log"), "a"), stderr=subprocess.STDOUT)
-        wait_for(lambda: port_open(self.mqtt_port), 10, "mosquitto listening")
-        # flared and the broker must share the token key and flared's service-account password.
-        self.env["FLARE_MQTT_PASSWORD_FILE"] = os.path.join(broker_data, "broker", "flared.password")
-        if not os.path.exists(os.path.join(self.data, "token.key")):
-            shutil.copyfile(os.path.join(broker_data, "token.key"), os.path.join(self.data, "token.key"))
-            os.chmod(os.path.join(self.data, "token.key"), 0o600)
-
-    def start_flared(self):
-        self.flared = subprocess.Popen([os.path.join(BIN, "flared")], env=self.env,
-                                       stdout=open(os.path.join(self.work, "flared.log"), "a"), stderr=subprocess.STDOUT)
-        wait_for(lambda: self.status("/healthz") == 200, 30, "flared healthy")
-
-    def request(self, method, path, body=None, headers=None, source=HOST, port=None):
-        conn = http.client.HTTPConnection(HOST, port or self.http_port, timeout=10, source_address=(source, 0))
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, dict(response.getheaders()), response.read()
-        finally:
-            conn.close()
-
-    def status(self, path):
-        return self.request("GET", path)[0]
-
-    @property
-    def bin(self):
-        """Where the built flared and flare are (--release picks the release build)."""
-        return BIN
-
-    def metric(self, name):
-        total = 0.0
-        for line in self.request("GET", "/metrics", port=self.metrics_port)[2].decode().splitlines():
-            if line.startswith(name) and line[len(name)] in " {":
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def create_share(self, duration=3600):
-        status, _, body = self.request("POST", "/api/v1/shares", json.dumps({"duration_s": duration}),
-                                       {"Authorization": f"Bearer {self.owner_key}", "Content-Type": "application/json"})
-        assert status == 201, (status, body[:200])
-        return json.loads(body)
-
-    def rows(self, sql):
-        db = sqlite3.connect(f"file:{self.data}/flare.db?mode=ro", uri=True, timeout=30)
-        try:
-            return db.execute(sql).fetchall()
-        finally:
-            db.close()
-
-    def stop(self):
-        stop_processes(self.flared, self.broker)
-
-
-class ClusterStack:
-    """Two flared instances (A, B) on one PostgreSQL and one broker, as `make cluster` runs them."""
-
-    def __init__(self, work):
-        self.work = work
-        self.postgres = None
-        self.base = None
-        self.b = None
-        try:
-            self.postgres = Postgres(os.path.join(work, "pg"))
-            self.base = Stack(work, extra_env={"FLARE_STORE_URL": self.postgres.url, "FLARE_MQTT_CLIENT_ID": "flared-a"})
-            self.b = Stack.__new__(Stack)
-            self.b.work, self.b.data, self.b.mqtt_port, self.b.broker = work, self.base.data, self.base.mqtt_port, None
-            self.b.http_port, self.b.metrics_port = free_port(), free_port()
-            self.b.env = dict(self.base.env, FLARE_HTTP_ADDR=f"{HOST}:{self.b.http_port}",
-                              FLARE_METRICS_ADDR=f"{HOST}:{self.b.metrics_port}", FLARE_MQTT_CLIENT_ID="flared-b")
-            self.b.owner_key = self.base.owner_key
-            self.b.flared = None
-            self.b.start_flared = lambda: self._start_b()
-            self._start_b()
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def a(self):
-        return self.base
-
-    def _start_b(self):
-        self.b.flared = subprocess.Popen([os.path.join(BIN, "flared")], env=self.b.env,
-                                         stdout=open(os.path.join(self.work, "flared-b.log"), "a"), stderr=subprocess.STDOUT)
-        wait_for(lambda: self.b.status("/healthz") == 200, 30, "flared B healthy")
-
-    def count(self, sql):
-        return int(self.postgres.sql(sql) or 0)
-
-    def stop(self):
-        if self.b:
-            stop_processes(self.b.flared)
-        if self.base:
-            self.base.stop()
-        if self.postgres:
-            self.postgres.stop()
-
-
-class LiveViewer:
-    """Reads a link's Server-Sent Events on a thread and notes when each `fix` event arrived."""
-
-    def __init__(self, stack, token):
-        self.arrivals = []
-        self.connection = http.client.HTTPConnection(HOST, stack.http_port, timeout=120)
-        self.connection.request("GET", f"/api/v1/view/{token}/events")
-        self.response = self.connection.getresponse()
-        assert self.response.status == 200, self.response.status
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        try:
-            for line in self.response:
-                if line.startswith(b"event: fix"):
-                    self.arrivals.append(time.monotonic())
-        except (OSError, ValueError, AttributeError):  # closed under the reader at the end of the case
-            pass
-
-    def largest_gap(self):
-        gaps = [b - a for a, b in zip(self.arrivals, self.arrivals[1:])]
-        return max(gaps) if gaps else float("inf")
-
-    def close(self):
-        self.connection.close()
+def new_stack(work: str, **options) -> Stack:
+    """A Stack of the build the run tests (`options`: Stack's: broker, store, instances, data, env)."""
+    return Stack(work, bin_dir=BIN, **options)
 
 
 def bench_publish(stack, share_ids, count, rate, offset):
     path = os.path.join(stack.work, f"shares-{offset}.txt")
     with open(path, "w") as f:
         f.write("".join(s + "\n" for s in share_ids))
-    return subprocess.Popen([os.path.join(BIN, "flare"), "bench", "publish", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
+    return subprocess.Popen([os.path.join(stack.bin, "flare"), "bench", "publish", "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}",
                              "--shares-file", path, "--count", str(count), "--rate", str(rate), "--offset", str(offset),
                              "--qos", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=stack.env)
 
@@ -198,9 +41,11 @@ def bench_publish(stack, share_ids, count, rate, offset):
 def stored_once_settled(stack, expected, seconds=30):
     """How many fixes are stored once ingest has settled: waits up to `seconds` for `expected`, then one more
     second, so that a fix stored twice would show. The caller asserts on the count (a shortfall is a loss)."""
-    count = lambda: stack.rows("SELECT count(*) FROM fixes")[0][0]
+
+    def count():
+        return stack.rows("SELECT count(*) FROM fixes")[0][0]
     try:
-        wait_for(lambda: count() >= expected, seconds, "every fix stored")
+        wait_until(lambda: count() >= expected, seconds, "every fix stored")
     except AssertionError:
         pass
     time.sleep(1.0)
@@ -215,7 +60,7 @@ def case_kill9(work, quick):
     The bridge acknowledges a message to the broker only once its fix is committed, so the in-flight window (a fix
     acknowledged but not yet stored) is empty: what a killed flared had read but not stored, the broker delivers
     again to its persistent session."""
-    stack = Stack(work)
+    stack = new_stack(work)
     try:
         shares = [stack.create_share()["share_id"] for _ in range(10)]
         seconds = 6 if quick else 20
@@ -236,7 +81,8 @@ def case_kill9(work, quick):
         assert stored == distinct, f"{stored - distinct} fixes stored twice"
         lost = total - stored
         assert lost == 0, f"lost {lost} of {total} fixes"
-        return f"{kills} x kill -9 during {total} QoS 1 fixes at 1,000/s: stored {stored}, duplicates 0, lost {lost}", {"kills": kills, "published": total, "stored": stored, "lost": lost}
+        return (f"{kills} x kill -9 during {total} QoS 1 fixes at 1,000/s: stored {stored}, duplicates 0, lost {lost}",
+                {"kills": kills, "published": total, "stored": stored, "lost": lost})
     finally:
         stack.stop()
 
@@ -246,12 +92,12 @@ def case_kill9_burst(work, quick):
 
     None of those was acknowledged to the broker (the bridge acknowledges only what is committed), so the broker
     delivers them again after the restart and nothing is lost."""
-    stack = Stack(work)
+    stack = new_stack(work)
     try:
         shares = [stack.create_share()["share_id"] for _ in range(100)]
         total = 40000
         pub = bench_publish(stack, shares, total, 0, 0)
-        wait_for(lambda: stack.metric("flare_fixes_accepted_total") >= 5000, 30, "burst under way")
+        wait_until(lambda: stack.metric("flare_fixes_accepted_total") >= 5000, 30, "burst under way")
         depth = int(stack.metric("flare_ingest_queue_depth"))
         stack.flared.send_signal(signal.SIGKILL)
         stack.flared.wait()
@@ -261,21 +107,22 @@ def case_kill9_burst(work, quick):
         lost = total - stored
         assert lost == 0, f"lost {lost} of {total} fixes"
         return (f"kill -9 mid-burst ({total} fixes, no pacing): lost {lost}; {depth} fixes were read and not yet stored "
-                f"just before the kill, unacknowledged, so the broker delivered them again"), {"published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
+                f"just before the kill, unacknowledged, so the broker delivered them again"), {
+                    "published": total, "stored": stored, "lost": lost, "queue_depth_at_kill": depth}
     finally:
         stack.stop()
 
 
 def case_broker_restart(work, quick):
     """Broker restart mid-stream: flared and `flare track` reconnect; retained status survives; nothing twice."""
-    stack = Stack(work)
+    stack = new_stack(work)
     try:
         share = stack.create_share()
         share_file = os.path.join(work, "share.json")
         with open(share_file, "w") as f:
             json.dump(share, f)
         count = 150 if quick else 600
-        track = subprocess.Popen([os.path.join(BIN, "flare"), "track", "--share-file", share_file, "--interval", "0.02",
+        track = subprocess.Popen([os.path.join(stack.bin, "flare"), "track", "--share-file", share_file, "--interval", "0.02",
                                   "--speed", "100", "--count", str(count), "--quiet"], stdout=subprocess.DEVNULL,
                                  stderr=open(os.path.join(work, "track.log"), "w"), env=stack.env)
         time.sleep(1.0)
@@ -283,12 +130,12 @@ def case_broker_restart(work, quick):
         stack.broker.wait(20)
         time.sleep(1.0)
         stack.start_broker()
-        wait_for(lambda: stack.status("/healthz") == 200, 30, "flared reconnected (healthz 200)")
+        wait_until(lambda: stack.status("/healthz") == 200, 30, "flared reconnected (healthz 200)")
         assert track.wait(120) == 0, "flare track failed"
         with open(os.path.join(work, "track.log")) as f:
             log = f.read()
         assert "reconnecting" in log or "not acknowledged" in log, "the tracker never saw the broker go"
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= count, 30, "every acknowledged fix stored")
+        wait_until(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] >= count, 30, "every acknowledged fix stored")
         stored = stack.rows("SELECT count(*) FROM fixes")[0][0]
         distinct = stack.rows("SELECT count(*) FROM (SELECT DISTINCT share, lat, lon FROM fixes)")[0][0]
         # A fix whose PUBACK was lost in the restart is sent again by the tracker (a new message, maybe a new
@@ -311,16 +158,19 @@ def case_broker_restart(work, quick):
         status, _, body = stack.request("GET", f"/api/v1/shares/{share['share_id']}", headers={"Authorization": f"Bearer {stack.owner_key}"})
         assert status == 200 and json.loads(body)["expires_at"] == share["expires_at"], "expiry changed"
         return (f"broker restarted mid-stream: all {count} acknowledged tracker fixes stored ({stored - distinct} re-sent by the "
-                f"tracker after a lost PUBACK), retained status and position kept, expiry unchanged"), {"fixes": count, "stored": stored, "resent": stored - distinct}
+                f"tracker after a lost PUBACK), retained status and position kept, expiry unchanged"), {
+                    "fixes": count, "stored": stored, "resent": stored - distinct}
     finally:
         stack.stop()
 
 
 def stored_once_settled_for(stack, share, expected, seconds=5):
     """How many fixes one share has once ingest has settled (see `stored_once_settled`)."""
-    count = lambda: stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}')")[0][0]
+
+    def count():
+        return stack.rows(f"SELECT count(*) FROM fixes WHERE share = (SELECT id FROM shares WHERE share_id = '{share['share_id']}')")[0][0]
     try:
-        wait_for(lambda: count() >= expected, seconds, "every fix stored")
+        wait_until(lambda: count() >= expected, seconds, "every fix stored")
     except AssertionError:
         pass
     time.sleep(1.0)
@@ -330,7 +180,7 @@ def stored_once_settled_for(stack, share, expected, seconds=5):
 def retained_state(stack):
     """Every retained status and location on the broker, as the read-only `admin` service account sees them:
     {topic: payload}. An empty payload never shows (it clears)."""
-    with open(os.path.join(stack.work, "broker-data", "broker", "admin.password")) as f:
+    with open(os.path.join(stack.broker_dir, "admin.password")) as f:
         password = f.read().strip()
     out = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.mqtt_port), "-u", "admin", "-P", password,
                           "-t", "flare/v1/shares/+/status", "-t", "flare/v1/shares/+/location", "-t", "flare/v1/epoch",
@@ -351,11 +201,8 @@ def case_broker_crash(work, quick):
     device token stays refused (the auth plugin syncs its revocation list to disk); every fix answered 202 (HTTP
     ingest) and every fix `flare track` was told is stored is stored exactly once. A burst from a publisher that is
     done at PUBACK (as the OwnTracks apps are) while flared is paused shows what such a tracker can lose."""
-    broker_dir = os.path.join(work, "broker-data", "broker")
-    os.makedirs(broker_dir, exist_ok=True)
-    with open(os.path.join(broker_dir, "admin.password"), "w") as f:
-        f.write(secrets.token_urlsafe(24) + "\n")
-    stack = Stack(work)
+    attacks.make_admin_account(work)
+    stack = new_stack(work)
     trackers = []
     try:
         count = 600 if quick else 2400
@@ -365,7 +212,7 @@ def case_broker_crash(work, quick):
             share_file = os.path.join(work, f"{name}.json")
             with open(share_file, "w") as f:
                 json.dump(share, f)
-            process = subprocess.Popen([os.path.join(BIN, "flare"), "track", "--share-file", share_file, "--interval", "0.01",
+            process = subprocess.Popen([os.path.join(stack.bin, "flare"), "track", "--share-file", share_file, "--interval", "0.01",
                                         "--speed", "100", "--count", str(count), "--quiet", "--status-every", "1"] + extra,
                                        stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"{name}.log"), "w"), env=stack.env)
             trackers.append(process)
@@ -385,10 +232,10 @@ def case_broker_crash(work, quick):
                                      headers={"Authorization": f"Bearer {stack.owner_key}"})
         assert status == 200, status
         live = [confirming, acked] + quiet
-        wait_for(lambda: all(f"flare/v1/shares/{s['share_id']}/location" in retained_state(stack) for s in live if s is not acked), 15,
-                 "every live share's position retained before the crash")
+        wait_until(lambda: all(f"flare/v1/shares/{s['share_id']}/location" in retained_state(stack) for s in live if s is not acked), 15,
+                   "every live share's position retained before the crash")
         # The mark goes up every second from flared's start; the store knows one the broker acknowledged.
-        wait_for(lambda: stack.metric("flare_broker_epoch") >= 2, 15, "flared's epoch mark on the broker")
+        wait_until(lambda: stack.metric("flare_broker_epoch") >= 2, 15, "flared's epoch mark on the broker")
         # flared stops reading: the broker acknowledges the trackers' fixes and queues them for flared's session.
         stack.flared.send_signal(signal.SIGSTOP)
         burst = 3000
@@ -410,7 +257,7 @@ def case_broker_crash(work, quick):
                 if f"flare/v1/shares/{share['share_id']}/location" not in state:
                     return False
             return '"state":"ended"' in state.get(f"flare/v1/shares/{stopped['share_id']}/status", "")
-        wait_for(restored, 30, lambda: f"every live share's retained status and position back (have {sorted(retained_state(stack))})")
+        wait_until(restored, 30, lambda: f"every live share's retained status and position back (have {sorted(retained_state(stack))})")
         restore_seconds = time.monotonic() - broker_back
         state = retained_state(stack)
         assert f"flare/v1/shares/{stopped['share_id']}/location" not in state, "the stopped share got a position back"
@@ -470,7 +317,7 @@ def case_disk_full(work, quick):
         # The whole 8 MiB is below the default minimum of free space: 1 MiB here, so that it is healthy until filled.
         # (6 MiB left less than 1 MiB free once the 20,000 fixes, with their battery and connectivity columns, and a
         # WAL grown to the 1,000-page checkpoint were in.)
-        stack = Stack(work, data=os.path.join(mount, "data"), extra_env={"FLARE_STORE_MIN_FREE_MB": "1"})
+        stack = new_stack(work, data=os.path.join(mount, "data"), env={"FLARE_STORE_MIN_FREE_MB": "1"})
         shares = [stack.create_share()["share_id"] for _ in range(5)]
         filler = os.path.join(mount, "filler")
         # Unbuffered: a buffered file that hit the full disk would raise again when it is closed.
@@ -485,17 +332,17 @@ def case_disk_full(work, quick):
         status, _, body = stack.request("GET", "/healthz")
         assert status == 503 and json.loads(body)["store"] == "low_space", body
         pub = bench_publish(stack, shares, 20000, 4000, 0)
-        wait_for(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
-                 "/healthz store=failing once writes fail")
+        wait_until(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
+                   "/healthz store=failing once writes fail")
         assert stack.flared.poll() is None, "flared exited on a full disk"
         assert stack.status("/healthz") == 503
         with open(os.path.join(work, "flared.log")) as f:
             assert "cannot write" in f.read(), "no clear error in the log"
         os.remove(filler)
         pub.communicate(timeout=60)
-        wait_for(lambda: stack.status("/healthz") == 200, 60,
-                 lambda: "/healthz healthy after space returned (it says " + stack.request("GET", "/healthz")[2].decode(errors="replace") + ")")
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == 20000, 60, "every queued fix written after recovery")
+        wait_until(lambda: stack.status("/healthz") == 200, 60,
+                   lambda: "/healthz healthy after space returned (it says " + stack.request("GET", "/healthz")[2].decode(errors="replace") + ")")
+        wait_until(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == 20000, 60, "every queued fix written after recovery")
         return ("disk full: /healthz 503 store=low_space while idle, then store=failing, flared kept running, "
                 "all 20,000 fixes written once space returned"), {}
     finally:
@@ -523,11 +370,11 @@ def case_read_only(work, quick):
         return "SKIPPED: this kernel has no ext4 trigger_fs_error", {"skipped": True}
     stack = None
     try:
-        stack = Stack(work, data=os.path.join(mount, "data"), extra_env={"FLARE_SHUTDOWN_STORE_GRACE_S": "2", "FLARE_STORE_MIN_FREE_MB": "1"})
+        stack = new_stack(work, data=os.path.join(mount, "data"), env={"FLARE_SHUTDOWN_STORE_GRACE_S": "2", "FLARE_STORE_MIN_FREE_MB": "1"})
         shares = [stack.create_share()["share_id"] for _ in range(5)]
         before = 1000 if quick else 3000
         bench_publish(stack, shares, before, 1000, 0).communicate(timeout=60)
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == before, 30, "the first fixes stored")
+        wait_until(lambda: stack.rows("SELECT count(*) FROM fixes")[0][0] == before, 30, "the first fixes stored")
         # What the OS had not yet written back is gone when a filesystem fails (as at a power loss, and SQLite's
         # synchronous=NORMAL accepts losing the last ~250 ms of commits then); this case is about what flared does
         # next, so everything so far is flushed first.
@@ -538,7 +385,7 @@ def case_read_only(work, quick):
         # never makes, which once made the shutdown below hang for ever.
         later = 20000
         pub = bench_publish(stack, shares, later, 0, before)
-        wait_for(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30, "/healthz store=failing")
+        wait_until(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30, "/healthz store=failing")
         pub.communicate(timeout=60)
         assert stack.flared.poll() is None, "flared exited on a read-only disk"
         stack.flared.terminate()
@@ -593,7 +440,7 @@ def status_of(response):
 
 def case_bad_http(work, quick):
     """Malformed HTTP against the live gateway: every case a 4xx (or a closed connection), process healthy after."""
-    stack = Stack(work)
+    stack = new_stack(work)
     try:
         share = stack.create_share()
         token = share["share_url"].rsplit("/", 1)[1]
@@ -664,7 +511,7 @@ def case_bad_http(work, quick):
 
 def case_link_abuse(work, quick):
     """Brute-forcing tokens and hammering one link: 429 + Retry-After per address and per token; other links fine."""
-    stack = Stack(work, extra_env={"FLARE_LINK_RATE_PER_ADDRESS": "5/60", "FLARE_LINK_RATE_PER_TOKEN": "20/120"})
+    stack = new_stack(work, env={"FLARE_LINK_RATE_PER_ADDRESS": "5/60", "FLARE_LINK_RATE_PER_TOKEN": "20/120"})
     try:
         a = stack.create_share()["share_url"].rsplit("/", 1)[1]
         b = stack.create_share()["share_url"].rsplit("/", 1)[1]
@@ -691,7 +538,8 @@ def case_link_abuse(work, quick):
         assert min(retry_after) >= 1, "a 429 without Retry-After for the hammered token"
         assert stack.request("GET", f"/api/v1/view/{a}", source="127.0.9.9")[0] == 200, "the hammered token hurt another link"
         assert stack.metric("flare_http_rate_limited_total") > 0
-        return f"brute force cut off after {codes.index(429)} tries; hammered link 429 after {token_codes.index(429)} requests; other links and addresses unaffected", {}
+        return (f"brute force cut off after {codes.index(429)} tries; hammered link 429 after {token_codes.index(429)} requests; "
+                "other links and addresses unaffected"), {}
     finally:
         stack.stop()
 
@@ -702,28 +550,30 @@ def case_cluster_kill9(work, quick):
 
     A's persistent session in the shared subscription keeps A's turn while it is down; A restarts with the same
     client id and drains it, so nothing it had read and not stored is lost."""
-    cluster = ClusterStack(work)
+    cluster = new_stack(work, store="postgres", instances=2)
     viewer = None
     try:
         created = [cluster.a.create_share() for _ in range(10)]
         shares = [share["share_id"] for share in created]
-        viewer = LiveViewer(cluster.b, created[0]["share_url"].rsplit("/", 1)[1])
+        viewer = LiveViewer(cluster.b.http_port, created[0]["share_url"].rsplit("/", 1)[1])
         seconds = 6 if quick else 20
         kills = 2 if quick else 5
         total = 1000 * seconds
-        pub = bench_publish(cluster.a, shares, total, 1000, 0)
+        pub = bench_publish(cluster, shares, total, 1000, 0)
         for _ in range(kills):
             time.sleep(seconds / (kills + 1))
-            cluster.a.flared.send_signal(signal.SIGKILL)
-            cluster.a.flared.wait()
+            cluster.a.process.send_signal(signal.SIGKILL)
+            cluster.a.process.wait()
             time.sleep(0.3)
-            cluster.a.start_flared()
+            cluster.a.start()
         out, _ = pub.communicate(timeout=seconds + 60)
         published = json.loads(out.strip().splitlines()[-1])["published"]
         assert published == total, f"publisher handed over {published} of {total}"
-        count = lambda: cluster.count("SELECT count(*) FROM fixes")
+
+        def count():
+            return cluster.count("SELECT count(*) FROM fixes")
         try:
-            wait_for(lambda: count() >= total, 60, "every fix stored")
+            wait_until(lambda: count() >= total, 60, "every fix stored")
         except AssertionError:
             pass
         time.sleep(1.0)
@@ -746,24 +596,24 @@ def case_cluster_kill9(work, quick):
 
 def case_cluster_postgres_restart(work, quick):
     """PostgreSQL restarted mid-stream: /healthz says so on both instances meanwhile; nothing lost afterwards."""
-    cluster = ClusterStack(work)
+    cluster = new_stack(work, store="postgres", instances=2)
     try:
         shares = [cluster.a.create_share()["share_id"] for _ in range(10)]
         total = 4000 if quick else 20000
-        pub = bench_publish(cluster.a, shares, total, 1000, 0)
+        pub = bench_publish(cluster, shares, total, 1000, 0)
         time.sleep(1.0)
         cluster.postgres.stop()
         down = time.monotonic()
         for stack in (cluster.a, cluster.b):
-            wait_for(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
-                     "/healthz store=failing while PostgreSQL is down")
+            wait_until(lambda: json.loads(stack.request("GET", "/healthz")[2])["store"] == "failing", 30,
+                       "/healthz store=failing while PostgreSQL is down")
             assert stack.status("/healthz") == 503
         time.sleep(max(0.0, 3.0 - (time.monotonic() - down)))
         cluster.postgres.start()
         for stack in (cluster.a, cluster.b):
-            wait_for(lambda: stack.status("/healthz") == 200, 60, "/healthz healthy once PostgreSQL is back")
+            wait_until(lambda: stack.status("/healthz") == 200, 60, "/healthz healthy once PostgreSQL is back")
         pub.communicate(timeout=120)
-        wait_for(lambda: cluster.count("SELECT count(*) FROM fixes") >= total, 60, "every fix stored after the restart")
+        wait_until(lambda: cluster.count("SELECT count(*) FROM fixes") >= total, 60, "every fix stored after the restart")
         time.sleep(1.0)
         stored = cluster.count("SELECT count(*) FROM fixes")
         assert stored == total, f"stored {stored} of {total}"
@@ -777,7 +627,7 @@ def case_cluster_postgres_pause(work, quick):
     """PostgreSQL paused (SIGSTOP: its sockets stay open, nothing answers): the instance that has not seen a share
     answers its link, and an owner key it has not seen, 503 with Retry-After within seconds (never 401, 404 or no
     answer at all), and serves both within a moment of SIGCONT."""
-    cluster = ClusterStack(work)
+    cluster = new_stack(work, store="postgres", instances=2)
     paused = False
     try:
         admin = {"Authorization": f"Bearer {cluster.a.owner_key}", "Content-Type": "application/json"}
@@ -785,13 +635,13 @@ def case_cluster_postgres_pause(work, quick):
         assert status == 201, (status, body[:200])
         new_key = {"Authorization": f"Bearer {json.loads(body)['key']}"}
         # B is stopped while A makes the share, so that B's change feed cannot have read it before the pause.
-        cluster.b.flared.send_signal(signal.SIGSTOP)
+        cluster.b.process.send_signal(signal.SIGSTOP)
         try:
             token = cluster.a.create_share()["share_url"].rsplit("/", 1)[1]
             cluster.postgres.pause()
             paused = True
         finally:
-            cluster.b.flared.send_signal(signal.SIGCONT)
+            cluster.b.process.send_signal(signal.SIGCONT)
         waits = {}
         for what, path, headers in [("link", f"/api/v1/view/{token}", {}), ("owner key", "/api/v1/shares", new_key)]:
             started = time.monotonic()
@@ -803,7 +653,7 @@ def case_cluster_postgres_pause(work, quick):
         cluster.postgres.resume()
         paused = False
         resumed = time.monotonic()
-        wait_for(lambda: cluster.b.status(f"/api/v1/view/{token}") == 200, 15, "B serving the link after SIGCONT")
+        wait_until(lambda: cluster.b.status(f"/api/v1/view/{token}") == 200, 15, "B serving the link after SIGCONT")
         back = time.monotonic() - resumed
         status = cluster.b.request("GET", "/api/v1/shares", headers=new_key)[0]
         assert status == 200, f"the owner key answered {status} after SIGCONT"
@@ -818,27 +668,27 @@ def case_cluster_postgres_pause(work, quick):
 
 
 # The attack group (scripts/chaos/attacks.py): each against a real plugin broker and flared.
-ATTACKS = [(name, functools.partial(case, Stack, wait_for)) for name, case in attacks.CASES]
+ATTACKS = [(name, functools.partial(case, new_stack)) for name, case in attacks.CASES]
 
-# The NATS group (scripts/chaos/natscases.py): three nodes behind HAProxy, one killed. BIN is read when the case runs
-# (--release changes it).
-NATS = [(name, lambda work, quick, case=case: case(work, quick, BIN, wait_for, LiveViewer)) for name, case in natscases.CASES]
+# The NATS group (scripts/chaos/natscases.py): three nodes behind HAProxy, one killed.
+NATS = [(name, functools.partial(case, new_stack)) for name, case in natscases.CASES]
 
 CASES = ATTACKS + NATS + [("cluster: kill -9 of one instance", case_cluster_kill9), ("cluster: PostgreSQL restart", case_cluster_postgres_restart),
          ("cluster: PostgreSQL paused", case_cluster_postgres_pause),
-         ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart), ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
+         ("kill -9 during ingest", case_kill9), ("kill -9 mid-burst", case_kill9_burst), ("broker restart", case_broker_restart),
+         ("broker crash", case_broker_crash), ("disk full", case_disk_full), ("read-only disk", case_read_only),
          ("malformed HTTP", case_bad_http), ("link abuse", case_link_abuse)]
 
 
 def main():
     global BIN
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m scripts.chaos.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter streams (the subset for make test)")
     parser.add_argument("--release", action="store_true", help="use the release build")
     parser.add_argument("--only", default="", help="comma-separated case-name substrings")
     args = parser.parse_args()
     if args.release:
-        BIN = os.path.join(ROOT, ".build", "release")
+        BIN = RELEASE_BIN
     passed = failed = 0
     report = []
     for name, case in CASES:

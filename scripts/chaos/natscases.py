@@ -9,44 +9,43 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
-from flarestack import HOST, NatsStack, free_port, stop_processes
+from scripts.flarestack import HOST, LiveViewer, free_port, stop_processes, wait_until
 
 
 def retained_on(stack, node, share_id, watch_token, topic_suffix):
     """The retained message a new subscriber on `node`'s MQTT listener gets for the share's topic (None: nothing)."""
-    result = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.node_port(node, "mqtt")), "-V", "mqttv311",
+    result = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(stack.nats.node_port(node, "mqtt")), "-V", "mqttv311",
                              "-u", share_id, "-P", watch_token, "-i", f"flare-{share_id}-watch-chaos{node}", "-q", "0",
                              "-t", f"flare/v1/shares/{share_id}/{topic_suffix}", "--retained-only", "-C", "1", "-W", "5"],
                             capture_output=True, text=True, timeout=15)
     return result.stdout.strip() or None
 
 
-def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
+def case_node_kill9(new_stack, work, quick):
     """kill -9 of one NATS node during 1,000 QoS 1 fixes/s from a publisher that reconnects through HAProxy: every
     fix the cluster acknowledged is stored once; the survivors serve the retained state; a live viewer's longest gap
     is measured."""
-    stack = NatsStack(work, bin_dir)
+    stack = new_stack(work, broker="nats")
     viewer = None
     try:
         created = [stack.create_share() for _ in range(10)]
         shares = [s["share_id"] for s in created]
         token = created[0]["share_url"].rsplit("/", 1)[1]
-        viewer = live_viewer(stack, token)
+        viewer = LiveViewer(stack.http_port, token)
         seconds = 6 if quick else 20
         total = 1000 * seconds
         path = os.path.join(work, "shares.txt")
         with open(path, "w") as f:
             f.write("".join(s + "\n" for s in shares))
         acked_path = os.path.join(work, "acked.txt")
-        pub = subprocess.Popen([os.path.join(bin_dir, "flare"), "bench", "publish", "--mqtt311", "--data-dir", stack.data,
+        pub = subprocess.Popen([os.path.join(stack.bin, "flare"), "bench", "publish", "--mqtt311", "--data-dir", stack.data,
                                 "--mqtt-url", f"mqtt://{HOST}:{stack.mqtt_port}", "--shares-file", path, "--count", str(total),
                                 "--rate", "1000", "--qos", "1", "--inflight", "200", "--acked", acked_path],
                                stdout=subprocess.PIPE, stderr=open(os.path.join(work, "publish.log"), "a"), text=True, env=stack.env)
         time.sleep(seconds / 3)
         victim = 1
-        stack.kill_node(victim)
+        stack.nats.kill_node(victim)
         out, _ = pub.communicate(timeout=seconds + 180)
         result = json.loads(out.strip().splitlines()[-1])
         with open(acked_path) as f:
@@ -54,9 +53,11 @@ def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
         assert len(acked) >= total * 0.5, f"the cluster acknowledged only {len(acked)} of {total}"
         # Fix k went to share k mod 10 with latitude 47 + (k div 10) * 1e-6.
         expected = {(shares[k % len(shares)], round(47.0 + (k // len(shares)) * 1e-6, 7)) for k in acked}
-        count = lambda: stack.rows("SELECT count(*) FROM fixes")[0][0]
+
+        def count():
+            return stack.rows("SELECT count(*) FROM fixes")[0][0]
         try:
-            wait_for(lambda: count() >= len(expected), 60, "every acknowledged fix stored")
+            wait_until(lambda: count() >= len(expected), 60, "every acknowledged fix stored")
         except AssertionError:
             pass
         time.sleep(1.0)
@@ -70,8 +71,8 @@ def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
                                headers={"Authorization": f"Bearer {stack.owner_key}"})
         watch = json.loads(issued[2])["watch_token"]
         for node in (2, 3):
-            wait_for(lambda: retained_on(stack, node, shares[0], watch, "status") is not None, 30, f"node {node} serving the retained status")
-            wait_for(lambda: retained_on(stack, node, shares[0], watch, "location") is not None, 30, f"node {node} serving the retained position")
+            wait_until(lambda: retained_on(stack, node, shares[0], watch, "status") is not None, 30, f"node {node} serving the retained status")
+            wait_until(lambda: retained_on(stack, node, shares[0], watch, "location") is not None, 30, f"node {node} serving the retained position")
         received = len(viewer.arrivals)
         gap = viewer.largest_gap()
         assert received >= seconds * 100 * 0.5, f"the live viewer received only {received} fixes"
@@ -86,11 +87,11 @@ def case_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
         stack.stop()
 
 
-def case_phone_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
+def case_phone_node_kill9(new_stack, work, quick):
     """kill -9 of the node a phone is connected to: its last will dies with the node, so the page turns the tracker
     stale once no fix came for FLARE_STALE_AFTER_S; it is live again once the phone has reconnected (through HAProxy,
     to a survivor) and sent its next fix."""
-    stack = NatsStack(work, bin_dir, extra_env={"FLARE_STALE_AFTER_S": "3"})
+    stack = new_stack(work, broker="nats", env={"FLARE_STALE_AFTER_S": "3"})
     tracker = None
     try:
         share = stack.create_share()
@@ -98,23 +99,23 @@ def case_phone_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
         with open(share_file, "w") as f:
             json.dump(share, f)
         token = share["share_url"].rsplit("/", 1)[1]
-        tracker = subprocess.Popen([os.path.join(bin_dir, "flare"), "track", "--share-file", share_file, "--interval", "1",
+        tracker = subprocess.Popen([os.path.join(stack.bin, "flare"), "track", "--share-file", share_file, "--interval", "1",
                                     "--quiet", "--mqtt311"], env=stack.env,
                                    stdout=open(os.path.join(work, "track.log"), "a"), stderr=subprocess.STDOUT)
-        state = lambda: stack.view(token).get("tracker", {}).get("state")
-        wait_for(lambda: stack.view(token).get("last") is not None and state() == "live", 30, "the tracker live")
-        node = None
-        deadline = time.monotonic() + 10
-        while node is None and time.monotonic() < deadline:
-            ids = [c for c in _mqtt_clients(stack) if c.startswith(f"flare-{share['share_id']}-track-")]
-            node = stack.node_of_client(ids[0]) if ids else None
-            time.sleep(0.2)
-        assert node is not None, "could not find the phone's node"
-        stack.kill_node(node)
+
+        def state():
+            return stack.view(token).get("tracker", {}).get("state")
+        wait_until(lambda: stack.view(token).get("last") is not None and state() == "live", 30, "the tracker live")
+
+        def phone_node():
+            ids = [c for n in (1, 2, 3) for c in stack.nats.mqtt_clients(n) if c.startswith(f"flare-{share['share_id']}-track-")]
+            return stack.nats.node_of_client(ids[0]) if ids else None
+        node = wait_until(phone_node, 10, "the phone's node found", interval=0.2)
+        stack.nats.kill_node(node)
         killed = time.monotonic()
-        wait_for(lambda: state() == "stale", 60, "the tracker seen stale")
+        wait_until(lambda: state() == "stale", 60, "the tracker seen stale")
         stale_after = time.monotonic() - killed
-        wait_for(lambda: state() == "live", 90, "the tracker live again")
+        wait_until(lambda: state() == "live", 90, "the tracker live again")
         live_after = time.monotonic() - killed
         return (f"kill -9 of the phone's node n{node}: tracker stale after {stale_after:.1f} s (FLARE_STALE_AFTER_S=3; the "
                 f"last will died with the node), live again after {live_after:.1f} s"), {
@@ -124,23 +125,12 @@ def case_phone_node_kill9(work, quick, bin_dir, wait_for, live_viewer):
         stack.stop()
 
 
-def _mqtt_clients(stack):
-    ids = []
-    for n in (1, 2, 3):
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{stack.node_port(n, 'http')}/connz?limit=10000", timeout=2) as r:
-                ids += [c.get("mqtt_client", "") for c in json.load(r).get("connections", [])]
-        except OSError:
-            continue
-    return ids
-
-
-def case_logins(work, quick, bin_dir, wait_for, live_viewer):
+def case_logins(new_stack, work, quick):
     """The cluster's doors (trust, second round, 5): phones over TLS only, checked against the certificate; plain MQTT
     on loopback for flared; three passwords for flared's three logins; someone guessing flared's full-access password
     from one address is slowed down, and cannot lock flared out."""
     tls_port = free_port()
-    stack = NatsStack(work, bin_dir, extra_env={"FLARE_MQTT_TLS_PORT": str(tls_port)})
+    stack = new_stack(work, broker="nats", env={"FLARE_MQTT_TLS_PORT": str(tls_port)})
     try:
         share = stack.create_share()
         cert = os.path.join(stack.data, "nats", "tls", "cert.pem")
@@ -149,7 +139,7 @@ def case_logins(work, quick, bin_dir, wait_for, live_viewer):
                                "-u", share["share_id"], "-P", share["device_token"], "-i", f"flare-{share['share_id']}-tls",
                                "-t", f"flare/v1/shares/{share['share_id']}/location", "-m", fix], capture_output=True, text=True, timeout=30)
         assert sent.returncode == 0, f"a phone over TLS: {sent.stderr.strip()}"
-        wait_for(lambda: stack.rows("SELECT count(*) FROM fixes WHERE lat = 47.61")[0][0] == 1, 15, "the fix sent over TLS stored")
+        wait_until(lambda: stack.rows("SELECT count(*) FROM fixes WHERE lat = 47.61")[0][0] == 1, 15, "the fix sent over TLS stored")
         with open(os.path.join(stack.data, "nats", "haproxy.cfg")) as f:
             config = f.read()
         assert f"bind 127.0.0.1:{stack.mqtt_port}\n" in config, "plain MQTT is not on loopback only"

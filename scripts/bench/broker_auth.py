@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark of the broker's token check (not a test): a real mosquitto with the flare_auth plugin on a free
 loopback port, fed by raw MQTT 3.1.1 CONNECTs from a few worker processes.
 
@@ -7,14 +6,28 @@ Measures
   2. refusal rate: the same with a bad signature (what an attacker guessing tokens costs the broker)
   3. broker memory (VmRSS) with --hold clients connected at once, and after they all left
 
-Usage: scripts/bench-broker-auth.py [--connects 20000] [--hold 10000] [--workers 2]
-Needs `make plugin`. Everything stays on 127.0.0.1 and the broker is stopped at the end.
+Usage: /usr/bin/python3 -m scripts.bench.broker_auth [--connects 20000] [--hold 10000] [--workers 2] [--baseline]
+(from the repository root). Needs `make plugin`. Everything stays on 127.0.0.1 and the broker is stopped at the end.
 """
-import argparse, base64, hashlib, hmac, json, multiprocessing, os, resource, shutil, socket, struct
-import subprocess, sys, tempfile, time
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGIN = os.environ.get("FLARE_BROKER_PLUGIN", os.path.join(HERE, ".build/broker/flare_auth.so"))
+from scripts.flarestack import HOST, ROOT, free_port, port_open, stop_processes, wait_until
+
+PLUGIN = os.environ.get("FLARE_BROKER_PLUGIN", os.path.join(ROOT, ".build/broker/flare_auth.so"))
 
 
 def b64url(data):
@@ -59,7 +72,7 @@ def read_connack(sock):
 
 
 def open_client(port, credentials, index):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection((HOST, port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(connect_packet(f"bench-{os.getpid()}-{index}", *credentials))
     return sock, read_connack(sock)
@@ -99,7 +112,7 @@ def rss_kib(pid):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 -m scripts.bench.broker_auth", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--connects", type=int, default=20000)
     parser.add_argument("--hold", type=int, default=10000)
     parser.add_argument("--workers", type=int, default=2)
@@ -124,14 +137,11 @@ def main():
     key_path = os.path.join(work, "token.key")
     with open(key_path, "w") as f:
         f.write(b64url(key) + "\n")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     config = os.path.join(work, "mosquitto.conf")
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     with open(config, "w") as f:
-        f.write(f"listener {port} 127.0.0.1\nuser {user}\npersistence false\nmax_keepalive 300\nlog_dest none\n")
+        f.write(f"listener {port} {HOST}\nuser {user}\npersistence false\nmax_keepalive 300\nlog_dest none\n")
         if args.baseline:
             f.write("allow_anonymous true\n")
         else:
@@ -140,19 +150,13 @@ def main():
     broker = subprocess.Popen([shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", config],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    sys.exit("mosquitto did not start")
-                time.sleep(0.05)
+        wait_until(lambda: port_open(port), 10, "mosquitto listening",
+                   gone=lambda: f"mosquitto exited ({broker.returncode})" if broker.poll() is not None else None)
 
         exp = int(time.time()) + 3600
         shares = [b64url(os.urandom(16)) for _ in range(max(args.connects, args.hold))]
-        print(f"mosquitto {'WITHOUT the plugin (baseline)' if args.baseline else 'with flare_auth'} on 127.0.0.1:{port}; {os.cpu_count()} cores, {args.workers} client processes")
+        print(f"mosquitto {'WITHOUT the plugin (baseline)' if args.baseline else 'with flare_auth'} on {HOST}:{port}; "
+              f"{os.cpu_count()} cores, {args.workers} client processes")
         print(f"broker RSS at start: {rss_kib(broker.pid) / 1024:.1f} MiB")
         valid = [(s, token(key, s, exp)) for s in shares[:args.connects]]
         timed("connect with a valid token", port, valid, args.workers)
@@ -176,8 +180,7 @@ def main():
         time.sleep(1)
         print(f"broker RSS after they left: {rss_kib(broker.pid) / 1024:.1f} MiB")
     finally:
-        broker.terminate()
-        broker.wait(timeout=10)
+        stop_processes(broker)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,0 +1,1 @@
+"""Flare's fault tests (`make chaos`): `python3 -m scripts.chaos.chaos`."""
