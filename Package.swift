@@ -38,7 +38,7 @@ let package = Package(
         .target(name: "FlareSQLite", dependencies: ["CSQLite", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlarePostgres", dependencies: ["CLibPQ", "FlareCore", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         // Opens the store FLARE_STORE_URL names: the one module that knows every engine.
-        .target(name: "FlareStores", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres"], swiftSettings: swiftSettings),
+        .target(name: "FlareStoreOpener", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres"], swiftSettings: swiftSettings),
         .target(name: "FlareHTTP", dependencies: ["CMicroHTTPD", "FlareSystem"], swiftSettings: swiftSettings),
         .target(name: "FlareQR", dependencies: ["CQREncode"], swiftSettings: swiftSettings),
         // libcurl: webhook requests (an HTTP POST pinned to the addresses its caller checked) and mail (SMTP).
@@ -62,23 +62,25 @@ let package = Package(
         .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareCurl", "FlareSystem"], swiftSettings: swiftSettings),
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
         .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
-        // MQTT ingest and the broker's retained state.
-        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        // Ingest, whichever way a fix comes (a broker's bridge, HTTP): validate, queue, commit in batches, tell the shares.
+        .target(name: "FlareIngest", dependencies: ["FlareCore", "FlareShares", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
+        // The MQTT broker's session and its retained state.
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareIngest", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
         // The NATS cluster as the broker: the auth callout's responder, ingest from the MQTT layer's stream.
-        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem", "FlareMQTT", "FlareBridge", "FlareShares"], swiftSettings: swiftSettings),
+        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem", "FlareMQTT", "FlareBridge", "FlareShares", "FlareIngest", "FlareCrypto"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareBridge", "FlareEvents", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         // Every setting read into the typed values the components take, once, by flared's wiring.
-        .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway"], swiftSettings: swiftSettings),
+        .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway", "FlareSystem"], swiftSettings: swiftSettings),
 
-        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStores", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStores", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStoreOpener", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP", "FlareIngest"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStoreOpener", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
@@ -88,18 +90,18 @@ let package = Package(
 
         .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStores", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStoreOpener", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
-        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem"],
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem", "FlareIngest"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
-        .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareSQLite", "FlareCrypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareIngest"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // The command table of `flare`: every command refuses what it does not declare, and its help lists what it takes.

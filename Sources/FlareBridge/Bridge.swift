@@ -6,6 +6,7 @@ import FlareSystem
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+public import FlareIngest
 #endif
 
 /// Connects the broker to the ingest path: one persistent MQTT session (it survives a bridge restart, so fixes

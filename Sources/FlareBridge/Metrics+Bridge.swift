@@ -1,15 +1,9 @@
-public import FlareCore
+public import FlareSystem
 
-/// The metric families of MQTT ingest and the broker's retained state.
+/// The metric families of the broker's side: its connection and its retained state.
 extension FlareMetrics {
-    public static let fixesAccepted = Metrics.Family("flare_fixes_accepted_total", .counter, "Fixes validated and stored.")
-    public static let fixesDuplicate = Metrics.Family("flare_fixes_duplicate_total", .counter, "Fixes already stored (QoS 1 redelivery, retained replay, a tracker resending what was not yet confirmed).")
-    public static let fixesRejected = Metrics.Family("flare_fixes_rejected_total", .counter, "Messages refused, by reason.")
     public static let ownPositionReplays = Metrics.Family("flare_own_position_replays_total", .counter, "Copies of flared's own marked positions published again long after (NATS): dropped, and the share's newest position put back.")
     public static let ownPositionsSkipped = Metrics.Family("flare_own_positions_skipped_total", .counter, "Positions flared published itself (HTTP fixes, restored last positions) that came back through the bridge and were skipped.")
-    public static let lastWills = Metrics.Family("flare_tracker_last_wills_total", .counter, "Trackers' last wills received (a lost connection).")
-    public static let storeErrors = Metrics.Family("flare_store_errors_total", .counter, "Failed store writes (retried).")
-    public static let ingestQueueDepth = Metrics.Family("flare_ingest_queue_depth", .gauge, "Validated fixes waiting to be written.")
     public static let mqttConnected = Metrics.Family("flare_mqtt_connected", .gauge, "1 while the bridge is connected to the broker.")
     public static let brokerRateDisconnects = Metrics.Family("flare_broker_rate_disconnects", .gauge, "Devices disconnected for sending beyond their share's FLARE_FIX_RATE_PER_SHARE: on mosquitto since the broker started, as it last said on flare/v1/broker/stats; on NATS since this flared started.")
     public static let brokerRestores = Metrics.Family("flare_broker_restores_total", .counter, "Times the broker was found to have lost retained messages and they were published again.")

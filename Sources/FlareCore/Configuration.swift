@@ -1,3 +1,4 @@
+import FlareSystem
 /// Settings read once at start-up with one precedence: built-in default < config file < environment < flags.
 /// Every setting has one name, used as the environment variable, as the config-file key and (in kebab case)
 /// as the flag, so an error can always name what to fix.

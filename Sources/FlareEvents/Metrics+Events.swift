@@ -1,4 +1,4 @@
-public import FlareCore
+public import FlareSystem
 
 /// The metric families of event delivery.
 extension FlareMetrics {

@@ -1,5 +1,4 @@
 import FlareAPI
-import FlareBridge
 import FlareEvents
 import FlareShares
 import FlareCore

@@ -1,4 +1,3 @@
-import FlareBridge
 import FlareShares
 import FlareCore
 public import FlareHTTP

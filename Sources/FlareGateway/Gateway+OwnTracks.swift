@@ -1,5 +1,5 @@
 import FlareAPI
-import FlareBridge
+import FlareIngest
 import FlareShares
 import FlareCore
 import FlareHTTP

@@ -1,5 +1,4 @@
 import FlareAPI
-import FlareBridge
 import FlareShares
 import FlareCore
 import FlareHTTP

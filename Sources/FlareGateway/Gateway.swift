@@ -1,5 +1,5 @@
 import FlareAPI
-public import FlareBridge
+public import FlareIngest
 public import FlareShares
 public import FlareCore
 public import FlareHTTP

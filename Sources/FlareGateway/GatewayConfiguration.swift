@@ -1,5 +1,6 @@
 public import FlareCore
 import FoundationEssentials
+public import FlareSystem
 
 /// What the gateway needs to know about its surroundings, read once by `flared` (FlareSettings).
 public struct GatewayConfiguration: Sendable {

@@ -4,6 +4,7 @@ import FlareNATS
 import FlareShares
 import FlareSystem
 import Synchronization
+import FlareIngest
 
 /// The phones' fixes from the NATS cluster, into the ingest (the same `FixIngestor` the mosquitto bridge feeds):
 /// - QoS 1 fixes from the MQTT layer's own stream, `$MQTT_msgs`, where a message is stored (three replicas) before the

@@ -2,6 +2,7 @@ public import FlareCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+public import FlareSystem
 #endif
 
 /// Free space on the filesystem that holds the store. A write only fails once the disk is full, and an idle

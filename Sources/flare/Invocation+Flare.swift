@@ -2,7 +2,7 @@ import FlareAPI
 import FlareClient
 import FlareCore
 import FlareStore
-import FlareStores
+import FlareStoreOpener
 import Foundation
 
 /// What the shared options are read into: flared's address, the owner key, the data directory, a share's end-to-end
@@ -63,7 +63,7 @@ extension Invocation {
         if case .sqlite(let path) = location, !FileManager.default.fileExists(atPath: path) {
             throw CLIError("no Flare database at \(path): start flared once, or pass --data-dir (or set FLARE_STORE_URL)")
         }
-        do { return try Stores.open(location, instance: "flare-keys") } catch {
+        do { return try StoreOpener.open(location, instance: "flare-keys") } catch {
             throw CLIError("cannot open the store (\(location)): \(error)")
         }
     }

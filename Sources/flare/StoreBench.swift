@@ -1,6 +1,6 @@
 import FlareCore
 import FlareStore
-import FlareStores
+import FlareStoreOpener
 import Foundation
 
 /// `flare bench store-create`: the store alone doing what a share creation asks of it, in this process, on a new
@@ -26,7 +26,7 @@ enum StoreBench {
         let count = try Bench.integer(invocation, Self.count, default: 5_000)
         guard count > 0 else { throw CLIError("--count must be at least 1") }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let store = try Stores.open(.sqlite(path: directory + "/flare.db"), instance: "bench")
+        let store = try StoreOpener.open(.sqlite(path: directory + "/flare.db"), instance: "bench")
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         func share() -> Share {
             Share(id: ShareID.generate(), viewTokenHash: Secret.generate().hash, name: "", createdAt: now, expiresAt: now + 86_400_000)

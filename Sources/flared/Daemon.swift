@@ -11,9 +11,10 @@ import FlareNATSBroker
 import FlareSettings
 import FlareSQLite
 import FlareStore
-import FlareStores
+import FlareStoreOpener
 import Foundation
 import FlareSystem
+import FlareIngest
 
 /// Builds the service from its configuration: the parts, and the list they start and stop in.
 final class Daemon: Sendable {
@@ -32,78 +33,30 @@ final class Daemon: Sendable {
         let metrics = Metrics()
         let dataDirectory = settings.dataDirectory
         try DataDirectory.prepare(dataDirectory)
-        let mqttURL = settings.mqttURL
         let httpAddress = settings.httpAddress, metricsAddress = settings.metricsAddress
         let location = try StoreLocation(url: settings.storeURL, dataDirectory: dataDirectory)
         let clientID = settings.clientID
         let store: any ShareStore
-        do { store = try Stores.open(location, instance: clientID) } catch {
-            throw Configuration.ConfigurationError("cannot open the store (FLARE_STORE_URL: \(location)): \(error)")
+        do { store = try StoreOpener.open(location, instance: clientID) } catch {
+            throw StartupFailure("open the store (FLARE_STORE_URL: \(location))", error)
         }
         let tokenKey = try DataDirectory.tokenKey(in: dataDirectory, logger: logger)
         try DataDirectory.ensureOwnerKey(in: dataDirectory, store: store, clock: clock, logger: logger)
 
-        var mqttOptions = MQTTClient.Options(clientID: clientID)
-        mqttOptions.host = mqttURL.host
-        mqttOptions.port = mqttURL.port
-        // On NATS: MQTT 3.1.1 (its MQTT layer has no v5), the service login the callout knows, and no session to keep
-        // (the connection only publishes; fixes come from the stream).
-        let natsSecrets = try settings.nats.map { nats in try DataDirectory.natsSecrets(nats) }
-        if let natsSecrets {
-            mqttOptions.protocolVersion = .v311
-            mqttOptions.username = NATSAuthCallout.serviceUsername
-            mqttOptions.password = natsSecrets.password
-            mqttOptions.cleanSession = true
-            // A login refused while the cluster fails over (the callout timed out) is tried again.
-            mqttOptions.retriesAfterRefusal = true
-        } else {
-            let credentials = try DataDirectory.brokerCredentials(
-                in: dataDirectory, username: settings.mqttUsername, password: settings.mqttPassword, passwordFile: settings.mqttPasswordFile)
-            mqttOptions.username = credentials.username
-            mqttOptions.password = credentials.password
-            mqttOptions.cleanSession = false
-        }
-        // The bridge acknowledges a batch of QoS 1 fixes once it is committed (one commit per read), so the broker may
-        // send this many before it waits: a larger window makes fewer, larger commits. Kept below mosquitto's queue
-        // limits; a flared killed with a full window gets all of it again.
-        mqttOptions.receiveMaximum = 1000
+        let broker = try BrokerChoice.from(settings)
+        let mqttOptions = broker.clientOptions(clientID: clientID, url: settings.mqttURL)
         let client = try MQTTClient(options: mqttOptions)
-        // On NATS, the callout's responder answers logins before anything of flared's own logs in, and what is
-        // published goes through the NATS publisher (own positions marked, revocations as ended connections).
-        let natsSide: (responder: AuthCalloutResponder, publisher: NATSPublisher, connection: NATSConnection, sessions: NATSSessions)?
-        let loginNames = NATSAuthCallout.LoginNames(tokenKey: tokenKey)
-        if let nats = settings.nats, let natsSecrets {
-            do {
-                if !natsSecrets.sharedPasswords.isEmpty {
-                    logger.warning("one password serves flared's NATS logins that should each have their own: \(natsSecrets.sharedPasswords.joined(separator: ", ")) name no file; make them (scripts/nats-cluster.sh does) and put them in the nodes' configuration")
-                }
-                let responder = try AuthCalloutResponder(servers: nats.urls, calloutPassword: natsSecrets.calloutPassword,
-                                                         servicePassword: natsSecrets.password, issuerSeed: natsSecrets.issuerSeed,
-                                                         tokenKey: tokenKey, shares: store, clock: clock, logger: logger.with(label: "callout"),
-                                                         instanceName: clientID)
-                let sessions = try NATSSessions(servers: nats.urls, password: natsSecrets.systemPassword, instanceName: clientID, logger: logger.with(label: "sessions"))
-                let publisher = NATSPublisher(client: client, mark: OwnPositionMark(tokenKey: tokenKey), sessions: sessions, names: loginNames,
-                                              clock: clock, logger: logger.with(label: "sessions"))
-                let connection = try NATSConnection(servers: nats.urls, user: NATSAuthCallout.serviceUsername, password: natsSecrets.password,
-                                                    name: clientID + "-ingest")
-                natsSide = (responder, publisher, connection, sessions)
-            } catch {
-                throw Configuration.ConfigurationError("cannot reach the NATS cluster (FLARE_NATS_URLS: \(nats.urls.joined(separator: ","))): \(error)")
-            }
-        } else {
-            natsSide = nil
-        }
-        let publisher: any BrokerPublisher = natsSide?.publisher ?? client
+        let wiring = try broker.wire(client: client, options: mqttOptions, tokenKey: tokenKey, store: store, clock: clock, logger: logger)
 
         let mailing = settings.mailServer.map { server in
             ContactMailing(server: server, sender: SMTPMailer(server: server),
                            composer: ContactNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL, clock: clock))
         }
-        let deliverer = EventDeliverer(store: store, publisher: publisher, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
+        let deliverer = EventDeliverer(store: store, publisher: wiring.publisher, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
                                        mailing: mailing, sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
                                        logger: logger.with(label: "events"))
         let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
-        let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: publisher,
+        let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: wiring.publisher,
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   mailsContacts: deliverer.mailsContacts, mailPerKeyPerHour: settings.mailPerKeyPerHour,
@@ -116,34 +69,8 @@ final class Daemon: Sendable {
         // broker is away; the retained status topic stays what integrators follow).
         let isShared: Bool
         if case .postgresql = location { isShared = true } else { isShared = false }
-        let bridgeService: ServiceGroup.Service
-        if let natsSide {
-            let ingest = NATSIngest(connection: natsSide.connection, ingestor: ingestor, shares: shares, mark: OwnPositionMark(tokenKey: tokenKey),
-                                    fixRate: settings.gateway.fixRatePerShare, sessions: natsSide.sessions, names: loginNames,
-                                    clock: clock, metrics: metrics, logger: logger.with(label: "bridge"))
-            let bridge = NATSBridge(responder: natsSide.responder, client: client, options: mqttOptions, publisher: natsSide.publisher, ingest: ingest,
-                                    sessions: natsSide.sessions, names: loginNames, store: store, shares: shares, clock: clock, metrics: metrics,
-                                    logger: logger.with(label: "bridge"))
-            if !isShared { logger.warning("FLARE_BROKER=nats with the SQLite store: one flared answers every login to the cluster; with PostgreSQL, several instances do") }
-            bridgeService = .init("NATS bridge", start: { try bridge.start() }, stop: { _ in
-                ingestor.prepareForShutdown()
-                bridge.stop()
-                return true
-            })
-        } else {
-            let bridge = Bridge(client: client, options: mqttOptions, store: store, ingestor: ingestor, shares: shares,
-                                subscription: isShared ? Topics.sharedLocations : Topics.allLocations,
-                                staleAfterSeconds: settings.instanceStaleAfterSeconds, clock: clock,
-                                metrics: metrics, logger: logger.with(label: "bridge"))
-            bridgeService = .init("MQTT bridge", start: {
-                try bridge.start()
-                bridge.startMembership()
-            }, stop: { _ in
-                ingestor.prepareForShutdown()
-                bridge.stop()
-                return true
-            })
-        }
+        let bridgeService = wiring.bridge(ingestor: ingestor, shares: shares, store: store, settings: settings, isShared: isShared,
+                                          clock: clock, metrics: metrics, logger: logger.with(label: "bridge"))
 
         // The free-space check watches the disk of the SQLite file; a database server watches its own.
         let space: StoreSpace?
@@ -217,7 +144,8 @@ final class Daemon: Sendable {
                     return
                 }
                 do { try metricsServer.start() } catch {
-                    throw Configuration.ConfigurationError("FLARE_METRICS_ADDR=\(metricsAddress.description): \(error) (set it to a free address, or empty for no metrics listener)")
+                    throw StartupFailure("listen at FLARE_METRICS_ADDR=\(metricsAddress.description)", error,
+                                         advice: "set it to a free address, or empty for no metrics listener")
                 }
                 logger.info("metrics at http://\(metricsAddress.description)/metrics")
             }, stop: { _ in
@@ -231,7 +159,7 @@ final class Daemon: Sendable {
         } else {
             logger.info("contacts are not mailed (no FLARE_SMTP_URL): personal links are for the owner to send")
         }
-        logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(settings.nats == nil ? "" : "NATS cluster, MQTT at ")\(mqttURL.host):\(mqttURL.port)")
+        logger.info("data in \(dataDirectory), store \(location); links as \(settings.gateway.publicURL)/s/…; broker \(settings.nats == nil ? "" : "NATS cluster, MQTT at ")\(settings.mqttURL.host):\(settings.mqttURL.port)")
     }
 
     func start() throws {

@@ -1,4 +1,4 @@
-public import FlareCore
+public import FlareSystem
 
 /// The metric families only the daemon's wiring registers.
 extension FlareMetrics {

@@ -2,6 +2,7 @@ import FlareCore
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareCrypto
 
 /// The broker a cluster test runs on: the cluster suite's main cases run on both.
 enum BrokerKind: String, CaseIterable, Sendable, CustomTestStringConvertible {

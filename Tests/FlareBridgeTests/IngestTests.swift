@@ -7,6 +7,8 @@ import FlareServiceTestSupport
 import Testing
 @testable import FlareBridge
 @testable import FlareShares
+@testable import FlareIngest
+import FlareSystem
 
 @Suite struct FixIngestorTests {
     @Test func storesValidFixesAndTellsViewers() throws {

@@ -1,5 +1,6 @@
 import Testing
 @testable import FlareCore
+import FlareSystem
 
 @Suite struct ConfigurationTests {
     let settings: [Configuration.Setting] = [

@@ -1,6 +1,7 @@
 import FlareAPI
 import Testing
 @testable import FlareCore
+import FlareSystem
 
 @Suite struct JSONTests {
     @Test func parsesAnOwnTracksLocation() throws {

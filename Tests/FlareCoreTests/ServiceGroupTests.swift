@@ -2,6 +2,7 @@ import FlareCore
 import Dispatch
 import Synchronization
 import Testing
+import FlareSystem
 
 @Suite struct ServiceGroupTests {
     final class Journal: Sendable {

@@ -11,6 +11,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import FlareSystem
 #endif
 
 /// Mail to contacts, through a real SMTP server (aiosmtpd) the test starts: each contact gets their own link in their

@@ -8,6 +8,7 @@ import FlareServiceTestSupport
 import FlareShares
 import Testing
 @testable import FlareEvents
+import FlareSystem
 
 /// Answers every webhook with the status it is set to, and keeps what it got.
 final class ScriptedPoster: WebhookPosting, @unchecked Sendable {

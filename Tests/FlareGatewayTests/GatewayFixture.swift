@@ -14,6 +14,7 @@ import FlareServiceTestSupport
 import Testing
 @testable import FlareHTTP
 import FlareSystem
+import FlareIngest
 
 /// What `/healthz` is told about the parts the gateway cannot see.
 final class HealthBox: Sendable {

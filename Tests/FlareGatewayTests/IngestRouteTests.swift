@@ -7,6 +7,7 @@ import FlareTestSupport
 import Foundation
 import FlareServiceTestSupport
 import Testing
+import FlareSystem
 
 /// POST /api/v1/shares/{id}/locations: HTTP ingest, validated, stored through the batched writer (202 = committed),
 /// then published to the share's topic for integrators; the answer carries the commands waiting for the tracker.

@@ -4,6 +4,7 @@ import FlareGateway
 import FlareHTTP
 import Foundation
 import Testing
+import FlareSystem
 
 /// /healthz, /metrics (on the metrics listener's handler), the answers for unknown endpoints and methods, and the
 /// headers on every answer. What the public listener must not give away: PublicSurfaceTests.

@@ -6,6 +6,7 @@ import FlareHTTP
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareSystem
 
 /// The OwnTracks apps' HTTP mode: the configuration that selects it, and `POST /api/v1/shares/{id}/owntracks/http`
 /// with Basic auth, answered with a JSON array of messages for the app.

@@ -9,6 +9,7 @@ import Foundation
 import Synchronization
 import Testing
 import FlareSystem
+import FlareIngest
 
 /// A store that fails is answered as a failure: every route, with each store call it makes failing in turn, answers
 /// 503 `store_unavailable` with `Retry-After`, or the answer it gives with a healthy store (when the call was only a

@@ -10,6 +10,7 @@ import FlareTestSupport
 public import Foundation
 import Synchronization
 public import FlareSystem
+public import FlareIngest
 
 // What the tests of the application layer (shares, bridge, events, gateway) share: a recording broker, a clock, a
 // resolver and a fixture with the real SQLite store.

@@ -1,6 +1,6 @@
 import FlareCore
 import FlareStore
-import FlareStores
+import FlareStoreOpener
 import FlareTestSupport
 import Foundation
 import Testing

@@ -2,7 +2,7 @@ import FlareCore
 @testable import FlarePostgres
 @testable import FlareSQLite
 import FlareStore
-import FlareStores
+import FlareStoreOpener
 import FlareTestSupport
 import Foundation
 import Synchronization
@@ -44,7 +44,7 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
     }
 
     func open(_ engine: Engine) throws -> any ShareStore {
-        try Stores.open(try location(engine), instance: "test")
+        try StoreOpener.open(try location(engine), instance: "test")
     }
 
     func makeShare(now: UnixMillis = 1_000_000) -> Share {
@@ -394,7 +394,7 @@ enum Engine: String, CaseIterable, CustomTestStringConvertible {
         // Nothing listens on this port: the error says so, and the password stays out of it.
         let (refusing, closed) = try FreePort.refusing()
         defer { close(refusing) }
-        #expect { try Stores.open(.postgresql(url: "postgresql://flare:s3cret-pw@127.0.0.1:\(closed)/flare"), instance: "test") } throws: { error in
+        #expect { try StoreOpener.open(.postgresql(url: "postgresql://flare:s3cret-pw@127.0.0.1:\(closed)/flare"), instance: "test") } throws: { error in
             let text = "\(error)"
             return text.contains("connect failed") && text.contains("\(closed)") && !text.contains("s3cret-pw")
         }

@@ -1,6 +1,7 @@
 import FlareCrypto
 import Testing
-@testable import FlareCore
+import FlareCore
+@testable import FlareNATSBroker
 
 @Suite struct NKeyTests {
     /// An account key made independently (PyNaCl and the nkeys encoding: base32 of prefix, key and CRC-16/XMODEM).

@@ -1,4 +1,3 @@
-import FlareCrypto
 
 /// A NATS "nkey": an Ed25519 key written as base32 text whose first character says what it belongs to (`A…` an
 /// account, `U…` a user, `N…` a server; a private seed starts `S` and then that letter) and whose last two bytes are a

@@ -1,3 +1,5 @@
+public import FlareCore
+
 /// A webhook URL as Flare accepts it: `http://` or `https://`, a host, an optional port, path and query; no user
 /// name or password (they would sit in the store and in logs), at most 2,048 bytes.
 public struct WebhookURL: Sendable, Equatable, CustomStringConvertible {

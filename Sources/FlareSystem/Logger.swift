@@ -1,7 +1,7 @@
-import FlareAPI
 #if canImport(Glibc)
 import Glibc
-import FlareSystem
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// A value-type logger. Messages are autoclosures, so nothing is built below the level. By rule, callers never
@@ -41,10 +41,20 @@ public struct Logger: Sendable {
 
     private func log(_ at: Level, _ message: () -> String) {
         guard at >= level else { return }
-        let line = "\(RFC3339.format(millis: clock.now())) \(at.word) \(label): \(message())\n"
+        let line = "\(Self.timestamp(clock.now())) \(at.word) \(label): \(message())\n"
         // One write(2) per line, so lines from different threads never interleave.
         var bytes = Array(line.utf8)
         _ = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress, $0.count) }
+    }
+
+    /// UTC to the second, RFC 3339 (`2026-12-06T01:47:56Z`), by the C library.
+    static func timestamp(_ millis: UnixMillis) -> String {
+        var seconds = time_t(millis >= 0 ? millis / 1000 : (millis - 999) / 1000)
+        var parts = tm()
+        guard gmtime_r(&seconds, &parts) != nil else { return "\(millis)" }
+        var text = [CChar](repeating: 0, count: 32)
+        let length = strftime(&text, text.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
+        return String(decoding: text.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

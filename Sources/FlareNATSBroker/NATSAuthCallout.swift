@@ -1,3 +1,4 @@
+import FlareCore
 import FlareCrypto
 
 /// The NATS broker's auth callout, as plain values: the server sends every login (an MQTT phone's, an integrator's,
