@@ -49,11 +49,14 @@ let package = Package(
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
 
+        // JSON (a parser and a writer that never go through Foundation) and base64url: the codecs every layer writes with.
+        .target(name: "FlareCodec", dependencies: [], swiftSettings: swiftSettings),
+
         // The domain: plain Swift, tested in memory.
-        .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareCore", dependencies: ["FlareAPI", "FlareCrypto", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
         // The hand writers of the hottest wire shapes (FlareAPI types written straight into bytes), beside FlareAPI and not
         // in it: FlareClient depends on FlareAPI alone.
-        .target(name: "FlareWire", dependencies: ["FlareAPI", "FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareWire", dependencies: ["FlareAPI", "FlareCore", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
         // The store protocol and its value types; each engine conforms in a module of its own (FlareSQLite).
         .target(name: "FlareStore", dependencies: ["FlareCore", "FlareSystem"], swiftSettings: swiftSettings),
 
@@ -61,17 +64,17 @@ let package = Package(
         // Event delivery: the outbox's deliverer, webhooks and the host lookups their address rule needs.
         .target(name: "FlareEvents", dependencies: ["FlareCore", "FlareCrypto", "FlareStore", "FlareCurl", "FlareSystem"], swiftSettings: swiftSettings),
         // The share lifecycle and its state: shares, keys, trackers, the people side, what is announced on the broker.
-        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire"], swiftSettings: swiftSettings),
+        .target(name: "FlareShares", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec"], swiftSettings: swiftSettings),
         // Ingest, whichever way a fix comes (a broker's bridge, HTTP): validate, queue, commit in batches, tell the shares.
         .target(name: "FlareIngest", dependencies: ["FlareCore", "FlareShares", "FlareStore", "FlareSystem"], swiftSettings: swiftSettings),
         // The MQTT broker's session and its retained state.
-        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareIngest", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareBridge", dependencies: ["FlareAPI", "FlareCore", "FlareIngest", "FlareShares", "FlareStore", "FlareMQTT", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
         // The NATS cluster as the broker: the auth callout's responder, ingest from the MQTT layer's stream.
-        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem", "FlareMQTT", "FlareBridge", "FlareShares", "FlareIngest", "FlareCrypto"], swiftSettings: swiftSettings),
+        .target(name: "FlareNATSBroker", dependencies: ["FlareCore", "FlareNATS", "FlareStore", "FlareSystem", "FlareMQTT", "FlareBridge", "FlareShares", "FlareIngest", "FlareCrypto", "FlareCodec"], swiftSettings: swiftSettings),
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
@@ -79,8 +82,8 @@ let package = Package(
         // Every setting read into the typed values the components take, once, by flared's wiring.
         .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway", "FlareSystem"], swiftSettings: swiftSettings),
 
-        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStoreOpener", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP", "FlareIngest"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStoreOpener", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStoreOpener", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStoreOpener", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium", "FlareCodec"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
@@ -88,27 +91,27 @@ let package = Package(
         // Shared by the tests: a real mosquitto on a free loopback port, temp dirs, built binaries.
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
-        .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStoreOpener", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStoreOpener", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
-        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem", "FlareIngest"],
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
-        .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareSQLite", "FlareCrypto"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareIngest"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareSQLite", "FlareCrypto", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // The command table of `flare`: every command refuses what it does not declare, and its help lists what it takes.
         .testTarget(name: "flareTests", dependencies: ["flare", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
+        .testTarget(name: "EndToEndTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareHTTP", "FlareCrypto", "FlareSodium", "FlareCore", "FlareCodec"], swiftSettings: swiftSettings),
         // Both brokers' access rules: mosquitto with the flare_auth plugin, and three real NATS nodes with flared's callout.
-        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite", "FlareSystem"],
+        .testTarget(name: "BrokerAuthTests", dependencies: ["FlareTestSupport", "FlareMQTT", "FlareCore", "FlareCrypto", "FlareSodium", "FlareNATSBroker", "FlareNATS", "FlareStore", "FlareSQLite", "FlareSystem", "FlareCodec"],
                     swiftSettings: swiftSettings),
     ]
 )

@@ -4,9 +4,10 @@ public import FlareShares
 public import FlareStore
 import FlareSystem
 import Synchronization
+public import FlareIngest
+public import FlareCodec
 #if canImport(Glibc)
 import Glibc
-public import FlareIngest
 #endif
 
 /// Connects the broker to the ingest path: one persistent MQTT session (it survives a bridge restart, so fixes

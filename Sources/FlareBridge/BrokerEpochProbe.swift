@@ -4,6 +4,7 @@ import FlareMQTT
 import FlareShares
 import FlareStore
 import Synchronization
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
 #endif

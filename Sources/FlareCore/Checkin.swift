@@ -1,7 +1,8 @@
 import FlareCrypto
+import FlareSystem
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
-import FlareSystem
 #endif
 
 /// A check-in's id: 16 random bytes in base64url (22 characters). Not a capability: the owner key or the share's

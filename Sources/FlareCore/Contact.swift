@@ -1,5 +1,6 @@
 import FlareCrypto
 import FlareSystem
+import FlareCodec
 
 /// A contact's id: 16 random bytes in base64url (22 characters). Not a capability (reading a contact takes its
 /// owner's key), but unguessable all the same, so that ids say nothing about how many contacts exist.

@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareCodec
 
 /// An end-to-end encrypted share's passphrase, and the key the OwnTracks apps make of it.
 ///

@@ -1,4 +1,5 @@
 import FlareSystem
+import FlareCodec
 /// One position report. Field names and units follow OwnTracks: `acc` metres, `alt` metres,
 /// `vel` km/h, `cog` degrees, `batt` percent, `bs` battery status (`BatteryStatus`), `conn` connectivity
 /// (`w` Wi-Fi, `m` mobile data, `o` offline), `tst` Unix seconds.

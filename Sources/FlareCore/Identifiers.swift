@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareCodec
 
 /// A share's public identifier: 128 random bits as 22 base64url characters. It appears in topic names and
 /// URLs and is not a secret on its own; the view token and device token are the capabilities.

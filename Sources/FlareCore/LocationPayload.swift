@@ -1,5 +1,6 @@
 import FlareCrypto
 import FlareSystem
+import FlareCodec
 
 /// Why a message on a location topic did not become a stored fix. The raw value is the metrics label and the
 /// log word; none of them carries the payload or a coordinate.

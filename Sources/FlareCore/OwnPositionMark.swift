@@ -1,5 +1,6 @@
 import FlareCrypto
 import FlareSystem
+import FlareCodec
 
 /// Marks the positions flared publishes itself on a location topic (a fix that came over HTTP, a restored last
 /// position) where the broker cannot carry `Topics.originProperty`: MQTT 3.1.1 has no user properties, and the NATS

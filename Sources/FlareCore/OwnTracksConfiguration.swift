@@ -1,3 +1,4 @@
+import FlareCodec
 /// The OwnTracks apps' `_type: configuration` for one share, so the iOS and Android apps publish into it
 /// unchanged: MQTT mode, the share's broker credentials (username = share id, password = device token), and the
 /// share's location topic as `pubTopicBase`. Key names and values follow the OwnTracks booklet

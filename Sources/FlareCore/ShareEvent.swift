@@ -1,6 +1,7 @@
 import FlareAPI
 import FlareCrypto
 import FlareSystem
+import FlareCodec
 
 /// What happened to a share, for integrators: published on `flare/v1/shares/{id}/events` and sent to webhooks.
 public enum ShareEventType: String, Sendable, CaseIterable {

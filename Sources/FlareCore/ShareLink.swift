@@ -1,5 +1,6 @@
 import FlareCrypto
 import FlareSystem
+import FlareCodec
 
 /// A personal link's id: 16 random bytes in base64url (22 characters). Named in events and the audience, never a
 /// capability: the link's view token is.

@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareCodec
 
 /// The publish (device) and subscribe (watch) capabilities for one share: an HS256 JWT whose `exp` is the
 /// share's expiry and whose EMQX-5-style `acl` claim lists exactly the topics it may use, so a clustered

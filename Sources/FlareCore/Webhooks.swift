@@ -1,4 +1,5 @@
 import FlareCrypto
+import FlareCodec
 
 /// A webhook signing secret in the Standard Webhooks form: `whsec_` and 24 to 64 random bytes, base64-encoded.
 public struct WebhookSecret: Sendable, Equatable, CustomStringConvertible {

@@ -5,6 +5,7 @@ import FlareShares
 import FlareStore
 import FlareSystem
 import FoundationEssentials
+import FlareCodec
 
 /// Contacts over HTTP: `POST /api/v1/contacts`, `GET /api/v1/contacts` (paged as shares), `GET` and `DELETE
 /// /api/v1/contacts/{id}`, with an owner key. A limited key sees only its own contacts: another key's id answers

@@ -5,6 +5,7 @@ import FlareCore
 import FlareHTTP
 import FlareQR
 import FlareSystem
+import FlareCodec
 
 /// OwnTracks provisioning: the share's `_type: configuration` for the iOS and Android apps, so a phone that has
 /// OwnTracks installed starts publishing into the share after one tap or one scan.

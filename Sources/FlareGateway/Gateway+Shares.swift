@@ -6,6 +6,7 @@ import FlareStore
 import FlareSystem
 import FlareWire
 import FoundationEssentials
+import FlareCodec
 
 /// The owner API: create, list, show, stop, extend. Stop and extend also accept the share's device token, so the
 /// person in trouble can end or prolong sharing from the phone.

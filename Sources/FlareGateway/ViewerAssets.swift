@@ -2,6 +2,7 @@ import FlareCore
 import FlareHTTP
 import Foundation
 import FlareSystem
+import FlareCodec
 
 /// The viewer's files, read once at start-up and served from memory: the page templates with their settings
 /// filled in, the scripts, styles and string tables under /viewer/, and Debian's Leaflet under /vendor/leaflet/.

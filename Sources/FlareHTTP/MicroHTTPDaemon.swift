@@ -1,7 +1,7 @@
 internal import CMicroHTTPD
+import FlareSystem
 #if canImport(Glibc)
 import Glibc
-import FlareSystem
 #endif
 
 /// The module's only contact with libmicrohttpd: one running MHD daemon, its C callbacks and the

@@ -1,5 +1,6 @@
 import FlareCore
 import FlareCrypto
+import FlareCodec
 
 /// The NATS broker's auth callout, as plain values: the server sends every login (an MQTT phone's, an integrator's,
 /// flared's own) to `$SYS.REQ.USER.AUTH` as a JWT the server signs; the answer is a JWT Flare signs with its account

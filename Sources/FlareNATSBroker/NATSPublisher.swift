@@ -1,6 +1,7 @@
 import FlareCore
 import FlareMQTT
 import FlareSystem
+import FlareCodec
 
 /// What flared publishes, on the NATS cluster: over an MQTT 3.1.1 connection (NATS keeps retained messages for MQTT
 /// subscribers only when an MQTT client published them), with what MQTT 5 gave on mosquitto answered another way:

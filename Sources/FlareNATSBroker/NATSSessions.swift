@@ -1,6 +1,7 @@
 import FlareCore
 import FlareNATS
 import FlareSystem
+import FlareCodec
 
 /// Ends the connections of one login name on every node of the cluster, through the system account: what the broker
 /// plugin's kick does on mosquitto. Used when a share ends before its expiry (its tokens are refused from then on by the

@@ -1,8 +1,8 @@
 public import FlareCore
 import Synchronization
+public import FlareSystem
 #if canImport(Glibc)
 import Glibc
-public import FlareSystem
 #endif
 
 /// Free space on the filesystem that holds the store. A write only fails once the disk is full, and an idle

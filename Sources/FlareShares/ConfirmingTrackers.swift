@@ -3,6 +3,7 @@ import FlareStore
 import FlareSystem
 import FlareWire
 import Synchronization
+public import FlareCodec
 
 /// Confirming trackers (`flare track`, and any client that numbers its messages): what each sent is recorded as
 /// handled, stored or refused, and the share's mark (how far everything is handled without a gap) is retained on

@@ -1,5 +1,6 @@
 public import FlareAPI
 public import FlareCore
+public import FlareCodec
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else

@@ -1,5 +1,6 @@
 import FlareAPI
 public import FlareCore
+public import FlareCodec
 
 // The family's answer on the wire (`FlareAPI.ShareAnswer`); the audience (`FlareAPI.ShareAudience`). Written here only.
 extension Answer {

@@ -1,5 +1,6 @@
 import FlareAPI
 public import FlareCore
+public import FlareCodec
 
 // Whether the phone is reporting, on the wire: `FlareAPI.TrackerReport` (the view document's `tracker`, the live
 // `tracker` event) and, its state fields only, the retained status's `tracker`. Written here only.

@@ -1,5 +1,6 @@
 import FlareCore
 import Foundation
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -2,6 +2,7 @@ import FlareCore
 import FlareCrypto
 import FlareStore
 import Foundation
+import FlareCodec
 
 /// The secrets flared runs with, made or replaced on the machine that holds its data directory: no running server is
 /// needed, and none of them crosses the network.

@@ -3,6 +3,7 @@ import FlareClient
 import FlareCore
 import FlareQR
 import Foundation
+import FlareCodec
 
 /// `flare share …`: a share's life from the terminal, through flared's HTTP API with the owner key.
 enum ShareCommands {

@@ -6,6 +6,7 @@ import FlareWire
 import FlareSodium
 import Foundation
 import Synchronization
+import FlareCodec
 
 /// `flare track`: a tracker for a share. Takes positions from a source — the built-in route (a simulation),
 /// a GPX file replay, or a live gpsd receiver — and publishes each as an OwnTracks `location` message over MQTT,

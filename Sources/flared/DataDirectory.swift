@@ -4,6 +4,7 @@ import FlareSettings
 import FlareStore
 import Foundation
 import FlareSystem
+import FlareCodec
 
 /// Files `flared` keeps in its data directory, created on first start with owner-only permissions.
 enum DataDirectory {

@@ -5,6 +5,7 @@ import FlareTestSupport
 import Foundation
 import Synchronization
 import Testing
+import FlareCodec
 
 /// A broker with the flare_auth plugin and the flared service account, and a key to mint share tokens with.
 struct AuthFixture {

@@ -5,6 +5,7 @@ import FlareTestSupport
 import Foundation
 import Synchronization
 import Testing
+import FlareCodec
 
 /// The broker itself enforces share tokens: a real mosquitto with the flare_auth plugin, real MQTT clients.
 @Suite struct BrokerAuthTests {

@@ -5,6 +5,7 @@ import FlareTestSupport
 import Foundation
 import Testing
 
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -2,6 +2,7 @@ import FlareCrypto
 import Testing
 import FlareCore
 @testable import FlareNATSBroker
+import FlareCodec
 
 @Suite struct NKeyTests {
     /// An account key made independently (PyNaCl and the nkeys encoding: base32 of prefix, key and CRC-16/XMODEM).

@@ -3,6 +3,7 @@ import FlareSodium
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareCodec
 
 /// An end-to-end encrypted share on the real parts, each engine: a known position, sealed as the OwnTracks apps seal
 /// it and published to the broker, is relayed; neither the store's files (the SQLite file and its WAL, or a

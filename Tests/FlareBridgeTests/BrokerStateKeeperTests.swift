@@ -9,6 +9,7 @@ import Testing
 @testable import FlareBridge
 @testable import FlareShares
 import FlareSystem
+import FlareCodec
 
 /// What the broker's epoch mark reads as, set by the test.
 final class SetEpochReader: BrokerEpochReading {

@@ -2,6 +2,7 @@ import FlareCrypto
 import Testing
 @testable import FlareCore
 import FlareSystem
+import FlareCodec
 
 /// Events, their signatures (Standard Webhooks), the webhook address rule and the retry schedule.
 @Suite struct EventTests {

@@ -2,6 +2,7 @@ import FlareAPI
 import Testing
 @testable import FlareCore
 import FlareSystem
+import FlareCodec
 
 @Suite struct JSONTests {
     @Test func parsesAnOwnTracksLocation() throws {

@@ -1,6 +1,7 @@
 import FlareCrypto
 import Testing
 @testable import FlareCore
+import FlareCodec
 
 @Suite struct ShareTokenTests {
     let key = Crypto.randomBytes(32)

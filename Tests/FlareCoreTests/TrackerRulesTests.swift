@@ -1,6 +1,7 @@
 import FlareWire
 import Testing
 @testable import FlareCore
+import FlareCodec
 
 /// The rules that turn what was heard of a tracker into live, stale or offline.
 @Suite struct TrackerRulesTests {

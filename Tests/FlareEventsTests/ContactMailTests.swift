@@ -9,9 +9,10 @@ import FlareShares
 import Testing
 @testable import FlareEvents
 
+import FlareSystem
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
-import FlareSystem
 #endif
 
 /// Mail to contacts, through a real SMTP server (aiosmtpd) the test starts: each contact gets their own link in their

@@ -9,6 +9,7 @@ import FlareShares
 import Testing
 @testable import FlareEvents
 import FlareSystem
+import FlareCodec
 
 /// Answers every webhook with the status it is set to, and keeps what it got.
 final class ScriptedPoster: WebhookPosting, @unchecked Sendable {

@@ -3,6 +3,7 @@ import FlareCore
 import Foundation
 import Testing
 @testable import FlareGateway
+import FlareCodec
 
 /// "Seen by": distinct browsers that opened the link, counted from the page's random viewer id, for the owner and
 /// the phone; no address or user agent kept.

@@ -5,6 +5,7 @@ import FlareTestSupport
 import Foundation
 import Testing
 @testable import FlareGateway
+import FlareCodec
 
 /// An end-to-end encrypted share through the gateway: made with `e2e`, it relays the phone's ciphertexts as they came,
 /// in the view document and the live stream, over MQTT and HTTP, and never takes or shows a position in clear.

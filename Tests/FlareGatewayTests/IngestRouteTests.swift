@@ -8,6 +8,7 @@ import Foundation
 import FlareServiceTestSupport
 import Testing
 import FlareSystem
+import FlareCodec
 
 /// POST /api/v1/shares/{id}/locations: HTTP ingest, validated, stored through the batched writer (202 = committed),
 /// then published to the share's topic for integrators; the answer carries the commands waiting for the tracker.

@@ -5,6 +5,7 @@ import FlareHTTP
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareCodec
 
 /// Every JSON answer of the gateway, decoded with its FlareAPI type and encoded again, is the same JSON: the
 /// contract types cover every field the server writes, including the bodies it renders by hand (the view

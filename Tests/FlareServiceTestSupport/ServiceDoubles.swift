@@ -11,6 +11,7 @@ public import Foundation
 import Synchronization
 public import FlareSystem
 public import FlareIngest
+public import FlareCodec
 
 // What the tests of the application layer (shares, bridge, events, gateway) share: a recording broker, a clock, a
 // resolver and a fixture with the real SQLite store.

@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 @testable import FlareShares
 import FlareSystem
+import FlareCodec
 
 /// What flared says on the broker, and what it keeps while the broker is away.
 @Suite struct BrokerAnnouncerTests {

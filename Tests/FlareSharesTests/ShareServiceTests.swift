@@ -8,6 +8,7 @@ import FlareServiceTestSupport
 import Testing
 @testable import FlareShares
 import FlareSystem
+import FlareCodec
 
 @Suite struct ShareServiceTests {
     @Test func createStoresRemembersSchedulesAndAnnounces() throws {

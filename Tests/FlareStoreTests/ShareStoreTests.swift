@@ -8,6 +8,7 @@ import Foundation
 import Synchronization
 import Testing
 import FlareSystem
+import FlareCodec
 
 /// The engines every store test runs against.
 enum Engine: String, CaseIterable, CustomTestStringConvertible {

@@ -5,6 +5,7 @@ import FlareStore
 import FlareTestSupport
 import Foundation
 import Testing
+import FlareCodec
 
 /// `flare token-key rotate`, the built binary against a real SQLite store: a new token.key, the keys' webhook secrets
 /// still readable (sealed anew under the new key), and what to do next said; a secret that does not open leaves

@@ -4,6 +4,7 @@ import FlareWire
 import Foundation
 import Testing
 import FlareSystem
+import FlareCodec
 
 /// Each hand writer against the FlareAPI type it mirrors: what it writes decodes into the type with the values it was
 /// given, and encoding that decoded value again gives the same JSON (so the writer has no key the type lacks, and

@@ -1,5 +1,6 @@
 import FlareCore
 import FlareCrypto
+import FlareCodec
 
 // libFuzzer entry point for Flare's parsers of untrusted input: OwnTracks location payloads (MQTT and HTTP
 // ingest), the JSON parser under them, share tokens (MQTT password, Bearer header), link tokens and the
