@@ -4,15 +4,13 @@ import Synchronization
 /// Jobs at wall-clock deadlines for every concern of the share service, on one scheduler thread (`DeadlineScheduler`).
 /// Each concern declares its own job type and registers what runs it (`on`): no list of every concern's jobs.
 public final class Deadlines: Sendable {
-    /// A concern's job, with the type it was scheduled as: two concerns' jobs never collide.
+    /// A concern's job. `AnyHashable` keeps the job's type: equal values of two concerns' types are two jobs, and the
+    /// type says which runner takes it. Nothing more is kept beside it: every live share has an item in the heap.
     struct Job: Hashable, @unchecked Sendable {
         // @unchecked: `value` holds the `Hashable & Sendable` job it was made from (`schedule`, `cancel`).
-        let kind: ObjectIdentifier
         let value: AnyHashable
-        init<J: Hashable & Sendable>(_ job: J) {
-            kind = ObjectIdentifier(J.self)
-            value = AnyHashable(job)
-        }
+        init<J: Hashable & Sendable>(_ job: J) { value = AnyHashable(job) }
+        var kind: ObjectIdentifier { ObjectIdentifier(type(of: value.base)) }
     }
 
     /// A registered runner, in a class so that reading it out of the table copies a reference, not a closure.

@@ -1,4 +1,3 @@
-import FlareSystem
 import Synchronization
 
 /// The services of a process as a list: started in order, stopped in reverse order, under one overall deadline.

@@ -10,7 +10,8 @@ import Testing
 import FlareSystem
 import FlareCodec
 
-@Suite struct ShareServiceTests {
+/// A share's life through the service's door (`ShareLifecycle`): created, extended, stopped, expired, purged.
+@Suite struct ShareLifecycleTests {
     @Test func createStoresRemembersSchedulesAndAnnounces() throws {
         let fixture = try ServiceFixture()
         let created = try fixture.service.create(name: "Anna", durationSeconds: 600)
@@ -190,7 +191,8 @@ import FlareCodec
 }
 
 /// Tracker states and "locate now" through the service, the ingest and a real SQLite store.
-@Suite struct TrackerServiceTests {
+/// `Trackers`: offline after a last will, stale after a silence, live again with a fix, and "locate now".
+@Suite struct TrackersTests {
     func statusPayloads(_ fixture: ServiceFixture, _ id: ShareID) -> [JSONValue] {
         fixture.publisher.messages.filter { $0.topic == Topics.status(id) && !$0.payload.isEmpty }.compactMap { try? JSONValue.parse($0.payload) }
     }
