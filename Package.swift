@@ -49,6 +49,8 @@ let package = Package(
         // The HTTP API's contract: every request and response body as a Codable type (Foundation only, so apps use it).
         .target(name: "FlareAPI", dependencies: [], swiftSettings: swiftSettings),
 
+        // Every setting declared once (the table: name, kind, default, meaning) and read with one precedence (the parser).
+        .target(name: "FlareSettings", dependencies: ["FlareSystem", "FlareCore"], swiftSettings: swiftSettings),
         // JSON (a parser and a writer that never go through Foundation) and base64url: the codecs every layer writes with.
         .target(name: "FlareCodec", dependencies: [], swiftSettings: swiftSettings),
 
@@ -74,16 +76,16 @@ let package = Package(
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec", "FlareSettings"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),
 
         // Every setting read into the typed values the components take, once, by flared's wiring.
-        .target(name: "FlareSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway", "FlareSystem"], swiftSettings: swiftSettings),
+        .target(name: "FlareDaemonSettings", dependencies: ["FlareCore", "FlareEvents", "FlareGateway", "FlareSystem", "FlareSettings"], swiftSettings: swiftSettings),
 
-        .executableTarget(name: "flared", dependencies: ["FlareSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStoreOpener", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
-        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStoreOpener", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium", "FlareCodec"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flared", dependencies: ["FlareDaemonSettings", "FlareCore", "FlareCrypto", "FlareSystem", "FlareStore", "FlareSQLite", "FlareStoreOpener", "FlareMQTT", "FlareNATS", "FlareNATSBroker", "FlareEvents", "FlareShares", "FlareBridge", "FlareGateway", "FlareHTTP", "FlareIngest", "FlareCodec", "FlareSettings"], swiftSettings: swiftSettings),
+        .executableTarget(name: "flare", dependencies: ["FlareAPI", "FlareClient", "FlareCore", "FlareWire", "FlareStore", "FlareStoreOpener", "FlareMQTT", "FlareCrypto", "FlareSystem", "FlareQR", "FlareSodium", "FlareCodec", "FlareSettings"], swiftSettings: swiftSettings),
 
         // The Swift client for apps (Foundation only; builds on Linux and Apple platforms).
         .target(name: "FlareClient", dependencies: ["FlareAPI"], swiftSettings: swiftSettings),
@@ -92,19 +94,19 @@ let package = Package(
         .target(name: "FlareTestSupport", dependencies: [], path: "Tests/FlareTestSupport", swiftSettings: swiftSettings),
 
         .testTarget(name: "FlareWireTests", dependencies: ["FlareAPI", "FlareCore", "FlareWire", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareCoreTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareWire", "FlareSystem", "FlareCodec", "FlareSettings"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareStoreTests", dependencies: ["FlareStore", "FlareSQLite", "FlarePostgres", "FlareStoreOpener", "FlareCore", "FlareCrypto", "FlareSystem", "FlareTestSupport", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareMQTTTests", dependencies: ["FlareMQTT", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareHTTPTests", dependencies: ["FlareHTTP", "FlareTestSupport"], swiftSettings: swiftSettings),
         // The application layer's doubles and fixture (a recording broker, a clock, a resolver, a service on SQLite).
-        .target(name: "FlareServiceTestSupport", dependencies: ["FlareSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"],
+        .target(name: "FlareServiceTestSupport", dependencies: ["FlareDaemonSettings", "FlareBridge", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareSQLite", "FlareStore", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec", "FlareSettings"],
                 path: "Tests/FlareServiceTestSupport", swiftSettings: swiftSettings),
         .testTarget(name: "FlareEventsTests", dependencies: ["FlareAPI", "FlareCore", "FlareCrypto", "FlareEvents", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSharesTests", dependencies: ["FlareAPI", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareSQLite", "FlareCrypto", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareDaemonSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec", "FlareSettings"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // The command table of `flare`: every command refuses what it does not declare, and its help lists what it takes.

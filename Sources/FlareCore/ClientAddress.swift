@@ -58,19 +58,25 @@ public struct TrustedProxies: Sendable {
 
     private init(networks: [Network]) { self.networks = networks }
 
+    /// A list that does not parse; `message` names the entry (the setting's reader puts the setting's name before it).
+    public struct Malformed: Error, Equatable, CustomStringConvertible {
+        public let message: String
+        public var description: String { message }
+    }
+
     /// "127.0.0.1, ::1, 172.16.0.0/12": addresses and CIDR networks, comma-separated; "" trusts no proxy.
-    public init(parsing list: String) throws(Configuration.ConfigurationError) {
+    public init(parsing list: String) throws(Malformed) {
         var networks: [Network] = []
         for entry in list.split(separator: ",").map({ $0.trimmingSpaces }) where !entry.isEmpty {
             let parts = entry.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
             guard let address = IPAddress(parts[0]) else {
-                throw Configuration.ConfigurationError("FLARE_TRUSTED_PROXIES: \(entry) is not an IP address or network")
+                throw Malformed(message: "\(entry) is not an IP address or network")
             }
             let maximumBits = address.bytes.count * 8
             var bits = maximumBits
             if parts.count == 2 {
                 guard let value = Int(parts[1]), (0...maximumBits).contains(value) else {
-                    throw Configuration.ConfigurationError("FLARE_TRUSTED_PROXIES: \(entry) has a bad prefix length (0...\(maximumBits))")
+                    throw Malformed(message: "\(entry) has a bad prefix length (0...\(maximumBits))")
                 }
                 bits = value
             }

@@ -113,7 +113,8 @@ public struct SharePolicy: Sendable {
 }
 
 extension String {
-    var trimmingWhitespace: String {
+    /// Without leading and trailing whitespace (names, messages, settings).
+    public var trimmingWhitespace: String {
         var scalars = Substring(self)
         while let first = scalars.first, first.isWhitespace { scalars.removeFirst() }
         while let last = scalars.last, last.isWhitespace { scalars.removeLast() }

@@ -7,6 +7,7 @@ import FlareStore
 import FlareSystem
 import Synchronization
 public import FlareCodec
+public import FlareSettings
 
 /// Health of the parts the gateway cannot see for itself.
 public struct HealthReport: Sendable {

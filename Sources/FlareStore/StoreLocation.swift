@@ -6,7 +6,14 @@ public enum StoreLocation: Sendable, Equatable, CustomStringConvertible {
     case sqlite(path: String)
     case postgresql(url: String)
 
-    public init(url: String?, dataDirectory: String) throws(Configuration.ConfigurationError) {
+    /// A `FLARE_STORE_URL` that names no store Flare knows; `message` says what it should look like.
+    public struct Malformed: Error, Equatable, CustomStringConvertible {
+        public let message: String
+        init(_ message: String) { self.message = message }
+        public var description: String { message }
+    }
+
+    public init(url: String?, dataDirectory: String) throws(Malformed) {
         guard let url, !url.isEmpty else {
             self = .sqlite(path: dataDirectory + "/flare.db")
             return

@@ -4,6 +4,7 @@ import FlareCore
 import FlareStore
 import FlareStoreOpener
 import Foundation
+import FlareSettings
 
 /// What the shared options are read into: flared's address, the owner key, the data directory, a share's end-to-end
 /// key, flared's store. Each reads its flag first, then the environment, then flared's default.

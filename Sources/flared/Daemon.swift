@@ -8,13 +8,14 @@ import FlareHTTP
 import FlareMQTT
 import FlareNATS
 import FlareNATSBroker
-import FlareSettings
+import FlareDaemonSettings
 import FlareSQLite
 import FlareStore
 import FlareStoreOpener
 import Foundation
 import FlareSystem
 import FlareIngest
+import FlareSettings
 
 /// Builds the service from its configuration: the parts, and the list they start and stop in.
 final class Daemon: Sendable {

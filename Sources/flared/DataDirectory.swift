@@ -1,10 +1,11 @@
 import FlareCore
 import FlareCrypto
-import FlareSettings
+import FlareDaemonSettings
 import FlareStore
 import Foundation
 import FlareSystem
 import FlareCodec
+import FlareSettings
 
 /// Files `flared` keeps in its data directory, created on first start with owner-only permissions.
 enum DataDirectory {

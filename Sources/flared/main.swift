@@ -3,6 +3,7 @@ import FlareCore
 import FlareSystem
 import Foundation
 import Synchronization
+import FlareSettings
 
 // Wiring only: read the configuration, build the daemon, start its services in order, and on SIGINT/SIGTERM stop
 // them in reverse (a second signal exits at once).

@@ -20,11 +20,11 @@ import Testing
             #expect(!proxies.trusts(IPAddress(untrusted)!), "\(untrusted)")
         }
         #expect(try TrustedProxies(parsing: "").isEmpty)
-        #expect(throws: Configuration.ConfigurationError.self) { try TrustedProxies(parsing: "127.0.0.1,proxy.local") }
-        #expect(throws: Configuration.ConfigurationError.self) { try TrustedProxies(parsing: "10.0.0.0/33") }
-        #expect(throws: Configuration.ConfigurationError.self) { try TrustedProxies(parsing: "::/129") }
+        #expect(throws: TrustedProxies.Malformed.self) { try TrustedProxies(parsing: "127.0.0.1,proxy.local") }
+        #expect(throws: TrustedProxies.Malformed.self) { try TrustedProxies(parsing: "10.0.0.0/33") }
+        #expect(throws: TrustedProxies.Malformed.self) { try TrustedProxies(parsing: "::/129") }
         for malformed in ["/", "  /", "/8", "10.0.0.0/", "10.0.0.0//8", "10.0.0.0/8/8"] {  // "/" once trapped (found by make fuzz)
-            #expect(throws: Configuration.ConfigurationError.self, "\(malformed)") { try TrustedProxies(parsing: malformed) }
+            #expect(throws: TrustedProxies.Malformed.self, "\(malformed)") { try TrustedProxies(parsing: malformed) }
         }
     }
 

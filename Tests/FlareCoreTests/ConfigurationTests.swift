@@ -1,6 +1,7 @@
 import Testing
 @testable import FlareCore
 import FlareSystem
+import FlareSettings
 
 @Suite struct ConfigurationTests {
     let settings: [Configuration.Setting] = [

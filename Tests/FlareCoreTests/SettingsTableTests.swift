@@ -1,6 +1,7 @@
 import FlareCore
 import Foundation
 import Testing
+import FlareSettings
 
 /// Every setting in one table: what the scripts and the command line read is declared (in `FlaredSettings.all` when
 /// flared reads it, in `FlaredSettings.readElsewhere` otherwise), and docs/configuration.md has a row for each.

@@ -2,7 +2,7 @@ import FlareAPI
 import FlareBridge
 import FlareShares
 import FlareCore
-import FlareSettings
+import FlareDaemonSettings
 import FlareEvents
 import FlareGateway
 import FlareSQLite
@@ -15,6 +15,7 @@ import Testing
 @testable import FlareHTTP
 import FlareSystem
 import FlareIngest
+import FlareSettings
 
 /// What `/healthz` is told about the parts the gateway cannot see.
 final class HealthBox: Sendable {

@@ -1,10 +1,11 @@
 import FlareAPI
 import FlareCore
-import FlareSettings
+import FlareDaemonSettings
 import FlareTestSupport
 import Foundation
 import Testing
 @testable import FlareGateway
+import FlareSettings
 
 /// What the public listener gives away and to whom: /metrics only on its own listener (or to the bearer of its
 /// token), /healthz up or down and nothing more, live streams bounded per link and per address, names bounded in

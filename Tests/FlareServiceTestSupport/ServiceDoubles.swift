@@ -1,6 +1,6 @@
 public import FlareBridge
 public import FlareCore
-import FlareSettings
+import FlareDaemonSettings
 import FlareCrypto
 public import FlareEvents
 public import FlareShares
@@ -12,6 +12,7 @@ import Synchronization
 public import FlareSystem
 public import FlareIngest
 public import FlareCodec
+public import FlareSettings
 
 // What the tests of the application layer (shares, bridge, events, gateway) share: a recording broker, a clock, a
 // resolver and a fixture with the real SQLite store.

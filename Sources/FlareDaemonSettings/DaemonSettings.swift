@@ -2,6 +2,7 @@ public import FlareCore
 public import FlareEvents
 public import FlareGateway
 public import FlareSystem
+public import FlareSettings
 
 /// Everything `flared` reads from its settings, as typed values, read once and checked before anything is created or
 /// opened: a bad setting leaves nothing half-started. The daemon's wiring hands each component its part.

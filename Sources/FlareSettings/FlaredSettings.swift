@@ -1,3 +1,4 @@
+import FlareCore
 /// Every setting `flared` reads, declared once: name (the environment variable; the flag is the same in kebab
 /// case), kind, default, meaning, secret or not. `flared --help` and `flared --print-config` are generated from this
 /// table, the daemon and the gateway read their values through it, and `flare` takes the defaults it shares with

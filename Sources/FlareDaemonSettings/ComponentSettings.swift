@@ -1,6 +1,7 @@
 public import FlareCore
 public import FlareEvents
 public import FlareGateway
+public import FlareSettings
 
 // Every component's settings read into the typed values it takes, in one place: the components know nothing of
 // `Configuration`, and `flared`'s wiring (`DaemonSettings`) reads each setting once, at start, before anything is
@@ -65,6 +66,12 @@ extension MailServer {
 }
 
 extension GatewayConfiguration {
+    static func trustedProxies(_ config: Configuration) throws(Configuration.ConfigurationError) -> TrustedProxies {
+        do { return try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? "") } catch {
+            throw Configuration.ConfigurationError("FLARE_TRUSTED_PROXIES: \(error.message)")
+        }
+    }
+
     /// The gateway's settings, from `FlaredSettings` (their one declaration, with their defaults).
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
         guard let publicURL = config.string("FLARE_PUBLIC_URL"), let mqttPublicURL = config.string("FLARE_MQTT_PUBLIC_URL"),
@@ -86,7 +93,7 @@ extension GatewayConfiguration {
                   linkRatePerAddress: try config.rateRule("FLARE_LINK_RATE_PER_ADDRESS"),
                   linkRatePerToken: try config.rateRule("FLARE_LINK_RATE_PER_TOKEN"),
                   fixRatePerShare: try config.rateRule("FLARE_FIX_RATE_PER_SHARE"),
-                  trustedProxies: try TrustedProxies(parsing: config.string("FLARE_TRUSTED_PROXIES") ?? ""),
+                  trustedProxies: try Self.trustedProxies(config),
                   liveStreamsPerLink: Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK")),
                   liveStreamsPerAddress: Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS")), metricsToken: metricsToken)
         if let directory = config.string("FLARE_TWEETNACL_DIR") { tweetnaclDirectory = directory }
