@@ -286,8 +286,9 @@ extension Gateway {
 
     func addLinks(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
         let (key, snapshot) = try ownersLiveShare(request, id: text)
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue, case .array(let items)? = object["contacts"], !items.isEmpty,
-              let ids = Optional(items.compactMap { $0.stringValue.flatMap { ContactID($0) } }), ids.count == items.count else {
+        let asked = try request.decode(as: LinkRequest.self)
+        let ids = asked.contacts.compactMap { ContactID($0) }
+        guard !ids.isEmpty, ids.count == asked.contacts.count else {
             throw .badRequest("invalid_contacts", "the body must be {\"contacts\":[\"<contact id>\", …]}")
         }
         do throws(ShareError) {

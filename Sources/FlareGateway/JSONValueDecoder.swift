@@ -2,8 +2,8 @@ import FlareCore
 
 /// A `Decoder` over a `JSONValue`: request bodies are parsed by Flare's own strict parser (no trailing commas, numbers
 /// of at most 64 characters, a bounded depth), as every other JSON the server reads, and only then decoded into their
-/// `FlareAPI` type. Foundation's `JSONDecoder` would be a second parser with rules of its own: it takes `{"a":1,}` and
-/// refuses `1e400`, which `JSONValue` refuses and reads as infinity (a duration the share policy then refuses).
+/// `FlareAPI` type. Foundation's `JSONDecoder` would be a second parser with rules of its own: it takes `{"a":1,}`,
+/// which `JSONValue` refuses, and refuses `1e400`, which `JSONValue` reads as infinity (a duration the policy refuses).
 ///
 /// Numbers are doubles, as in `JSONValue`; an integer member takes a whole number that fits (`60.0` is 60).
 enum JSONValueDecoder {
