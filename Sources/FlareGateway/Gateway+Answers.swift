@@ -4,7 +4,6 @@ import FlareCore
 import FlareHTTP
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// The family answers the person who shared: `POST /api/v1/view/{view_token}/answers` for whoever holds the link,
 /// `GET /api/v1/shares/{id}/answers?after=ID` for the phone (device token) or the share's owner key.

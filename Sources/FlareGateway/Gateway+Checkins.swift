@@ -5,7 +5,6 @@ import FlareShares
 import FlareStore
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// Check-ins: `POST /api/v1/checkins` arms one (owner key); `GET /api/v1/checkins/{id}` shows it; `…/done` and
 /// `…/extend` take the owner key or the check-in's device token, so that the phone checks in and moves its own

@@ -5,7 +5,6 @@ import FlareCore
 import FlareHTTP
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// Owner keys over HTTP: `POST /api/v1/keys` and `DELETE /api/v1/keys/{id}` for admin keys; `GET /api/v1/keys` lists
 /// every key for an admin, and only itself for a limited key. Never the key itself, except once in the creation's

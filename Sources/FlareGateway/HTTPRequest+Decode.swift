@@ -1,5 +1,5 @@
 import FlareAPI
-import FlareCore
+import FlareCodec
 import FlareHTTP
 
 extension HTTPRequest {

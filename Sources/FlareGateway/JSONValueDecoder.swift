@@ -1,4 +1,4 @@
-import FlareCore
+import FlareCodec
 
 /// A `Decoder` over a `JSONValue`: request bodies are parsed by Flare's own strict parser (no trailing commas, numbers
 /// of at most 64 characters, a bounded depth), as every other JSON the server reads, and only then decoded into their
