@@ -21,8 +21,8 @@ public struct CheckinZone: Codable, Sendable, Equatable {
 
 /// `POST /api/v1/checkins`: "if I have not checked in by then, tell them". `due_at` (RFC 3339) or `in_s` (seconds
 /// from now), one of them; `grace_s` (default 600); at least one contact; `message` (at most 280 characters) goes to
-/// them if it is missed; `duration_s`: how long the share runs once missed (default 3,600).
-public struct CheckinRequest: Codable, Sendable, Equatable {
+/// them if it is missed; `duration_s`: how long the share runs once missed (default 3,600). `null` is absent.
+public struct CheckinRequest: RequestBody, Equatable {
     @OptionalRFC3339Time public var dueAt: Date?
     public var inSeconds: Double?
     public var graceSeconds: Int?
@@ -50,6 +50,19 @@ public struct CheckinRequest: Codable, Sendable, Equatable {
         self.durationSeconds = durationSeconds
         self.name = name
     }
+
+    public static let memberRefusals = CheckinExtension.memberRefusals.merging([
+        "grace_s": BodyRefusal("invalid_grace", "grace_s must be a whole number of seconds"),
+        "contacts": BodyRefusal("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)"),
+        "message": BodyRefusal("invalid_message", "message must be a string"),
+        "arrive": BodyRefusal("invalid_arrive", #"arrive must be {"lat":…,"lon":…,"radius_m":…}"#),
+        "notify_on_arrival": BodyRefusal("invalid_notify_on_arrival", "notify_on_arrival must be true or false"),
+        "duration_s": BodyRefusal("invalid_duration", "duration_s must be a whole number of seconds"),
+        "name": BodyRefusal("invalid_name", "name must be a string"),
+    ]) { $1 }
+    public static let malformedRefusal = BodyRefusal("invalid_json", #"the body must be a JSON object, e.g. {"in_s":7200,"contacts":["…"]}"#)
+    /// An empty body is `{}`, refused for its missing `contacts`.
+    public static let emptyIsEmptyObject = true
 }
 
 /// A check-in as `GET /api/v1/checkins/{id}` shows it. The answers of `POST /api/v1/checkins` (201) and of
@@ -102,7 +115,7 @@ public struct CheckinInfo: Codable, Sendable, Equatable {
 }
 
 /// `POST /api/v1/checkins/{id}/extend`: the new deadline, `due_at` or `in_s`.
-public struct CheckinExtension: Codable, Sendable, Equatable {
+public struct CheckinExtension: RequestBody, Equatable {
     @OptionalRFC3339Time public var dueAt: Date?
     public var inSeconds: Double?
 
@@ -112,4 +125,11 @@ public struct CheckinExtension: Codable, Sendable, Equatable {
         self.dueAt = dueAt
         self.inSeconds = inSeconds
     }
+
+    public static let memberRefusals = [
+        "due_at": BodyRefusal("invalid_deadline", "due_at must be an RFC 3339 time, e.g. 2026-12-02T22:00:00Z"),
+        "in_s": BodyRefusal("invalid_deadline", "in_s must be a number of seconds"),
+    ]
+    public static let malformedRefusal = BodyRefusal("invalid_json", #"the body must be a JSON object, e.g. {"in_s":3600}"#)
+    public static let emptyIsEmptyObject = true
 }

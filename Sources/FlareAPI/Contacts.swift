@@ -6,7 +6,7 @@ public import Foundation
 
 /// `POST /api/v1/contacts`: someone the key's shares may tell. `name` (at most 80 characters) is required; `email`
 /// and `phone` (E.164: `+4915123456789`) are optional; `language` is `en` (default) or `zh-CN`.
-public struct ContactRequest: Codable, Sendable, Equatable {
+public struct ContactRequest: RequestBody, Equatable {
     public var name: String
     public var email: String?
     public var phone: String?
@@ -18,6 +18,14 @@ public struct ContactRequest: Codable, Sendable, Equatable {
         self.phone = phone
         self.language = language
     }
+
+    public static let memberRefusals = [
+        "name": BodyRefusal("invalid_name", "a contact needs a name (a string)"),
+        "email": BodyRefusal("invalid_email", "email must be a string"),
+        "phone": BodyRefusal("invalid_phone", "phone must be a string"),
+        "language": BodyRefusal("invalid_language", "language must be a string"),
+    ]
+    public static let malformedRefusal = BodyRefusal("invalid_json", #"the body must be a JSON object, e.g. {"name":"Anna","email":"anna@example.org"}"#)
 }
 
 /// A contact: the answer of `POST /api/v1/contacts` (201) and `GET /api/v1/contacts/{id}`, and each item of
@@ -117,9 +125,14 @@ public struct PersonalLinkList: Codable, Sendable, Equatable {
 
 /// `POST /api/v1/shares/{id}/links`: `{"contacts":["<contact id>", …]}`: a link each for a running share →
 /// 201 `{"links":[PersonalLink]}`.
-public struct LinkRequest: Codable, Sendable, Equatable {
+public struct LinkRequest: RequestBody, Equatable {
     public var contacts: [String]
     public init(contacts: [String]) { self.contacts = contacts }
+
+    // One code for every wrong body, this endpoint's since it was added.
+    static let refusal = BodyRefusal("invalid_contacts", #"the body must be {"contacts":["<contact id>", …]}"#)
+    public static let memberRefusals = ["contacts": refusal]
+    public static let malformedRefusal = refusal
 }
 
 /// The answer of `POST /api/v1/shares/{id}/links`.

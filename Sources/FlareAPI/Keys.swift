@@ -6,7 +6,7 @@ public import Foundation
 
 /// `POST /api/v1/keys` (admin keys only): a new owner key. Every field is optional: a limited key with no limits
 /// by default (it sees only its own shares), an admin key with `admin: true`.
-public struct KeyRequest: Codable, Sendable, Equatable {
+public struct KeyRequest: RequestBody, Equatable {
     public var label: String?
     public var admin: Bool?
     /// Live shares at once.
@@ -27,6 +27,15 @@ public struct KeyRequest: Codable, Sendable, Equatable {
         self.maxDurationSeconds = maxDurationSeconds
         self.createRatePerHour = createRatePerHour
     }
+
+    public static let memberRefusals = [
+        "label": BodyRefusal("invalid_label", "label must be text"),
+        "admin": BodyRefusal("invalid_admin", "admin must be true or false"),
+        "max_live": BodyRefusal("invalid_max_live", "max_live must be a whole number"),
+        "max_duration_s": BodyRefusal("invalid_max_duration_s", "max_duration_s must be a whole number"),
+        "create_rate_per_hour": BodyRefusal("invalid_create_rate_per_hour", "create_rate_per_hour must be a whole number"),
+    ]
+    public static let emptyIsEmptyObject = true
 }
 
 /// An owner key as `GET /api/v1/keys` shows it: never the key itself.
@@ -68,9 +77,31 @@ public struct KeyInfo: Codable, Sendable, Equatable {
 }
 
 /// `PUT /api/v1/keys/{id}/webhook`: where the key's shares' events are to go.
-public struct WebhookRequest: Codable, Sendable, Equatable {
+/// The body is that one member: anything else in it is refused (`invalid_webhook`, as every wrong body).
+public struct WebhookRequest: RequestBody, Equatable {
     public let url: String
     public init(url: String) { self.url = url }
+
+    enum CodingKeys: String, CodingKey { case url }
+
+    /// Any member's name, to count them.
+    private struct MemberName: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        url = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .url)
+        guard try decoder.container(keyedBy: MemberName.self).allKeys.count == 1 else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "a webhook body holds url and nothing else"))
+        }
+    }
+
+    static let refusal = BodyRefusal("invalid_webhook", #"the body must be {"url": "https://…"}"#)
+    public static let memberRefusals = ["url": refusal]
+    public static let malformedRefusal = refusal
 }
 
 /// The answer to `PUT /api/v1/keys/{id}/webhook` (200): the signing secret, shown this once (Standard Webhooks:

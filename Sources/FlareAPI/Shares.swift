@@ -9,8 +9,9 @@ public enum ShareState: String, Codable, Sendable, CaseIterable {
     case active, ended
 }
 
-/// `POST /api/v1/shares` and `POST /api/v1/shares/{id}/extend`: both fields optional (server defaults).
-public struct ShareRequest: Codable, Sendable, Equatable {
+/// `POST /api/v1/shares` and `POST /api/v1/shares/{id}/extend`: every field optional (server defaults), `null` as absent;
+/// an empty body is an empty request.
+public struct ShareRequest: RequestBody, Equatable {
     /// Seconds from now until the share ends.
     public var durationSeconds: Double?
     /// Shown on the viewer page (create only).
@@ -29,6 +30,33 @@ public struct ShareRequest: Codable, Sendable, Equatable {
         self.contacts = contacts
         self.e2e = e2e
     }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        durationSeconds = try c.decodeIfPresent(Double.self, forKey: .durationSeconds)
+        name = try c.decodeIfPresent(String.self, forKey: .name)
+        contacts = try c.decodeIfPresent([String].self, forKey: .contacts)
+        // A string too, for clients that write every value as one (as the create answer is).
+        if try !c.contains(.e2e) || c.decodeNil(forKey: .e2e) {
+            e2e = nil
+        } else if let flag = try? c.decode(Bool.self, forKey: .e2e) {
+            e2e = flag
+        } else {
+            switch try c.decode(String.self, forKey: .e2e) {
+            case "true": e2e = true
+            case "false": e2e = false
+            default: throw DecodingError.dataCorruptedError(forKey: .e2e, in: c, debugDescription: "e2e must be true or false")
+            }
+        }
+    }
+
+    public static let memberRefusals = [
+        "duration_s": BodyRefusal("invalid_duration", "duration_s must be a number of seconds"),
+        "name": BodyRefusal("invalid_name", "name must be a string"),
+        "contacts": BodyRefusal("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)"),
+        "e2e": BodyRefusal("invalid_e2e", "e2e must be true or false"),
+    ]
+    public static let emptyIsEmptyObject = true
 }
 
 /// What `POST /api/v1/shares` answers (201): a flat object of strings, because the original iOS client decodes it

@@ -173,7 +173,7 @@ public struct ShareAnswer: Codable, Sendable, Equatable {
 }
 
 /// `POST /api/v1/view/{view_token}/answers`: `{"kind":"on_my_way","name":"Mum"}` (name optional) → 201 `ShareAnswer`.
-public struct AnswerRequest: Codable, Sendable, Equatable {
+public struct AnswerRequest: RequestBody, Equatable {
     public var kind: ShareAnswer.Kind
     public var name: String?
 
@@ -181,6 +181,11 @@ public struct AnswerRequest: Codable, Sendable, Equatable {
         self.kind = kind
         self.name = name
     }
+
+    public static let memberRefusals = [
+        "kind": BodyRefusal("invalid_kind", "kind must be on_my_way, called_emergency or cannot_help"),
+        "name": BodyRefusal("invalid_name", "name must be text"),
+    ]
 }
 
 /// `GET /api/v1/shares/{id}/answers?after=ID`.

@@ -4,7 +4,6 @@ import FlareCore
 import FlareHTTP
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// The family answers the person who shared: `POST /api/v1/view/{view_token}/answers` for whoever holds the link,
 /// `GET /api/v1/shares/{id}/answers?after=ID` for the phone (device token) or the share's owner key.
@@ -70,19 +69,14 @@ extension Gateway {
         }
     } }
 
+    /// The body's kind, and its name checked (`Answer.validName`: trimmed, bounded, no hidden characters).
     private func answerRequest(_ request: HTTPRequest) -> Result<(AnswerKind, String), APIError> {
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            return .failure(.badRequest("invalid_json", "the body must be a JSON object"))
-        }
-        guard let kind = object["kind"]?.stringValue.flatMap(AnswerKind.init(rawValue:)) else {
+        let asked: AnswerRequest
+        do { asked = try request.decode(as: AnswerRequest.self) } catch { return .failure(error) }
+        guard let kind = AnswerKind(rawValue: asked.kind.rawValue) else {
             return .failure(.badRequest("invalid_kind", "kind must be on_my_way, called_emergency or cannot_help"))
         }
-        var name: String?
-        if let value = object["name"], value != .null {
-            guard let text = value.stringValue else { return .failure(.badRequest("invalid_name", "name must be text")) }
-            name = text
-        }
-        guard let clean = Answer.validName(name) else {
+        guard let clean = Answer.validName(asked.name) else {
             return .failure(.badRequest("invalid_name", "name must be \(NameBounds.answerName.description), without control or format characters"))
         }
         return .success((kind, clean))

@@ -5,7 +5,6 @@ import FlareShares
 import FlareStore
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// Check-ins: `POST /api/v1/checkins` arms one (owner key); `GET /api/v1/checkins/{id}` shows it; `…/done` and
 /// `…/extend` take the owner key or the check-in's device token, so that the phone checks in and moves its own
@@ -51,8 +50,8 @@ extension Gateway {
     func extendCheckin(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
         let (checkin, caller) = try checkinCaller(request, id: text, allowDevice: true)
         try limitDevice(caller, checkin)
-        let object = try jsonObject(request, example: #"{"in_s":3600}"#)
-        let (dueAt, inSeconds) = try deadline(object)
+        let asked = try request.decode(as: CheckinExtension.self)
+        let (dueAt, inSeconds) = (asked.dueAt.map(Self.unixMillis), asked.inSeconds)
         guard checkin.state == .armed else {
             throw APIError(status: 409, code: "checkin_\(checkin.state.rawValue)", message: "the check-in is \(checkin.state.rawValue), not armed")
         }
@@ -91,75 +90,37 @@ extension Gateway {
 
     static let checkinNotFound = APIError.notFound("no such check-in")
 
-    private func jsonObject(_ request: HTTPRequest, example: String) throws(APIError) -> [String: JSONValue] {
-        if request.body.isEmpty { return [:] }
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            throw .badRequest("invalid_json", "the body must be a JSON object, e.g. \(example)")
-        }
-        return object
-    }
+    static func unixMillis(_ date: Date) -> UnixMillis { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
 
-    /// `due_at` (RFC 3339) or `in_s`, each checked for its type (which of them, and when: `CheckinRules`).
-    private func deadline(_ object: [String: JSONValue]) throws(APIError) -> (UnixMillis?, Double?) {
-        var dueAt: UnixMillis?, inSeconds: Double?
-        if let value = object["due_at"], value != .null {
-            guard let text = value.stringValue, let date = RFC3339.parse(text) else {
-                throw .badRequest("invalid_deadline", "due_at must be an RFC 3339 time, e.g. 2026-12-02T22:00:00Z")
-            }
-            dueAt = Int64((date.timeIntervalSince1970 * 1000).rounded())
-        }
-        if let value = object["in_s"], value != .null {
-            guard let seconds = value.doubleValue else { throw .badRequest("invalid_deadline", "in_s must be a number of seconds") }
-            inSeconds = seconds
-        }
-        return (dueAt, inSeconds)
-    }
-
-    /// The body of `POST /api/v1/checkins`, each member's type checked (the values: `CheckinRules`, `armCheckin`).
+    /// The body of `POST /api/v1/checkins` for the service: its name and contact ids checked, its zone made
+    /// (`CheckinRules`); the deadline, the grace and the duration are the service's to check (`armCheckin`).
     func checkinRequest(_ request: HTTPRequest) throws(APIError) -> ShareService.CheckinRequest {
-        let object = try jsonObject(request, example: #"{"in_s":7200,"contacts":["…"]}"#)
-        let (dueAt, inSeconds) = try deadline(object)
-        func integer(_ key: String, _ code: String) throws(APIError) -> Int64? {
-            guard let value = object[key], value != .null else { return nil }
-            guard let number = value.doubleValue, number.isFinite, number == number.rounded(), abs(number) < 1e12 else {
-                throw .badRequest(code, "\(key) must be a whole number of seconds")
-            }
-            return Int64(number)
-        }
-        guard case .array(let items)? = object["contacts"], let ids = Optional(items.compactMap { $0.stringValue.flatMap { ContactID($0) } }),
-              ids.count == items.count else {
+        let asked = try request.decode(as: CheckinRequest.self)
+        let ids = asked.contacts.compactMap { ContactID($0) }
+        guard ids.count == asked.contacts.count else {
             throw .badRequest("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)")
         }
-        var message: String?
-        if let value = object["message"], value != .null {
-            guard let text = value.stringValue else { throw .badRequest("invalid_message", "message must be a string") }
-            message = text
-        }
-        var name: String?
-        if let value = object["name"], value != .null {
-            guard let text = value.stringValue else { throw .badRequest("invalid_name", "name must be a string") }
-            do { _ = try shares.policy.validName(text) } catch { throw .badRequest("invalid_name", error.description) }
-            name = text
+        if let name = asked.name {
+            do { _ = try shares.policy.validName(name) } catch { throw .badRequest("invalid_name", error.description) }
         }
         var zone: ArrivalZone?
-        if let value = object["arrive"], value != .null {
-            guard let arrive = value.objectValue, let lat = arrive["lat"]?.doubleValue, let lon = arrive["lon"]?.doubleValue,
-                  let radius = arrive["radius_m"]?.doubleValue else {
-                throw .badRequest("invalid_arrive", "arrive must be {\"lat\":…,\"lon\":…,\"radius_m\":…}")
-            }
-            do throws(CheckinRules.Refusal) { zone = try CheckinRules.zone(latitude: lat, longitude: lon, radiusMeters: radius) } catch {
+        if let arrive = asked.arrive {
+            do throws(CheckinRules.Refusal) { zone = try CheckinRules.zone(latitude: arrive.lat, longitude: arrive.lon, radiusMeters: arrive.radiusM) } catch {
                 throw .badRequest(error.code, error.message)
             }
         }
-        var notify = false
-        if let value = object["notify_on_arrival"], value != .null {
-            guard case .bool(let flag) = value else { throw .badRequest("invalid_notify_on_arrival", "notify_on_arrival must be true or false") }
-            notify = flag
-        }
+        let notify = asked.notifyOnArrival ?? false
         if notify && zone == nil { throw .badRequest("invalid_notify_on_arrival", "notify_on_arrival needs arrive") }
-        return ShareService.CheckinRequest(dueAt: dueAt, inSeconds: inSeconds, graceSeconds: try integer("grace_s", "invalid_grace"), contacts: ids,
-                                           message: message, arrive: zone, notifyOnArrival: notify,
-                                           durationSeconds: try integer("duration_s", "invalid_duration"), name: name)
+        // Past a trillion seconds a whole number is no longer one an Int64 of milliseconds holds.
+        func seconds(_ value: Int?, _ key: String, _ code: String) throws(APIError) -> Int64? {
+            guard let value else { return nil }
+            guard value.magnitude < 1_000_000_000_000 else { throw .badRequest(code, "\(key) must be a whole number of seconds") }
+            return Int64(value)
+        }
+        return ShareService.CheckinRequest(dueAt: asked.dueAt.map(Self.unixMillis), inSeconds: asked.inSeconds,
+                                           graceSeconds: try seconds(asked.graceSeconds, "grace_s", "invalid_grace"), contacts: ids,
+                                           message: asked.message, arrive: zone, notifyOnArrival: notify,
+                                           durationSeconds: try seconds(asked.durationSeconds, "duration_s", "invalid_duration"), name: asked.name)
     }
 
     func checkinInfo(_ checkin: Checkin) -> CheckinInfo {

@@ -18,7 +18,8 @@ extension Gateway {
             metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "contacts")])
             throw .rateLimited(retryAfter: wait)
         }
-        let body = try contactRequest(request)
+        // The values themselves: `ContactRules`, in the service.
+        let body = try request.decode(as: ContactRequest.self)
         do throws(ContactService.Refusal) {
             let contact = try shares.contacts.create(name: body.name, email: body.email, phone: body.phone, language: body.language, owner: key)
             var response = HTTPResponse.api(201, Self.info(contact))
@@ -86,21 +87,6 @@ extension Gateway {
         do { return try ownerKey(request) } catch {
             throw error.status == 401 ? unknownCredential(request) : error
         }
-    }
-
-    /// The body as a `ContactRequest`, each member's type checked (the values themselves: `ContactRules`).
-    func contactRequest(_ request: HTTPRequest) throws(APIError) -> ContactRequest {
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            throw .badRequest("invalid_json", "the body must be a JSON object, e.g. {\"name\":\"Anna\",\"email\":\"anna@example.org\"}")
-        }
-        guard let name = object["name"]?.stringValue else { throw .badRequest("invalid_name", "a contact needs a name (a string)") }
-        func optional(_ key: String, _ code: String) throws(APIError) -> String? {
-            guard let value = object[key], value != .null else { return nil }
-            guard let text = value.stringValue else { throw .badRequest(code, "\(key) must be a string") }
-            return text
-        }
-        return ContactRequest(name: name, email: try optional("email", "invalid_email"), phone: try optional("phone", "invalid_phone"),
-                              language: try optional("language", "invalid_language"))
     }
 
     static func info(_ contact: Contact) -> ContactInfo {

@@ -5,7 +5,6 @@ import FlareCore
 import FlareHTTP
 import FlareSystem
 import FoundationEssentials
-import FlareCodec
 
 /// Owner keys over HTTP: `POST /api/v1/keys` and `DELETE /api/v1/keys/{id}` for admin keys; `GET /api/v1/keys` lists
 /// every key for an admin, and only itself for a limited key. Never the key itself, except once in the creation's
@@ -78,9 +77,8 @@ extension Gateway {
         case .key(let target): id = target
         case .refused(let response): return response
         }
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue, let url = object["url"]?.stringValue, object.count == 1 else {
-            return APIError.badRequest("invalid_webhook", "the body must be {\"url\": \"https://…\"}").response
-        }
+        let url: String
+        do { url = try request.decode(as: WebhookRequest.self).url } catch { return error.response }
         do {
             let set = try shares.keys.setWebhook(id: id, url: url)
             return .api(200, WebhookCreated(url: set.url.text, secret: set.secret.text,
@@ -175,32 +173,19 @@ extension Gateway {
         return .unauthorized
     }
 
+    /// The body as a `KeyRequest`, its label and limits checked against their bounds.
     private func keyRequest(_ request: HTTPRequest) throws(APIError) -> KeyRequest {
-        if request.body.isEmpty { return KeyRequest() }
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            throw .badRequest("invalid_json", "the body must be a JSON object")
+        let parsed = try request.decode(as: KeyRequest.self)
+        if let label = parsed.label, !NameBounds.keyLabel.admits(label) || NameBounds.hasHiddenScalars(label) {
+            throw .badRequest("invalid_label", "label must be text of \(NameBounds.keyLabel.description), without control or format characters")
         }
-        var parsed = KeyRequest()
-        if let label = object["label"], label != .null {
-            guard let text = label.stringValue, NameBounds.keyLabel.admits(text), !NameBounds.hasHiddenScalars(text) else {
-                throw .badRequest("invalid_label", "label must be text of \(NameBounds.keyLabel.description), without control or format characters")
-            }
-            parsed.label = text
+        func bound(_ value: Int?, _ name: String, maximum: Int) throws(APIError) {
+            guard let value, !(1...maximum).contains(value) else { return }
+            throw .badRequest("invalid_\(name)", "\(name) must be a whole number from 1 to \(maximum)")
         }
-        if let admin = object["admin"], admin != .null {
-            guard case .bool(let flag) = admin else { throw .badRequest("invalid_admin", "admin must be true or false") }
-            parsed.admin = flag
-        }
-        func limit(_ name: String, maximum: Double) throws(APIError) -> Int? {
-            guard let value = object[name], value != .null else { return nil }
-            guard let number = value.doubleValue, number == number.rounded(), number >= 1, number <= maximum else {
-                throw .badRequest("invalid_\(name)", "\(name) must be a whole number from 1 to \(Int(maximum))")
-            }
-            return Int(number)
-        }
-        parsed.maxLive = try limit("max_live", maximum: 1_000_000)
-        parsed.maxDurationSeconds = try limit("max_duration_s", maximum: Double(shares.policy.maximumDurationSeconds))
-        parsed.createRatePerHour = try limit("create_rate_per_hour", maximum: 1_000_000)
+        try bound(parsed.maxLive, "max_live", maximum: 1_000_000)
+        try bound(parsed.maxDurationSeconds, "max_duration_s", maximum: Int(shares.policy.maximumDurationSeconds))
+        try bound(parsed.createRatePerHour, "create_rate_per_hour", maximum: 1_000_000)
         return parsed
     }
 

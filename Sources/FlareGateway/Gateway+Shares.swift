@@ -62,38 +62,14 @@ extension Gateway {
         do { return try shares.share(id) } catch { throw storeFailed(error, "looking up a share") }
     }
 
-    /// The request body as a `ShareRequest` (an empty body is an empty request). The content type is not checked:
-    /// `curl -d` labels JSON as a form, and the body's own shape is what matters.
+    /// The request body as a `ShareRequest`, its name and contacts checked (the duration: `SharePolicy`, in the service).
     func shareRequest(_ request: HTTPRequest) throws(APIError) -> ShareRequest {
-        if request.body.isEmpty { return ShareRequest() }
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue else {
-            throw .badRequest("invalid_json", "the body must be a JSON object")
+        let parsed = try request.decode(as: ShareRequest.self)
+        if let name = parsed.name {
+            do { _ = try shares.policy.validName(name) } catch { throw .badRequest("invalid_name", error.description) }
         }
-        var parsed = ShareRequest()
-        if let duration = object["duration_s"], duration != .null {
-            guard let seconds = duration.doubleValue else { throw .badRequest("invalid_duration", "duration_s must be a number of seconds") }
-            parsed.durationSeconds = seconds
-        }
-        if let name = object["name"], name != .null {
-            guard let text = name.stringValue else { throw .badRequest("invalid_name", "name must be a string") }
-            do { _ = try shares.policy.validName(text) } catch { throw .badRequest("invalid_name", error.description) }
-            parsed.name = text
-        }
-        if let contacts = object["contacts"], contacts != .null {
-            guard case .array(let items) = contacts, let ids = Optional(items.compactMap(\.stringValue)), ids.count == items.count,
-                  ids.allSatisfy({ ContactID($0) != nil }) else {
-                throw .badRequest("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)")
-            }
-            parsed.contacts = ids
-        }
-        if let e2e = object["e2e"], e2e != .null {
-            // A string too, for clients that write every value as one (as the create answer is).
-            switch e2e {
-            case .bool(let flag): parsed.e2e = flag
-            case .string("true"): parsed.e2e = true
-            case .string("false"): parsed.e2e = false
-            default: throw .badRequest("invalid_e2e", "e2e must be true or false")
-            }
+        if let contacts = parsed.contacts, !contacts.allSatisfy({ ContactID($0) != nil }) {
+            throw .badRequest("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)")
         }
         return parsed
     }
@@ -310,8 +286,9 @@ extension Gateway {
 
     func addLinks(_ request: HTTPRequest, id text: String) -> HTTPResponse { answering { () throws(APIError) in
         let (key, snapshot) = try ownersLiveShare(request, id: text)
-        guard let object = (try? JSONValue.parse(request.body))?.objectValue, case .array(let items)? = object["contacts"], !items.isEmpty,
-              let ids = Optional(items.compactMap { $0.stringValue.flatMap { ContactID($0) } }), ids.count == items.count else {
+        let asked = try request.decode(as: LinkRequest.self)
+        let ids = asked.contacts.compactMap { ContactID($0) }
+        guard !ids.isEmpty, ids.count == asked.contacts.count else {
             throw .badRequest("invalid_contacts", "the body must be {\"contacts\":[\"<contact id>\", …]}")
         }
         do throws(ShareError) {
