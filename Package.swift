@@ -76,7 +76,7 @@ let package = Package(
         // The HTTP API, the viewer page and live streams.
         .target(
             name: "FlareGateway",
-            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec", "FlareSettings"],
+            dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec"],
             resources: [.copy("Viewer")],
             swiftSettings: swiftSettings
         ),

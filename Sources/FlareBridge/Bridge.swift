@@ -5,7 +5,7 @@ public import FlareStore
 import FlareSystem
 import Synchronization
 public import FlareIngest
-public import FlareCodec
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -4,7 +4,7 @@ public import FlareShares
 import FlareStore
 import FlareSystem
 import Synchronization
-public import FlareCodec
+import FlareCodec
 #if canImport(Glibc)
 import Glibc
 #endif

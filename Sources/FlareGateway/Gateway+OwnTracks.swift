@@ -6,7 +6,6 @@ import FlareHTTP
 import FlareQR
 import FlareSystem
 import FlareCodec
-import FlareSettings
 
 /// OwnTracks provisioning: the share's `_type: configuration` for the iOS and Android apps, so a phone that has
 /// OwnTracks installed starts publishing into the share after one tap or one scan.

@@ -6,8 +6,7 @@ public import FlareHTTP
 import FlareStore
 import FlareSystem
 import Synchronization
-public import FlareCodec
-public import FlareSettings
+import FlareCodec
 
 /// Health of the parts the gateway cannot see for itself.
 public struct HealthReport: Sendable {

@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 public import FlareStore
 public import FlareSystem
 

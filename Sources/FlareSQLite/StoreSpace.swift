@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 import Synchronization
 public import FlareSystem
 #if canImport(Glibc)

@@ -3,7 +3,7 @@ import FlareStore
 import FlareSystem
 import FlareWire
 import Synchronization
-public import FlareCodec
+import FlareCodec
 
 /// What flared says on the broker about its shares, and what it could not say while the broker was away: the one
 /// holder of the publisher. Retained messages (a share's status, audience, marks, a cleared position) are kept, newest

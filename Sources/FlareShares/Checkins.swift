@@ -1,5 +1,5 @@
-public import FlareCore
-public import FlareStore
+import FlareCore
+import FlareStore
 import FlareSystem
 
 /// Check-ins: "if I have not checked in by ten, tell them where I was". Armed with a share that records positions

@@ -1,9 +1,9 @@
-public import FlareCore
+import FlareCore
 import FlareStore
 import FlareSystem
 import FlareWire
 import Synchronization
-public import FlareCodec
+import FlareCodec
 
 /// Confirming trackers (`flare track`, and any client that numbers its messages): what each sent is recorded as
 /// handled, stored or refused, and the share's mark (how far everything is handled without a gap) is retained on

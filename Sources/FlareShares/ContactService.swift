@@ -1,6 +1,6 @@
 public import FlareCore
 public import FlareStore
-public import FlareSystem
+import FlareSystem
 
 /// The one door to contacts: the people a key's shares may tell. A contact belongs to the key that made it; a
 /// limited key sees, and removes, only its own, and another's is to it as one that does not exist. Admin keys see

@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 import FlareSystem
 
 /// Runs jobs at wall-clock deadlines: a min-heap of deadlines and one thread that sleeps until the earliest.

@@ -1,5 +1,5 @@
-public import FlareCore
-public import FlareStore
+import FlareCore
+import FlareStore
 
 /// How a change's event goes with it into the store's outbox (`PendingEvent`: committed in the change's own
 /// transaction), and who is told once it is: every concern that records an event uses this one.

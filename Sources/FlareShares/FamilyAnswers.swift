@@ -1,5 +1,5 @@
-public import FlareCore
-public import FlareStore
+import FlareCore
+import FlareStore
 import FlareSystem
 import FlareWire
 

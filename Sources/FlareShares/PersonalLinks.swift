@@ -1,6 +1,6 @@
-public import FlareCore
+import FlareCore
 import FlareCrypto
-public import FlareStore
+import FlareStore
 import FlareSystem
 
 /// A personal link per contact: its own URL (a token derived from the token key, stored only as its hash), made with

@@ -1,9 +1,9 @@
-public import FlareCore
+import FlareCore
 import FlareStore
 import FlareSystem
 import FlareWire
 import Synchronization
-public import FlareCodec
+import FlareCodec
 
 /// What the ingest reports once fixes are stored: viewers and trackers hear of them, fixes that came over HTTP are
 /// published on the share's topic (kept in memory while the broker is away), and flared's own positions that came

@@ -1,6 +1,6 @@
 import FlareAPI
-public import FlareCore
-public import FlareStore
+import FlareCore
+import FlareStore
 import FlareSystem
 import Synchronization
 

@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 import FlareStore
 import FlareSystem
 

@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 public import FlareSystem
 
 /// Several instances: which process holds which MQTT client id (its persistent session on the broker), and the

@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 public import FlareSystem
 
 /// Several instances: leases, for jobs that one instance at a time does.

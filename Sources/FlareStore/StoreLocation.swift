@@ -1,4 +1,4 @@
-public import FlareCore
+import FlareCore
 
 /// Which store `FLARE_STORE_URL` names: unset or `sqlite:PATH` is the embedded SQLite file (one instance),
 /// `postgresql://user@host:port/db` a PostgreSQL database that several instances share.

@@ -1,7 +1,7 @@
-public import FlareCore
+import FlareCore
 import FlareAPI
 public import FlareSystem
-public import FlareCodec
+import FlareCodec
 
 /// One plain-text mail as RFC 5322 and MIME write it: UTF-8 throughout, the body in base64 (any script, any line
 /// length), non-ASCII header words as RFC 2047 encoded-words, CRLF line ends. What SMTP hands over after `DATA`.

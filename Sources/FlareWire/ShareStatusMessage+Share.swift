@@ -1,6 +1,6 @@
 import FlareAPI
 public import FlareCore
-public import FlareCodec
+import FlareCodec
 
 // The retained status on the wire (`FlareAPI.ShareStatusMessage`). Written here only.
 extension Share {

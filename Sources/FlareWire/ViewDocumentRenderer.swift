@@ -1,7 +1,7 @@
 import FlareAPI
 public import FlareCore
 public import FlareSystem
-public import FlareCodec
+import FlareCodec
 
 /// Renders `FlareAPI.ViewDocument` by hand: it is the most requested body of all (every open link polls it), so it
 /// is written straight into bytes instead of through an encoder. `WireShapeTests` and the gateway tests decode

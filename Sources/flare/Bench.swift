@@ -3,7 +3,6 @@ import FlareMQTT
 import FlareSystem
 import Foundation
 import Synchronization
-import FlareSettings
 
 /// `flare bench publish|count`: the MQTT load generator and the bare reference subscriber that scripts/bench
 /// drives. Both are thin over libmosquitto (FlareMQTT), so the reference is as fast as the broker delivers.

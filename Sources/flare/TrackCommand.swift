@@ -7,7 +7,6 @@ import FlareSodium
 import Foundation
 import Synchronization
 import FlareCodec
-import FlareSettings
 
 /// `flare track`: a tracker for a share. Takes positions from a source — the built-in route (a simulation),
 /// a GPX file replay, or a live gpsd receiver — and publishes each as an OwnTracks `location` message over MQTT,

@@ -8,7 +8,6 @@ import FlareShares
 import FlareStore
 import FlareSystem
 import FlareIngest
-import FlareSettings
 
 /// Which broker flared talks to (`FLARE_BROKER`), chosen once from the settings with the logins it needs there. It
 /// says how flared's own MQTT connection logs in, and then, given that connection, builds the kind's publisher and

@@ -1,4 +1,4 @@
-public import FlareBridge
+import FlareBridge
 public import FlareCore
 import FlareDaemonSettings
 import FlareCrypto
@@ -12,7 +12,7 @@ import Synchronization
 public import FlareSystem
 public import FlareIngest
 public import FlareCodec
-public import FlareSettings
+import FlareSettings
 
 // What the tests of the application layer (shares, bridge, events, gateway) share: a recording broker, a clock, a
 // resolver and a fixture with the real SQLite store.
