@@ -118,9 +118,9 @@ public struct ServiceFixture: Sendable {
     public let ingestor: FixIngestor
     public let metrics: Metrics
     public let key: [UInt8]
-    /// The service's clock: whatever reads the outbox or the check-ins beside it uses this one, since it may run a
-    /// few milliseconds ahead of the system's (it never repeats a millisecond) and a record made by the service is
-    /// not due yet by the system's clock.
+    /// The service's clock, which the test moves (`advance`): expiries, sweeps and marks happen only then. Whatever
+    /// reads the outbox or the check-ins beside the service uses this one too, since the service's records carry its
+    /// times, not the system's.
     public let clock: ManualClock
 
     public init(directory: URL? = nil, retentionSeconds: Int64 = 86_400, staleAfterSeconds: Int64 = 120, key: [UInt8] = Crypto.randomBytes(32),
