@@ -28,6 +28,12 @@ import Glibc
         return contact
     }
 
+    /// A limited owner key of the fixture's store, with no limits beside the mail budget.
+    func key(_ fixture: ServiceFixture, _ label: String) throws -> OwnerKeyRecord {
+        try #require(try fixture.store.ownerKey(id: try fixture.store.insertOwnerKey(hash: SecretHash(of: label), label: label, createdAt: 1,
+                                                                                      admin: false, limits: .none)))
+    }
+
     func mailing(_ fixture: ServiceFixture, url: String) throws -> ContactMailing {
         let server = try MailServer(url: url, from: "flare@example.org")
         return ContactMailing(server: server, sender: SMTPMailer(server: server),
@@ -181,11 +187,7 @@ import Glibc
         let server = try TestSMTPServer()
         defer { server.stop() }
         let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
-        func key(_ label: String) throws -> OwnerKeyRecord {
-            try #require(try fixture.store.ownerKey(id: try fixture.store.insertOwnerKey(hash: SecretHash(of: label), label: label, createdAt: 1,
-                                                                                          admin: false, limits: .none)))
-        }
-        let lost = try key("lost"), other = try key("other")
+        let lost = try key(fixture, "lost"), other = try key(fixture, "other")
         let stranger = try contact(fixture, "Stranger", email: "stranger@example.org", owner: lost.id)
         let mum = try contact(fixture, "Mum", email: "mum@example.org", owner: other.id)
         let spam = try fixture.service.create(name: "Account locked", durationSeconds: 600, owner: lost, contacts: [stranger.id])
@@ -217,11 +219,7 @@ import Glibc
         let server = try TestSMTPServer()
         defer { server.stop() }
         let deliverer = deliverer(fixture, mailing: try mailing(fixture, url: server.url))
-        func key(_ label: String) throws -> OwnerKeyRecord {
-            try #require(try fixture.store.ownerKey(id: try fixture.store.insertOwnerKey(hash: SecretHash(of: label), label: label, createdAt: 1,
-                                                                                          admin: false, limits: .none)))
-        }
-        let busy = try key("busy"), quiet = try key("quiet")
+        let busy = try key(fixture, "busy"), quiet = try key(fixture, "quiet")
         for share in 0..<5 {
             var contacts: [ContactID] = []
             for index in 0..<20 { contacts.append(try contact(fixture, "C\(share)-\(index)", email: "c\(share)-\(index)@example.org", owner: busy.id).id) }
