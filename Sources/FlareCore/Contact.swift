@@ -59,6 +59,11 @@ public enum ContactRules {
         public let code: String
         public let message: String
         public var description: String { message }
+
+        public init(code: String, message: String) {
+            self.code = code
+            self.message = message
+        }
     }
 
     public static func validName(_ text: String) throws(Refusal) -> String {

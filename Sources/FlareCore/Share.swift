@@ -32,12 +32,15 @@ public struct Share: Sendable, Equatable {
     /// End-to-end encrypted: the phone encrypts every position with a passphrase the server never receives (it is in
     /// the link's fragment), and the server keeps and relays only ciphertext (`Fix.sealed`). Set at creation.
     public let endToEnd: Bool
+    /// Since when the share goes on under duress: its device's duress PIN was entered, so the device was told it
+    /// stopped while the viewers keep it, with a warning (`Devices.stop`). Nil: not under duress.
+    @Packed public var duressAt: UnixMillis?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
                 ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil,
-                missedCheckinDueAt: UnixMillis? = nil, endToEnd: Bool = false) {
+                missedCheckinDueAt: UnixMillis? = nil, endToEnd: Bool = false, duressAt: UnixMillis? = nil) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -54,6 +57,7 @@ public struct Share: Sendable, Equatable {
         self.batteryLowAt = batteryLowAt
         self.missedCheckinDueAt = missedCheckinDueAt
         self.endToEnd = endToEnd
+        self.duressAt = duressAt
     }
 
     public var isActive: Bool { endedAt == nil }

@@ -37,6 +37,14 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     /// A contact could not be mailed: the server refused for good, 24 h of retries ran out, or there was nothing to
     /// send any more (the link withdrawn, the contact deleted or without an address, no SMTP server configured).
     case contactNotificationFailed = "contact.notification_failed"
+    /// A device's SOS started: its share was made with a personal link per contact (each a `link.created`).
+    case sosStarted = "sos.started"
+    /// The device pressed SOS again while its SOS was live (no second share).
+    case sosRepeated = "sos.repeated"
+    /// The device's duress PIN was entered: the device was told its SOS stopped; the share goes on for the viewers.
+    case sosDuress = "sos.duress"
+    /// Wrong PINs locked stopping the device's SOS: someone is trying to stop it.
+    case sosStopRefused = "sos.stop_refused"
 }
 
 /// One event, as it is recorded in the store's outbox in the same transaction as the change it reports, and
@@ -146,6 +154,11 @@ public struct ShareEvent: Sendable, Equatable {
             writer.field("checkin_id", checkin.id.rawValue)
             writer.field("due_at", RFC3339.format(millis: checkin.dueAt))
         }
+    }
+
+    /// An SOS event: the device by its id, never its name, secret or a position.
+    public static func sos(_ type: ShareEventType, _ id: ShareID, device: DeviceID, at: UnixMillis) -> ShareEvent {
+        ShareEvent(type, share: id, at: at) { $0.field("device_id", device.rawValue) }
     }
 
     /// What became of mailing a contact about `cause` (the event the mail told of, by its id and type): the link and

@@ -120,6 +120,8 @@ public struct TrackerSummary: Sendable, Equatable {
     public var connection: String?
     public var locateRequestedAt: UnixMillis?
     public var locateAnsweredAt: UnixMillis?
+    /// Since when the share goes on under duress (`Share.duressAt`): the viewers warn.
+    public var duressAt: UnixMillis?
 
     public init(share: Share, last: Fix?) {
         record = share.trackerRecord
@@ -128,6 +130,7 @@ public struct TrackerSummary: Sendable, Equatable {
         connection = last?.connection
         locateRequestedAt = share.locateRequestedAt
         locateAnsweredAt = share.locateAnsweredAt
+        duressAt = share.duressAt
     }
 
     public var isBatteryLow: Bool { TrackerRules.isBatteryLow(level: battery, status: batteryStatus) }

@@ -107,3 +107,23 @@ public enum Crypto {
         return Array(output.prefix(total + Int(length)))
     }
 }
+
+extension Crypto {
+    /// PBKDF2-HMAC-SHA256 (RFC 8018) from OpenSSL: a slow hash for low-entropy secrets such as a PIN, which a plain
+    /// SHA-256 would give up to anyone holding the store in a fraction of a second.
+    public static func pbkdf2SHA256(password: [UInt8], salt: [UInt8], iterations: Int, length: Int = 32) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: length)
+        let ok = password.withUnsafeBufferPointer { pass in
+            salt.withUnsafeBufferPointer { saltBuffer in
+                output.withUnsafeMutableBufferPointer { out in
+                    pass.withMemoryRebound(to: CChar.self) { passChars in
+                        PKCS5_PBKDF2_HMAC(passChars.baseAddress, Int32(pass.count), saltBuffer.baseAddress, Int32(saltBuffer.count),
+                                          Int32(iterations), EVP_sha256(), Int32(length), out.baseAddress)
+                    }
+                }
+            }
+        }
+        precondition(ok == 1, "OpenSSL could not compute PBKDF2-HMAC-SHA256")
+        return output
+    }
+}

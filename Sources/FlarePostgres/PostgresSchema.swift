@@ -211,6 +211,18 @@ extension PostgresShareStore {
         ALTER TABLE owner_keys ADD COLUMN work_stopped_at BIGINT;
         UPDATE owner_keys SET work_stopped_at = revoked_at WHERE revoked_at IS NOT NULL;
         """,
+        // 17: devices, standing SOS triggers (only their secret's hash and their PINs' slow hashes kept), with what every
+        // instance must agree on of their SOS; and the duress a share may go on under.
+        """
+        CREATE TABLE devices (row BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key BIGINT NOT NULL, name TEXT NOT NULL,
+                              secret_hash BYTEA NOT NULL UNIQUE, contacts TEXT NOT NULL, duration_s BIGINT, message TEXT NOT NULL,
+                              pin TEXT, duress_pin TEXT, created_at BIGINT NOT NULL, sos_share BIGINT, sos_tokens DOUBLE PRECISION,
+                              sos_tokens_at BIGINT, repeat_mailed_at BIGINT, wrong_pins INTEGER NOT NULL DEFAULT 0,
+                              wrong_pins_since BIGINT, stop_locked_until BIGINT, last_heard_at BIGINT);
+        CREATE INDEX devices_of_key ON devices(owner_key, row);
+        CREATE INDEX devices_by_sos_share ON devices(sos_share);
+        ALTER TABLE shares ADD COLUMN duress_at BIGINT;
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 

@@ -46,6 +46,10 @@ extension PostgresShareStore: EventRecords {
         }
     }
 
+    public func recordEvent(_ event: PendingEvent, shareRow: Int64) throws(StoreError) {
+        try pool.with(operation: "record event") { connection throws(StoreError) in try Self.record(event, shareRow: shareRow, on: connection) }
+    }
+
     public func eventDelivered(id: String, destination: EventDestination) throws(StoreError) {
         let rows = try pool.with(operation: "read event") { connection throws(StoreError) in
             try connection.execute("SELECT id FROM events WHERE event_id = $1", [id], operation: "read event")

@@ -10,7 +10,7 @@ extension PostgresShareStore: ShareRecords {
 
     /// The share and its event in one statement: one round trip, as before events existed (creations share the
     /// server's group commit).
-    private static func insert(_ share: Share, event pending: PendingEvent?, on connection: PostgresConnection) throws(StoreError) -> Int64 {
+    static func insert(_ share: Share, event pending: PendingEvent?, on connection: PostgresConnection) throws(StoreError) -> Int64 {
         let parameters = [share.id.rawValue, PostgresText.hex(share.viewTokenHash.bytes), share.name, String(share.createdAt), String(share.expiresAt),
                           share.ownerKeyID.map { String($0) }, share.endToEnd ? "t" : "f"]
         guard let pending else {
@@ -61,6 +61,12 @@ extension PostgresShareStore: ShareRecords {
     }
 
     @discardableResult
+    public func markDuress(row: Int64, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool {
+        try changedRows("UPDATE shares SET duress_at = $1 WHERE id = $2 AND ended_at IS NULL AND duress_at IS NULL",
+                        [String(at), String(row)], operation: "mark duress", event: event, shareRow: row) == 1
+    }
+
+    @discardableResult
     public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool {
         let ended = try changedRows("UPDATE shares SET ended_at = $1, end_reason = $2 WHERE id = $3 AND ended_at IS NULL",
                                     [String(endedAt), reason.rawValue, String(row)], operation: "end share", event: event, shareRow: row) == 1
@@ -85,7 +91,7 @@ extension PostgresShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at, checkin_missed_due, e2e
+        last_answer_id, battery_low_at, checkin_missed_due, e2e, duress_at
         """
 
     private static func shares(_ rows: PostgresRows) -> [StoredShare] {
@@ -102,7 +108,7 @@ extension PostgresShareStore: ShareRecords {
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
                 ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16),
                 batteryLowAt: rows.optionalInt64(index, 17), missedCheckinDueAt: rows.optionalInt64(index, 18),
-                endToEnd: rows.bool(index, 19))
+                endToEnd: rows.bool(index, 19), duressAt: rows.optionalInt64(index, 20))
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }

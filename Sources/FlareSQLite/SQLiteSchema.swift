@@ -196,6 +196,18 @@ extension SQLiteShareStore {
         ALTER TABLE owner_keys ADD COLUMN work_stopped_at INTEGER;
         UPDATE owner_keys SET work_stopped_at = revoked_at WHERE revoked_at IS NOT NULL;
         """,
+        // 17: devices, standing SOS triggers (only their secret's hash and their PINs' slow hashes kept), with what every
+        // instance must agree on of their SOS; and the duress a share may go on under.
+        """
+        CREATE TABLE IF NOT EXISTS devices (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner_key INTEGER NOT NULL, name TEXT NOT NULL,
+                                            secret_hash BLOB NOT NULL UNIQUE, contacts TEXT NOT NULL, duration_s INTEGER, message TEXT NOT NULL,
+                                            pin TEXT, duress_pin TEXT, created_at INTEGER NOT NULL, sos_share INTEGER, sos_tokens REAL,
+                                            sos_tokens_at INTEGER, repeat_mailed_at INTEGER, wrong_pins INTEGER NOT NULL DEFAULT 0,
+                                            wrong_pins_since INTEGER, stop_locked_until INTEGER, last_heard_at INTEGER);
+        CREATE INDEX IF NOT EXISTS devices_of_key ON devices(owner_key, row);
+        CREATE INDEX IF NOT EXISTS devices_by_sos_share ON devices(sos_share);
+        ALTER TABLE shares ADD COLUMN duress_at INTEGER;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
 

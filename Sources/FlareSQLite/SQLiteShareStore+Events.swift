@@ -51,6 +51,12 @@ extension SQLiteShareStore: EventRecords {
         }
     }
 
+    public func recordEvent(_ event: PendingEvent, shareRow: Int64) throws(StoreError) {
+        try database.withLock { db throws(StoreError) in
+            try db.transaction { () throws(StoreError) in try Self.record(event, shareRow: shareRow, in: db) }
+        }
+    }
+
     public func eventDelivered(id: String, destination: EventDestination) throws(StoreError) {
         let row: Int64? = try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT id FROM events WHERE event_id = ?1")

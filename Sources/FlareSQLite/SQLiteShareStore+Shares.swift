@@ -17,7 +17,7 @@ extension SQLiteShareStore: ShareRecords {
         }
     }
 
-    private static func insert(_ share: Share, into db: SQLiteDatabase) throws(StoreError) -> Int64 {
+    static func insert(_ share: Share, into db: SQLiteDatabase) throws(StoreError) -> Int64 {
         let statement = try db.statement("""
             INSERT INTO shares (share_id, view_token_hash, name, created_at, expires_at, owner_key, e2e) VALUES (?, ?, ?, ?, ?, ?, ?)
             """)
@@ -84,6 +84,14 @@ extension SQLiteShareStore: ShareRecords {
     }
 
     @discardableResult
+    public func markDuress(row: Int64, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool {
+        try changedRows("UPDATE shares SET duress_at = ? WHERE id = ? AND ended_at IS NULL AND duress_at IS NULL", event: event, shareRow: row) { statement in
+            statement.bind(1, at)
+            statement.bind(2, row)
+        } == 1
+    }
+
+    @discardableResult
     public func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool {
         try changedRows("UPDATE shares SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL", event: event, shareRow: row) { statement in
             statement.bind(1, endedAt)
@@ -115,7 +123,7 @@ extension SQLiteShareStore: ShareRecords {
     private static let shareColumns = """
         id, share_id, view_token_hash, name, created_at, expires_at, ended_at, end_reason, history_purged,
         tracker_state, tracker_since, tracker_reason, tracker_transport, locate_requested_at, locate_answered_at, owner_key,
-        last_answer_id, battery_low_at, checkin_missed_due, e2e
+        last_answer_id, battery_low_at, checkin_missed_due, e2e, duress_at
         """
 
     private static func readShare(_ statement: SQLiteStatement) -> StoredShare? {
@@ -139,7 +147,8 @@ extension SQLiteShareStore: ShareRecords {
             lastAnswerID: statement.optionalInt64(16),
             batteryLowAt: statement.optionalInt64(17),
             missedCheckinDueAt: statement.optionalInt64(18),
-            endToEnd: statement.int64(19) != 0)
+            endToEnd: statement.int64(19) != 0,
+            duressAt: statement.optionalInt64(20))
         return StoredShare(row: statement.int64(0), share: share)
     }
 

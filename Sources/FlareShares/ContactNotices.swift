@@ -9,13 +9,13 @@ public import FlareSystem
 /// deleted or an address removed since the event means no mail. The link's URL is derived here (never stored) and
 /// goes only to its contact.
 public struct ContactNotices: ContactMailComposing {
-    private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords
+    private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords
     private let tokenKey: [UInt8]
     private let publicURL: String
     private let clock: any Clock
 
     /// - Parameter publicURL: what links start with (`FLARE_PUBLIC_URL`).
-    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords, tokenKey: [UInt8], publicURL: String, clock: any Clock) {
+    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords, tokenKey: [UInt8], publicURL: String, clock: any Clock) {
         self.store = store
         self.tokenKey = tokenKey
         self.publicURL = publicURL
@@ -49,6 +49,8 @@ public struct ContactNotices: ContactMailComposing {
         let (subject, body): (String, String)
         if event.type == .checkinMissed, let checkin = try store.checkin(shareRow: stored.row) {
             (subject, body) = text.checkinMissed(url: url, until: stored.share.expiresAt, checkin: checkin, last: try store.recentFixes(row: stored.row, limit: 1).first)
+        } else if let url, let sos = try sosMail(event, text: text, url: url, share: stored) {
+            (subject, body) = sos
         } else if let url {
             (subject, body) = text.linkCreated(url: url, expiresAt: stored.share.expiresAt)
         } else {
@@ -57,6 +59,22 @@ public struct ContactNotices: ContactMailComposing {
         let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
                                   body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
         return .send(recipient: address, message: message.bytes, contact: contact.id)
+    }
+}
+
+extension ContactNotices {
+    /// The mail of an SOS (a device's share): its start (the link's creation), a repeated press, the duress PIN, the
+    /// stop locked by wrong PINs. Nil for a share no device started.
+    private func sosMail(_ event: ShareEvent, text: ContactNoticeText, url: String, share stored: StoredShare) throws(StoreError) -> (subject: String, body: String)? {
+        switch event.type {
+        case .linkCreated:
+            guard let device = try store.device(sosShareRow: stored.row)?.device else { return nil }
+            return text.sosStarted(url: url, at: stored.share.createdAt, until: stored.share.expiresAt, message: device.message)
+        case .sosRepeated: return text.sosRepeated(url: url, at: event.at)
+        case .sosDuress: return text.sosDuress(url: url, at: event.at)
+        case .sosStopRefused: return text.sosStopRefused(url: url, at: event.at)
+        default: return nil
+        }
     }
 }
 
@@ -101,6 +119,121 @@ struct ContactNoticeText {
                     \(url)
 
                     此链接仅供你本人使用，请勿转发。
+                    """)
+        }
+    }
+
+    /// A device's SOS started: the first the contact hears of it.
+    func sosStarted(url: String, at: UnixMillis, until: UnixMillis, message: String) -> (subject: String, body: String) {
+        let when = Self.utc(at), end = Self.utc(until)
+        switch language {
+        case .en:
+            let said = message.isEmpty ? "" : "\n\(sharer) left this message: “\(message)”\n"
+            return ("SOS: \(sharer) needs help",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) pressed SOS at \(when) and asked Flare to tell you.
+                    \(said)
+                    Open your personal link to see where \(sharer) is, follow them live, and answer (it stays live until \(end)):
+                    \(url)
+
+                    If you think \(sharer) is in danger, call the emergency services.
+
+                    This link is yours alone: please do not forward it.
+                    """)
+        case .zhCN:
+            let said = message.isEmpty ? "" : "\n\(sharer) 留言：“\(message)”\n"
+            return ("紧急求助：\(sharer) 需要帮助",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 在 \(when) 按下了紧急求助（SOS），并请 Flare 通知你。
+                    \(said)
+                    打开你的专属链接，实时查看 \(sharer) 的位置并回复（有效至 \(end)）：
+                    \(url)
+
+                    如果你认为 \(sharer) 有危险，请拨打急救电话。
+
+                    此链接仅供你本人使用，请勿转发。
+                    """)
+        }
+    }
+
+    /// The SOS button was pressed again while the SOS was live.
+    func sosRepeated(url: String, at: UnixMillis) -> (subject: String, body: String) {
+        let when = Self.utc(at)
+        switch language {
+        case .en:
+            return ("SOS: \(sharer) pressed SOS again",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) pressed SOS again at \(when). Their SOS is still live; your personal link shows where they are:
+                    \(url)
+                    """)
+        case .zhCN:
+            return ("紧急求助：\(sharer) 再次按下了 SOS",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 在 \(when) 再次按下了 SOS。求助仍在进行中，你的专属链接显示其位置：
+                    \(url)
+                    """)
+        }
+    }
+
+    /// The duress PIN: the device was made to stop; the share goes on.
+    func sosDuress(url: String, at: UnixMillis) -> (subject: String, body: String) {
+        let when = Self.utc(at)
+        switch language {
+        case .en:
+            return ("\(sharer) may be under duress",
+                    """
+                    Hello \(contact),
+
+                    \(sharer) may be under duress: at \(when) they were made to stop sharing, and entered the PIN that only seems to stop it.
+                    Their phone now shows that sharing stopped. Flare goes on showing you where they are:
+                    \(url)
+
+                    Do not call or message \(sharer)'s phone: someone else may be watching it. If you think they are in danger,
+                    call the emergency services.
+                    """)
+        case .zhCN:
+            return ("\(sharer) 可能正受到胁迫",
+                    """
+                    \(contact)，你好：
+
+                    \(sharer) 可能正受到胁迫：在 \(when)，其被迫停止共享，并输入了只会“假装停止”的胁迫密码。
+                    其手机现在显示共享已停止，但 Flare 仍会继续向你显示其位置：
+                    \(url)
+
+                    请不要给 \(sharer) 的手机打电话或发消息：可能有人正在看着这部手机。如果你认为其有危险，请拨打急救电话。
+                    """)
+        }
+    }
+
+    /// Wrong PINs locked stopping the SOS.
+    func sosStopRefused(url: String, at: UnixMillis) -> (subject: String, body: String) {
+        let when = Self.utc(at)
+        switch language {
+        case .en:
+            return ("Someone is trying to stop \(sharer)'s SOS",
+                    """
+                    Hello \(contact),
+
+                    By \(when), a wrong PIN was entered five times to stop \(sharer)'s SOS. Stopping it is locked for 15 minutes, and
+                    \(sharer)'s location is still shared with you:
+                    \(url)
+                    """)
+        case .zhCN:
+            return ("有人试图停止 \(sharer) 的紧急求助",
+                    """
+                    \(contact)，你好：
+
+                    截至 \(when)，有人五次输入错误的密码试图停止 \(sharer) 的紧急求助。停止功能已被锁定 15 分钟，
+                    \(sharer) 的位置仍在与你共享：
+                    \(url)
                     """)
         }
     }

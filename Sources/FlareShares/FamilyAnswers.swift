@@ -48,6 +48,12 @@ final class FamilyAnswers: Sendable {
         directory.addAnswers(snapshot.share.id, [answer])
         outbox.recorded()
         let remaining = max(1, (snapshot.share.expiresAt - clock.now()) / 1000)
+        // Under duress the phone may be in someone else's hands: its topic hears no answer (the viewers still see them).
+        if directory.snapshot(snapshot.share.id)?.share.duressAt != nil {
+            logger.info("share \(snapshot.share.id): answered (\(kind.rawValue)); not sent to the phone: the share is under duress")
+            metrics.increment(FlareMetrics.answers, labels: [("kind", kind.rawValue)])
+            return answer
+        }
         if !announcer.publish(topic: Topics.answers(snapshot.share.id), payload: answer.json, qos: 1, retain: false,
                               expirySeconds: UInt32(clamping: remaining)) {
             logger.warning("share \(snapshot.share.id): broker unavailable; an answer is stored and shown, and the phone gets it over HTTP")

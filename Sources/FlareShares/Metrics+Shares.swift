@@ -4,6 +4,8 @@ public import FlareSystem
 extension FlareMetrics {
     public static let sharesActive = Metrics.Family("flare_shares_active", .gauge, "Shares currently active.")
     public static let sharesCreated = Metrics.Family("flare_shares_created_total", .counter, "Shares created.")
+    public static let sosStarted = Metrics.Family("flare_sos_started_total", .counter, "SOS started by devices (a repeated press starts none).")
+    public static let deviceFixesDropped = Metrics.Family("flare_device_fixes_dropped_total", .counter, "Positions from devices outside an SOS: answered and dropped, never stored.")
     public static let sharesEnded = Metrics.Family("flare_shares_ended_total", .counter, "Shares ended, by reason.")
     public static let quotaRefusals = Metrics.Family("flare_quota_refusals_total", .counter, "Requests refused for being over their key's limits, by limit.")
     public static let answers = Metrics.Family("flare_answers_total", .counter, "Answers from the family, by kind.")

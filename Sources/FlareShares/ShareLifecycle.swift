@@ -119,19 +119,30 @@ final class ShareLifecycle: Sendable {
         let viewToken = Secret.generate()
         let share = Share(id: ShareID.generate(), viewTokenHash: viewToken.hash, name: cleanName,
                           createdAt: now, expiresAt: now + duration * 1000, ownerKeyID: owner?.id, endToEnd: endToEnd)
-        let inserted: Result<Int64, QuotaRefusal>
-        let started = ShareEvent.started(share)
-        do {
-            inserted = limits.maxLive != nil || limits.createsPerHour != nil
-                ? try store.insertShare(share, limits: limits, now: now, event: outbox.pending(started))
-                : .success(try store.insertShare(share, event: outbox.pending(started)))
-        } catch { throw .storage(error.description) }
-        let row: Int64
-        switch inserted {
-        case .success(let inserted): row = inserted
-        case .failure(let refusal): throw refused(refusal)
+        let created = try record(share, viewToken: viewToken, linkContacts: linkContacts, owner: owner) { started throws(ShareError) -> Int64? in
+            let inserted: Result<Int64, QuotaRefusal>
+            do throws(StoreError) {
+                inserted = limits.maxLive != nil || limits.createsPerHour != nil
+                    ? try store.insertShare(share, limits: limits, now: now, event: started)
+                    : .success(try store.insertShare(share, event: started))
+            } catch { throw .storage(error.description) }
+            switch inserted {
+            case .success(let row): return row
+            case .failure(let refusal): throw refused(refusal)
+            }
         }
+        guard let created else { throw .storage("the share was not stored") }  // not reached: the insertion above stores or throws
+        return created
+    }
+
+    /// The part of a creation after its checks, the same for every way a share is made (`create`, a device's SOS):
+    /// `insert` stores the share with its `share.started` event and returns its row (nil: it did not store it, for
+    /// a reason the caller knows); then its personal links are stored and mailed, and memory and the broker told.
+    func record(_ share: Share, viewToken: Secret, linkContacts: [Contact], owner: OwnerKeyRecord?,
+                insert: (PendingEvent) throws(ShareError) -> Int64?) throws(ShareError) -> ShareService.Created? {
+        guard let row = try insert(outbox.pending(ShareEvent.started(share))) else { return nil }
         outbox.recorded()
+        let now = share.createdAt
         let made = links.makeLinks(for: linkContacts, share: share.id, row: row, at: now)
         var mailing: [LinkID: LinkMailing] = [:]
         if !made.isEmpty {
@@ -157,7 +168,8 @@ final class ShareLifecycle: Sendable {
         directory.scheduleNext(for: share)
         announcer.publishStatus(of: share)
         metrics.increment(FlareMetrics.sharesCreated)
-        logger.info("share \(share.id) created\(endToEnd ? " (end-to-end encrypted)" : ""), expires in \(duration) s\(made.isEmpty ? "" : ", \(made.count) personal links")")
+        let duration = (share.expiresAt - share.createdAt) / 1000
+        logger.info("share \(share.id) created\(share.endToEnd ? " (end-to-end encrypted)" : ""), expires in \(duration) s\(made.isEmpty ? "" : ", \(made.count) personal links")")
         return ShareService.Created(share: share, viewToken: viewToken.text, deviceToken: deviceToken(for: share), links: made.map { ($0.link, $0.token) },
                                     mailing: mailing)
     }

@@ -63,6 +63,8 @@ public final class ShareService: Sendable {
     public let keys: OwnerKeyService
     /// The contacts: whom a key's shares may tell.
     public let contacts: ContactService
+    /// The devices: standing SOS triggers, each with a secret of its own.
+    public let devices: Devices
     package let directory: ShareDirectory
     let announcer: BrokerAnnouncer
     let lifecycle: ShareLifecycle
@@ -81,11 +83,13 @@ public final class ShareService: Sendable {
     ///   - eventRecorded: told after an event is committed to the outbox (the deliverer wakes).
     ///   - sweepRetained: clears what tokens left retained below an ended share's location topic (`RetainedSweeper`).
     ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
+    ///   - sosPerDevicePerHour: how many SOS a device may start in an hour (`FLARE_SOS_PER_DEVICE_PER_HOUR`).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any Clock, metrics: Metrics, logger: Logger,
                 eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, mailPerKeyPerHour: Int = 60,
                 eventRecorded: @escaping @Sendable () -> Void = {},
-                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver()) {
+                sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver(),
+                sosPerDevicePerHour: Int = 6) {
         let keys = OwnerKeyService(store: store, sealer: WebhookSecretSealer(tokenKey: tokenKey), resolver: hostResolver, clock: clock,
                                    metrics: metrics, logger: logger)
         let contacts = ContactService(store: store, clock: clock, logger: logger.with(label: "contacts"))
@@ -113,6 +117,9 @@ public final class ShareService: Sendable {
         self.checkins = Checkins(store: store, lifecycle: lifecycle, links: links, keys: keys, directory: directory, mailPlanner: mailPlanner,
                                  outbox: outbox, policy: policy, clock: clock, logger: logger)
         self.trackers = trackers
+        self.devices = Devices(store: store, lifecycle: lifecycle, links: links, contacts: contacts, directory: directory, mailPlanner: mailPlanner,
+                               outbox: outbox, policy: policy, tokenKey: tokenKey, sosPerHour: sosPerDevicePerHour, clock: clock, metrics: metrics,
+                               logger: logger.with(label: "devices"))
         self.positions = PositionPublication(directory: directory, trackers: trackers, announcer: announcer, deadlines: deadlines, clock: clock,
                                              metrics: metrics, logger: logger)
         self.confirmations = confirmations

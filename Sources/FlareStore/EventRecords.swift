@@ -17,6 +17,8 @@ public protocol EventRecords: Sendable {
     func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError)
     /// An attempt failed: try again at `retryAt`, or give up (nil) and drop it.
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError)
+    /// An event that reports no change of a row (a repeated SOS press), recorded against its share on its own.
+    func recordEvent(_ event: PendingEvent, shareRow: Int64) throws(StoreError)
     /// What waits in the outbox, per destination.
     func outboxBacklog() throws(StoreError) -> [OutboxBacklog]
 }

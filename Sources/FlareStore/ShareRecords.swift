@@ -15,6 +15,10 @@ public protocol ShareRecords: Sendable {
     /// announces the end (ended status, retained clear, revocation).
     @discardableResult
     func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool
+    /// Records that an active share goes on under duress (`Share.duressAt`), with its event, once: true only for the
+    /// call that marked it. Marks the share changed, so that every instance's viewers see the warning.
+    @discardableResult
+    func markDuress(row: Int64, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool
     /// Deletes an ended share's positions, its personal links and its name; the row keeps only that it existed and
     /// when. True only for the call that purged it.
     @discardableResult

@@ -13,8 +13,8 @@
 ///
 /// The calls are grouped by concern, one protocol each (in the file of its name): shares (`ShareRecords`), trackers
 /// and their commands (`TrackerRecords`), fixes (`FixRecords`), answers (`AnswerRecords`), the audience
-/// (`AudienceRecords`), owner keys and their webhooks (`KeyRecords`), contacts (`ContactRecords`), personal links (`LinkRecords`), check-ins (`CheckinRecords`), the events outbox (`EventRecords`), several
+/// (`AudienceRecords`), owner keys and their webhooks (`KeyRecords`), contacts (`ContactRecords`), devices (`DeviceRecords`), personal links (`LinkRecords`), check-ins (`CheckinRecords`), the events outbox (`EventRecords`), several
 /// instances (`InstanceRecords`, `LeaseRecords`, `ChangeFeed`) and the store's own state (`StoreHealth`). Each engine
 /// conforms to each in a file of the same name (`SQLiteShareStore+Fixes.swift`, `PostgresShareStore+Fixes.swift`).
-public protocol ShareStore: ShareRecords, TrackerRecords, FixRecords, AnswerRecords, AudienceRecords, KeyRecords, ContactRecords,
+public protocol ShareStore: ShareRecords, TrackerRecords, FixRecords, AnswerRecords, AudienceRecords, KeyRecords, ContactRecords, DeviceRecords,
                             LinkRecords, CheckinRecords, EventRecords, InstanceRecords, LeaseRecords, ChangeFeed, StoreHealth {}

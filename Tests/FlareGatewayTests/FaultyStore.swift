@@ -42,6 +42,7 @@ final class FaultyStore: ShareStore {
     func insertShare(_ share: Share, event: PendingEvent?) throws(StoreError) -> Int64 { try fault("insertShare"); return try base.insertShare(share, event: event) }
     func insertShare(_ share: Share, limits: KeyLimits, now: UnixMillis, event: PendingEvent?) throws(StoreError) -> Result<Int64, QuotaRefusal> { try fault("insertShare"); return try base.insertShare(share, limits: limits, now: now, event: event) }
     func updateExpiry(row: Int64, expiresAt: UnixMillis, event: PendingEvent?) throws(StoreError) { try fault("updateExpiry"); try base.updateExpiry(row: row, expiresAt: expiresAt, event: event) }
+    func markDuress(row: Int64, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool { try fault("markDuress"); return try base.markDuress(row: row, at: at, event: event) }
     func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool { try fault("markEnded"); return try base.markEnded(row: row, at: endedAt, reason: reason, event: event) }
     func purgeHistory(row: Int64) throws(StoreError) -> Bool { try fault("purgeHistory"); return try base.purgeHistory(row: row) }
     func loadOpenShares() throws(StoreError) -> [StoredShare] { try fault("loadOpenShares"); return try base.loadOpenShares() }
@@ -56,6 +57,29 @@ final class FaultyStore: ShareStore {
     func takeLocateCommand(row: Int64, now: UnixMillis, validForMillis: Int64) throws(StoreError) -> Bool { try fault("takeLocateCommand"); return try base.takeLocateCommand(row: row, now: now, validForMillis: validForMillis) }
     func insertAnswer(row: Int64, kind: AnswerKind, name: String, at: UnixMillis, event: @Sendable (Answer) -> PendingEvent?) throws(StoreError) -> Answer? { try fault("insertAnswer"); return try base.insertAnswer(row: row, kind: kind, name: name, at: at, event: event) }
     func answers(row: Int64, after: Int64, limit: Int) throws(StoreError) -> [Answer] { try fault("answers"); return try base.answers(row: row, after: after, limit: limit) }
+    func insertDevice(_ device: Device, limit: Int) throws(StoreError) -> Bool { try fault("insertDevice"); return try base.insertDevice(device, limit: limit) }
+    func device(id: DeviceID) throws(StoreError) -> StoredDevice? { try fault("device(id:)"); return try base.device(id: id) }
+    func device(secretHash: SecretHash) throws(StoreError) -> StoredDevice? { try fault("device(secretHash:)"); return try base.device(secretHash: secretHash) }
+    func device(sosShareRow: Int64) throws(StoreError) -> StoredDevice? { try fault("device(sosShareRow:)"); return try base.device(sosShareRow: sosShareRow) }
+    func listDevices(owner: Int64?, after position: DeviceListPosition?, limit: Int) throws(StoreError) -> [StoredDevice] {
+        try fault("listDevices")
+        return try base.listDevices(owner: owner, after: position, limit: limit)
+    }
+    func updateDevice(_ device: Device) throws(StoreError) -> Bool { try fault("updateDevice"); return try base.updateDevice(device) }
+    func deleteDevice(id: DeviceID) throws(StoreError) -> Bool { try fault("deleteDevice"); return try base.deleteDevice(id: id) }
+    func startSOS(device: DeviceID, share: Share, perHour: Int, now: UnixMillis, events: [PendingEvent]) throws(StoreError) -> SOSStart {
+        try fault("startSOS")
+        return try base.startSOS(device: device, share: share, perHour: perHour, now: now, events: events)
+    }
+    func takeRepeatMail(device: DeviceID, now: UnixMillis, interval: Int64) throws(StoreError) -> Bool {
+        try fault("takeRepeatMail")
+        return try base.takeRepeatMail(device: device, now: now, interval: interval)
+    }
+    func noteWrongPIN(device: DeviceID, now: UnixMillis, window: Int64, limit: Int, lock: Int64, lockEvent: (shareRow: Int64, event: PendingEvent)?) throws(StoreError) -> DeviceSOSState {
+        try fault("noteWrongPIN")
+        return try base.noteWrongPIN(device: device, now: now, window: window, limit: limit, lock: lock, lockEvent: lockEvent)
+    }
+    func noteDeviceHeard(device: DeviceID, at: UnixMillis) throws(StoreError) { try fault("noteDeviceHeard"); try base.noteDeviceHeard(device: device, at: at) }
     func insertContact(_ contact: Contact, limit: Int) throws(StoreError) -> Bool { try fault("insertContact"); return try base.insertContact(contact, limit: limit) }
     func contact(id: ContactID) throws(StoreError) -> Contact? { try fault("contact(id:)"); return try base.contact(id: id) }
     func listContacts(owner: Int64?, after position: ContactListPosition?, limit: Int) throws(StoreError) -> [StoredContact] { try fault("listContacts"); return try base.listContacts(owner: owner, after: position, limit: limit) }
@@ -112,6 +136,7 @@ final class FaultyStore: ShareStore {
     }
     func dueEvents(now: UnixMillis, limit: Int) throws(StoreError) -> [OutboxDelivery] { try fault("dueEvents"); return try base.dueEvents(now: now, limit: limit) }
     func eventsDelivered(_ deliveries: [(row: Int64, destination: EventDestination)]) throws(StoreError) { try fault("eventsDelivered"); try base.eventsDelivered(deliveries) }
+    func recordEvent(_ event: PendingEvent, shareRow: Int64) throws(StoreError) { try fault("recordEvent"); try base.recordEvent(event, shareRow: shareRow) }
     func eventDelivered(id: String, destination: EventDestination) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(id: id, destination: destination) }
     func eventDelivered(row: Int64, destination: EventDestination, reporting report: PendingEvent) throws(StoreError) { try fault("eventDelivered"); try base.eventDelivered(row: row, destination: destination, reporting: report) }
     func eventFailed(row: Int64, destination: EventDestination, attempts: Int, retryAt: UnixMillis?) throws(StoreError) { try fault("eventFailed"); try base.eventFailed(row: row, destination: destination, attempts: attempts, retryAt: retryAt) }
