@@ -26,6 +26,8 @@ public struct DaemonSettings: Sendable {
     public let trailLength: Int
     /// `FLARE_MAIL_PER_KEY_PER_HOUR`.
     public let mailPerKeyPerHour: Int
+    /// `FLARE_SOS_PER_DEVICE_PER_HOUR`.
+    public let sosPerDevicePerHour: Int
     public let instanceStaleAfterSeconds: Int64
     public let storeMinimumFreeBytes: Int64
     public let httpThreads: Int
@@ -66,6 +68,7 @@ public struct DaemonSettings: Sendable {
         nats = try NATSBrokerSettings.configured(config, dataDirectory: dataDirectory)
         trailLength = Int(try config.integer("FLARE_TRAIL_LENGTH"))
         mailPerKeyPerHour = Int(try config.integer("FLARE_MAIL_PER_KEY_PER_HOUR"))
+        sosPerDevicePerHour = Int(try config.integer("FLARE_SOS_PER_DEVICE_PER_HOUR"))
         instanceStaleAfterSeconds = try config.integer("FLARE_INSTANCE_STALE_AFTER_S")
         storeMinimumFreeBytes = try config.integer("FLARE_STORE_MIN_FREE_MB") * 1_048_576
         httpThreads = Int(try config.integer("FLARE_HTTP_THREADS"))

@@ -48,6 +48,9 @@ public final class Gateway: Sendable {
     let contactLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 6, burst: 30))
     /// Check-ins armed per key: a few a day is use, thirty at once a script.
     let checkinLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 6, burst: 30))
+    /// Requests with a device's secret, per device: a phone reporting every second with room for its backlog, a person
+    /// pressing and stopping; not a script trying PINs (which the store's lock stops anyway).
+    let deviceLimiter = RateLimiter(rule: .init(ratePerSecond: 5, burst: 120))
     let answerQuota: RateLimiter
     /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
     /// and more; a wrong token costs more.
@@ -159,6 +162,22 @@ public final class Gateway: Sendable {
         case ("checkins", 3, "POST") where parts[2] == "done": return checkinDone(request, id: parts[1])
         case ("checkins", 3, "POST") where parts[2] == "extend": return extendCheckin(request, id: parts[1])
         case ("checkins", 1...3, _): return APIError.methodNotAllowed.response
+        case ("devices", 2, "POST") where parts[1] == "sos": return startSOS(request)
+        case ("devices", 2, "GET") where parts[1] == "sos": return sosState(request)
+        case ("devices", 3, "POST") where parts[1] == "sos" && parts[2] == "stop": return stopSOS(request)
+        case ("devices", 2, "POST") where parts[1] == "locations": return deviceLocation(request)
+        case ("devices", 2, _) where parts[1] == "sos" || parts[1] == "locations", ("devices", 3, _) where parts[1] == "sos":
+            return APIError.methodNotAllowed.response
+        case ("devices", 1, "POST"): return createDevice(request)
+        case ("devices", 1, "GET"): return listDevices(request)
+        case ("devices", 2, "GET"): return showDevice(request, id: parts[1])
+        case ("devices", 2, "PATCH"): return changeDevice(request, id: parts[1])
+        case ("devices", 2, "DELETE"): return removeDevice(request, id: parts[1])
+        case ("devices", 3, "POST") where parts[2] == "secret": return newDeviceSecret(request, id: parts[1])
+        case ("devices", 3, "GET") where parts[2] == "setup": return deviceSetup(request, id: parts[1])
+        case ("devices", 1...3, _): return APIError.methodNotAllowed.response
+        case ("osmand", 1...2, "GET"), ("osmand", 1...2, "POST"): return osmand(request, secret: parts.count == 2 ? parts[1] : nil)
+        case ("osmand", 1...2, _): return APIError.methodNotAllowed.response
         case ("contacts", 1, "POST"): return createContact(request)
         case ("contacts", 1, "GET"): return listContacts(request)
         case ("contacts", 2, "GET"): return showContact(request, id: parts[1])

@@ -38,6 +38,9 @@ public struct HTTPRequest: Sendable {
         self.clientAddress = clientAddress
     }
 
+    /// The prefix of a query key that says the name after it was given more than once (its first value is in `query`).
+    public static let repeatedMark = "\u{0}repeated:"
+
     /// Case-insensitive header lookup.
     public func header(_ name: String) -> String? {
         headers[name] ?? headers[name.lowercased()]

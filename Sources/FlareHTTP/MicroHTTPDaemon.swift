@@ -375,6 +375,9 @@ private enum Callbacks {
         let name = percentDecoded(UnsafeRawBufferPointer(start: key, count: keySize))
         if values.pointee[name] == nil {
             values.pointee[name] = value.map { percentDecoded(UnsafeRawBufferPointer(start: $0, count: valueSize)) } ?? ""
+        } else {
+            // The first value is kept; that there was another is kept too, for the paths that refuse a doubled field.
+            values.pointee[HTTPRequest.repeatedMark + name] = ""
         }
         return .YES
     }

@@ -56,6 +56,7 @@ public enum FlaredSettings {
         .init("FLARE_WEBHOOK_URL", .text, nil, "where every share's events are POSTed (Standard Webhooks; any address, loopback and private included); keys may set their own for their shares"),
         .init("FLARE_WEBHOOK_SECRET", .text, nil, "the signing secret of FLARE_WEBHOOK_URL: whsec_ and 24-64 random bytes in base64; several, space-separated, while rotating (each signs)", secret: true),
         .init("FLARE_SMTP_URL", .text, nil, "the SMTP server contacts are mailed through: smtp://[user[:password]@]host[:port] (STARTTLS, required except to a loopback host; port 587) or smtps://… (TLS; port 465)", secret: true),
+        .init("FLARE_SOS_PER_DEVICE_PER_HOUR", .integer(1...1_000), "6", "SOS one device may start an hour, counted in the store for every instance (a bucket refilling over the hour); a press while its SOS is live starts none and does not count"),
         .init("FLARE_MAIL_PER_KEY_PER_HOUR", .integer(1...100_000), "60", "mails to contacts one owner key may cause an hour, admin keys too, counted in the store for every instance (a bucket refilling over the hour); beyond, links are still made and the answer says \"mailed\": false, \"reason\": \"mail_budget\""),
         .init("FLARE_SMTP_FROM", .text, nil, "the address contacts' mail comes from (and its Message-IDs' domain), e.g. flare@example.org; needed with FLARE_SMTP_URL"),
         .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),

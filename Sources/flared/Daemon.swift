@@ -61,7 +61,8 @@ final class Daemon: Sendable {
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
                                   mailsContacts: deliverer.mailsContacts, mailPerKeyPerHour: settings.mailPerKeyPerHour,
-                                  eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) })
+                                  eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) },
+                                  sosPerDevicePerHour: settings.sosPerDevicePerHour)
         let checkins = CheckinWatcher(shares: shares, store: store, holder: clientID, clock: clock, logger: logger.with(label: "checkins"))
         let ingestor = FixIngestor(store: store, shares: shares, metrics: metrics, logger: logger.with(label: "bridge"), clock: clock, parser: settings.parser)
         // With a shared store, every instance takes a share of the location stream; each learns of the fixes and

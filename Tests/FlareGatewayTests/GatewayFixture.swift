@@ -78,7 +78,7 @@ final class GatewayFixture {
         ownerKey = other?.ownerKey ?? OwnerKey.generate()
         service = ShareService(store: faults ?? store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
                                tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
-                               hostResolver: hostResolver)
+                               hostResolver: hostResolver, sosPerDevicePerHour: Int(try config.integer("FLARE_SOS_PER_DEVICE_PER_HOUR")))
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(store: faults ?? store, shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
