@@ -211,7 +211,9 @@ extension Gateway {
         let caller = try deviceCaller(request)
         // The first fix, if the body holds one, goes in with the start; a body that is not a fix is refused first.
         var first: Fix?
-        if !request.body.isEmpty {
+        // No body, or `{}` (what clients send for "no body"), is a press without a position.
+        let noFix = request.body.allSatisfy { $0 == 32 || $0 == 10 || $0 == 13 || $0 == 9 } || (try? JSONValue.parse(request.body)) == .object([:])
+        if !noFix {
             let parsed = parser.parseMessage(request.body, receivedAt: clock.now(), shareCreatedAt: clock.now() - 86_400_000)
                 .flatMap { $0.fix(endToEnd: false, receivedAt: clock.now()) ?? .failure(.ignoredType) }
             switch parsed {

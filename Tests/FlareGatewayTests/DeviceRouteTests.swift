@@ -30,7 +30,7 @@ import Testing
     }
 
     func press(_ secret: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> SOSStarted {
-        let reply = fixture.send("POST", "/api/v1/devices/sos", bearer: secret)
+        let reply = fixture.send("POST", "/api/v1/devices/sos", bearer: secret, json: "{}")
         try #require(reply.status == 201 || reply.status == 200, "\(reply.status): \(reply.text)", sourceLocation: sourceLocation)
         return try reply.decode(SOSStarted.self)
     }

@@ -149,6 +149,24 @@ class FlareBackend:
         out = subprocess.run(self.cli + ['contacts', 'add', name, '--json'], check=True, capture_output=True, text=True, timeout=30)
         return json.loads(out.stdout)['id']
 
+    def api_key(self):
+        """An owner key for the HTTP API: the run's, or (driving the CLI) a new admin key made with `flare keys create`."""
+        if not self.owner_key:
+            out = subprocess.run(self.cli + ['keys', 'create', '--admin', '--label', 'browser-tests'], check=True, capture_output=True, text=True,
+                                 timeout=30)
+            self.owner_key = out.stdout.strip().splitlines()[-1]
+        return self.owner_key
+
+    def sos_device(self, contact_ids, name='Anna', pin=None, duress_pin=None):
+        """A device (POST /api/v1/devices) whose SOS is started (POST /api/v1/devices/sos): (its secret, the SOS answer)."""
+        body = {'name': name, 'contacts': contact_ids}
+        if pin:
+            body['pin'] = pin
+        if duress_pin:
+            body['duress_pin'] = duress_pin
+        secret = http_json('POST', '/api/v1/devices', body, self.api_key())['secret']
+        return secret, http_json('POST', '/api/v1/devices/sos', {}, secret)
+
     def create_with_contacts(self, contact_ids, name='Anna'):
         """A share with a personal link per contact: (the share, [(link id, link path)])."""
         if self.mode == 'http':

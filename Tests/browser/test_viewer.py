@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import Select
 
 from scripts.flarestack import wait_until
 
-from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, coord_text, http_get, http_json, seal, tile_host_pattern
+from conftest import ARTIFACTS, BASE_URL, TIMEOUT_S, Share, coord_text, http_get, http_json, seal, tile_host_pattern
 
 POLL_TIMEOUT_S = TIMEOUT_S + 6  # polling adds up to 3 s, the SSE give-up up to 8 s
 
@@ -190,6 +190,31 @@ def test_a_missed_checkin_opens_with_who_did_not_check_in_and_the_last_position(
     zh.get(BASE_URL + links[0][1])
     wait_for(zh, lambda drv: drv.find_element(By.ID, 'checkin').is_displayed(), '#checkin in Chinese')
     assert '未在' in text(zh, '#checkin') and '报平安' in text(zh, '#checkin')
+
+
+def test_a_duress_pin_keeps_the_page_live_with_a_warning_while_the_phone_says_stopped(flare, viewer):
+    mum = flare.contact('Mum')
+    secret, sos = flare.sos_device([mum], pin='4711', duress_pin='9999')
+    link = urllib.parse.urlsplit(sos['links'][0]['url']).path
+    share = Share(dict(share_id=sos['share_id'], device_token=sos['device_token'], share_url=sos['share_url']))
+    a = flare.publish(share, flare.fix())
+    d = viewer()
+    d.get(BASE_URL + link)
+    wait_coords(d, a)
+    assert not d.find_element(By.ID, 'duress').is_displayed()
+    stopped = http_json('POST', '/api/v1/devices/sos/stop', {'pin': '9999'}, secret)
+    assert stopped['status'] == 'stopped', stopped
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'duress').is_displayed(), '#duress to appear without a reload')
+    banner = text(d, '#duress')
+    assert 'Anna may be under duress' in banner and 'Do not call or message' in banner, banner
+    assert not d.find_element(By.ID, 'ended').is_displayed(), 'the page goes on'
+    b = flare.publish(share, flare.fix())
+    wait_coords(d, b)
+    shot(d, 'viewer-duress.png')
+    zh = viewer(lang='zh-CN')
+    zh.get(BASE_URL + link)
+    wait_for(zh, lambda drv: drv.find_element(By.ID, 'duress').is_displayed(), '#duress in Chinese')
+    assert '胁迫' in text(zh, '#duress')
 
 
 def open_stale_share(flare, viewer, send):

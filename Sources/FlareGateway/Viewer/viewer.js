@@ -140,6 +140,7 @@
     name: null, expiresAt: null, endedAt: null, reason: null,
     last: null, trail: [],
     tracker: null,      // the server's tracker report: state live|stale|offline, since, battery, locate_*
+    duressAt: null,     // the sharer entered the duress PIN: their phone says stopped, the page goes on with a warning
     locateNote: null,   // what the last "locate now" press got back, until the tracker says more
     // server clock minus device clock, ms
     skew: 0,
@@ -326,6 +327,12 @@
     if (d.state === 'offline' && (!before || before.state !== 'offline')) announce(t('announce_offline', { time: timeText(S.tracker.since) }), true);
     if (S.tracker.asked && (!before || before.asked !== S.tracker.asked)) S.locateNote = null;
     body.setAttribute('data-tracker', d.state);
+    // Only ever set: a duress is not taken back by a later report.
+    var duress = Date.parse(d.duress_at);
+    if (!isNaN(duress) && S.duressAt == null) {
+      S.duressAt = duress;
+      announce(t('duress_title', { name: S.name || t('someone') }), true);
+    }
   }
 
   // "Locate now": asks the phone for a fresh position. The answer shows through the tracker report (every viewer
@@ -645,6 +652,10 @@
     renderStatus();
 
     if (E2E) E2E.banner();
+
+    var duressShown = S.duressAt != null && S.state === 'active';
+    $('duress').hidden = !duressShown;
+    if (duressShown) setText('duress-title', t('duress_title', { name: S.name || t('someone') }));
 
     var missed = S.checkinDue != null && S.reason !== 'withdrawn';
     $('checkin').hidden = !missed;
