@@ -65,12 +65,16 @@ extension PostgresShareStore: DeviceRecords {
         return try pool.with(operation: operation) { connection throws(StoreError) in
             try connection.transaction(operation: operation) { () throws(StoreError) -> SOSStart in
                 // The device's row locked: a press seen by two instances at once starts one SOS, and the second finds it.
-                let rows = try connection.execute("""
-                    SELECT d.sos_share, d.sos_tokens, d.sos_tokens_at, (s.ended_at IS NULL AND s.expires_at > $2) FROM devices d
-                    LEFT JOIN shares s ON s.id = d.sos_share WHERE d.id = $1 FOR UPDATE OF d
-                    """, [id.rawValue, String(now)], operation: operation)
+                // Its share is read by a statement of its own, after the lock: one joined to the locked row would be
+                // read as it was before the wait, and miss the share the first press just made.
+                let rows = try connection.execute("SELECT sos_share, sos_tokens, sos_tokens_at FROM devices WHERE id = $1 FOR UPDATE",
+                                                  [id.rawValue], operation: operation)
                 guard rows.count == 1 else { throw StoreError(operation: operation, postgres: "no such device") }
-                if let row = rows.optionalInt64(0, 0), rows.bool(0, 3) { return .live(row: row) }
+                if let row = rows.optionalInt64(0, 0) {
+                    let live = try connection.execute("SELECT 1 FROM shares WHERE id = $1 AND ended_at IS NULL AND expires_at > $2",
+                                                      [String(row), String(now)], operation: operation)
+                    if live.count == 1 { return .live(row: row) }
+                }
                 let held: (tokens: Double, at: UnixMillis)? = rows.optionalDouble(0, 1).map { ($0, rows.int64(0, 2)) }
                 let bucket: (tokens: Double, at: UnixMillis)
                 switch DeviceSOSArithmetic.takeStart(from: held, now: now, perHour: perHour) {
