@@ -89,6 +89,23 @@ import Testing
         ]) { fixture.send("POST", "/api/v1/shares/\(share.shareID)/extend", bearer: fixture.ownerKey, json: $0) }
     }
 
+    @Test func devicesAndTheirStop() throws {
+        let mum = try contact("Mum")
+        expect(Self.notObjects.map { Case($0, 400, "invalid_json") } + [
+            Case("", 400, "invalid_json"), Case("{}", 400, "invalid_name"), Case(#"{"name":5}"#, 400, "invalid_name"),
+            Case(#"{"name":"Anna","contacts":[5]}"#, 400, "invalid_contacts"), Case(#"{"name":"Anna","contacts":["\#(mum)"],"pin":4711}"#, 400, "invalid_pin"),
+            Case(#"{"name":"Anna","contacts":["\#(mum)"],"duress_pin":[]}"#, 400, "invalid_duress_pin"),
+            Case(#"{"name":"Anna","contacts":["\#(mum)"],"message":{}}"#, 400, "invalid_message"),
+            Case(#"{"name":"Anna","contacts":["\#(mum)"],"duration_s":"1h"}"#, 400, "invalid_duration"),
+            Case(#"{"name":"Anna","contacts":["\#(mum)"],"pin":null}"#, 201),
+        ]) { fixture.send("POST", "/api/v1/devices", bearer: fixture.ownerKey, json: $0) }
+        let device = try fixture.send("POST", "/api/v1/devices", bearer: fixture.ownerKey, json: #"{"name":"Anna","contacts":["\#(mum)"],"pin":"4711"}"#)
+            .decode(CreatedDevice.self)
+        expect(Self.notObjects.map { Case($0, 400, "invalid_json") } + [
+            Case(#"{"pin":4711}"#, 400, "invalid_pin"), Case("", 403, "wrong_pin"), Case("{}", 403, "wrong_pin"), Case(#"{"pin":"4711"}"#, 200),
+        ]) { fixture.send("POST", "/api/v1/devices/sos/stop", bearer: device.secret, json: $0) }
+    }
+
     @Test func addLinks() throws {
         let share = try fixture.createShare(), mum = try contact("Mum")
         // Every wrong body is `invalid_contacts`, a body that is not JSON too.
