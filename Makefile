@@ -47,7 +47,8 @@ lint: deps
 
 # pytest on Tests/scripts: Package.swift's imports and docs/architecture.md's arrows; two `make run` instances side by
 # side on free loopback ports, then Ctrl-C to each (about 10 s); `make cluster` with each instance killed in turn (it is
-# restarted, the other keeps serving), then stopped, and on NATS with a node killed (about 70 s).
+# restarted, the other keeps serving), then stopped, and on NATS with a node killed (about 70 s); a device's SOS as each
+# tracking app sends it, mailed through a real SMTP server, and one press seen by two instances at once (about 15 s).
 # Python runs from the repository root as modules (python3 -m …), so that scripts.flarestack is found.
 scripts-test: deps build plugin
 	/usr/bin/python3 -m pytest -q -p no:cacheprovider Tests/scripts
