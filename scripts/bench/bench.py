@@ -20,9 +20,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 from scripts.bench import natsbench
-from scripts.flarestack import HOST, RELEASE_BIN, ROOT, Stack, WaitTimeout, cpu_seconds, free_port, port_open, rss_mb, wait_until
+from scripts.flarestack import HOST, RELEASE_BIN, ROOT, MailCatcher, Stack, WaitTimeout, cpu_seconds, free_port, port_open, rss_mb, wait_until
 
 RELEASE = RELEASE_BIN  # bursts.py --release-dir and memory.py --heaptrack change it
 
@@ -675,6 +676,187 @@ def bench_create_to_other(stack, port_b, count):
             "pass": percentile(latencies, 99) < 1000}
 
 
+# --- devices: the SOS and the OsmAnd protocol ----------------------------------------------------------------
+
+# Devices one key is given here: the API takes 30 devices from a key at once, then one every 6 s (a family's, not a
+# script's), and keeps 50 a key.
+DEVICES_PER_KEY = 25
+
+
+def bench_call(stack, method, path, body=None, key=None):
+    """A JSON request with a bearer (the owner key unless `key`): (status, JSON answer)."""
+    status, _, answer = stack.request(method, path, json.dumps(body) if body is not None else None,
+                                      {"Authorization": f"Bearer {key or stack.owner_key}", "Content-Type": "application/json"})
+    return status, json.loads(answer) if answer else None
+
+
+def make_devices(stack, count, label):
+    """`count` devices named "<label> N", each with one contact (an address of its key's): in keys of DEVICES_PER_KEY,
+    made by the owner key. Returns [{"name", "device_id", "secret", "contact"}]."""
+    devices = []
+    for first in range(0, count, DEVICES_PER_KEY):
+        status, made = bench_call(stack, "POST", "/api/v1/keys", {"label": f"bench {label} {first // DEVICES_PER_KEY}"})
+        if status != 201:
+            raise SystemExit(f"bench: key create answered {status}: {made}")
+        key = made["key"]
+        address = f"{label.lower()}-{first // DEVICES_PER_KEY}@example.org"
+        status, contact = bench_call(stack, "POST", "/api/v1/contacts", {"name": "Contact", "email": address}, key)
+        if status != 201:
+            raise SystemExit(f"bench: contact create answered {status}: {contact}")
+        for n in range(first, min(count, first + DEVICES_PER_KEY)):
+            status, device = bench_call(stack, "POST", "/api/v1/devices", {"name": f"{label} {n}", "contacts": [contact["id"]]}, key)
+            if status != 201:
+                raise SystemExit(f"bench: device create answered {status}: {device}")
+            devices.append({"name": device["name"], "device_id": device["device_id"], "secret": device["secret"], "contact": address})
+    return devices
+
+
+def bench_sos(stack, mail, presses, rate):
+    """`presses` SOS of distinct devices, `rate` a second, each as Traccar Client's SOS shortcut sends it (a POST to
+    /api/v1/osmand with its position and alarm=sos, no body), with the shares of the run (1,000) live: each timed from
+    the moment its POST is sent to the moment the SMTP server (aiosmtpd on loopback, in this process) accepted the
+    mail to its contact. The answer's own time (200, the share started) is reported beside it."""
+    live = int(stack.metric("flare_shares_active"))
+    devices = make_devices(stack, presses, "SOS")
+    sent = {}
+    answered = []
+    tst = int(time.time())
+    started = time.monotonic()
+    for n, device in enumerate(devices):
+        delay = started + n / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        query = urllib.parse.urlencode({"id": device["secret"], "timestamp": tst, "lat": f"{47 + n * 1e-4:.6f}", "lon": "8.5",
+                                        "accuracy": "0.0", "batt": "80.0", "alarm": "sos"})
+        at = time.monotonic()
+        status, _, body = stack.request("POST", f"/api/v1/osmand?{query}")
+        answered.append((time.monotonic() - at) * 1000)
+        if status != 200:
+            raise SystemExit(f"bench: an SOS press answered {status}: {body[:200]!r}")
+        sent[f"SOS: {device['name']} needs help"] = at
+    arrived = {}
+
+    def all_mailed():
+        for mail_ in mail.mails(lambda m: m.subject in sent):
+            arrived.setdefault(mail_.subject, mail_.at)
+        return len(arrived) == len(sent)
+
+    try:
+        wait_until(all_mailed, 60, "every SOS mail")
+    except WaitTimeout:
+        pass  # the row says how many arrived
+    latencies = sorted((arrived[subject] - at) * 1000 for subject, at in sent.items() if subject in arrived)
+    answered.sort()
+    p99 = percentile(latencies, 99)
+    return {"name": "SOS press -> mail", "presses": presses, "rate_per_s": rate, "live_shares": live, "mailed": len(latencies),
+            "p50_ms": round(percentile(latencies, 50), 1), "p99_ms": round(p99, 1), "max_ms": round(latencies[-1], 1) if latencies else None,
+            "answer_p50_ms": round(percentile(answered, 50), 1), "answer_p99_ms": round(percentile(answered, 99), 1),
+            "target": "every press mailed; p99 <= 1000 ms", "pass": len(latencies) == presses and p99 <= 1000}
+
+
+# wrk's script for the device ingest rows: `limit` positions (the script's arguments: mode, limit, first tst, salt),
+# round robin over the devices of FLARE_BENCH_DEVICES ("secret share_id device_token" a line: from the environment,
+# never a file or a command line). `osmand`: GET /api/v1/osmand/<secret>?lat&lon&timestamp, as GPSLogger and OsmAnd
+# send a position (200, empty); `http`: POST /api/v1/shares/{id}/locations with the share's device token and an
+# OwnTracks location (202). Each device's k-th position has its own place and a later time than its (k-1)-th. It says
+# when the answers reached `limit`, so the rate is timed to that moment.
+DEVICE_INGEST_SCRIPT = r"""
+threads = {}
+ok, refused, limit = 0, 0, 0
+local mode, first_tst, salt
+local devices, sent = {}, 0
+function setup(thread) table.insert(threads, thread) end
+function init(args)
+  mode, limit, first_tst, salt = args[1], tonumber(args[2]), tonumber(args[3]), tonumber(args[4])
+  for secret, share, token in string.gmatch(os.getenv("FLARE_BENCH_DEVICES"), "(%S+) (%S+) (%S+)") do
+    table.insert(devices, {secret = secret, share = share, token = token})
+  end
+end
+function request()
+  local device = devices[sent % #devices + 1]
+  local k = math.floor(sent / #devices)
+  sent = sent + 1
+  local lat = string.format("%.6f", 10 + salt * 0.01 + k * 0.0001)
+  local lon = string.format("%.6f", 20 + (sent % #devices) * 0.0001)
+  if mode == "osmand" then
+    return wrk.format("GET", "/api/v1/osmand/" .. device.secret .. "?lat=" .. lat .. "&lon=" .. lon .. "&timestamp=" .. (first_tst + k))
+  end
+  return wrk.format("POST", "/api/v1/shares/" .. device.share .. "/locations",
+    {["Authorization"] = "Bearer " .. device.token, ["Content-Type"] = "application/json"},
+    '{"_type":"location","lat":' .. lat .. ',"lon":' .. lon .. ',"tst":' .. (first_tst + k) .. '}')
+end
+function response(status, headers, body)
+  if (mode == "osmand" and status == 200) or (mode == "http" and status == 202) then ok = ok + 1 else refused = refused + 1 end
+  if ok + refused == limit then
+    io.write("flare-ingest-reached\n")
+    io.flush()
+    wrk.thread:stop()
+  end
+end
+function done(summary, latency, requests)
+  local o, r = 0, 0
+  for _, t in ipairs(threads) do o = o + t:get("ok"); r = r + t:get("refused") end
+  io.write(string.format("flare-ingest %d %d %d %d %d\n", o, r, summary.errors.connect + summary.errors.read
+    + summary.errors.write + summary.errors.timeout, latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def device_ingest(stack, devices, mode, count, connections, first_tst, salt):
+    """wrk (one thread, `connections` connections) sending `count` positions of `devices` by `mode` (osmand or http):
+    (accepted, new rows, per s, p99 ms)."""
+    script = os.path.join(stack.work, "device-ingest.lua")
+    with open(script, "w") as f:
+        f.write(DEVICE_INGEST_SCRIPT)
+    lines = "".join(f"{d['secret']} {d['share_id']} {d['device_token']}\n" for d in devices)
+    rows_before = stack.stored_fixes()
+    wrk = subprocess.Popen(["wrk", "-t1", f"-c{connections}", f"-d{max(30, count // 200)}s", "-s", script, f"http://{HOST}:{stack.http_port}",
+                            "--", mode, str(count), str(first_tst), str(salt)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(stack.env, FLARE_BENCH_DEVICES=lines))
+    started = time.monotonic()
+    took = None
+    for line in wrk.stdout:
+        if line.startswith("flare-ingest-reached"):
+            took = time.monotonic() - started
+            break
+    wrk.send_signal(signal.SIGINT)
+    out, err = wrk.communicate(timeout=30)
+    summary = next((line for line in out.splitlines() if line.startswith("flare-ingest ")), None)
+    if took is None or summary is None:
+        raise SystemExit(f"bench: wrk {mode} ingest did not finish: {err.strip()[-300:]}")
+    accepted, refused, errors, _, p99_us = (int(x) for x in summary.split()[1:])
+    if refused or errors:
+        raise SystemExit(f"bench: wrk {mode} ingest: {accepted} accepted, {refused} refused, {errors} socket errors")
+    return accepted, stack.stored_fixes() - rows_before, count / took, p99_us / 1000
+
+
+def bench_osmand(stack, device_count, per_device, connections, rounds):
+    """OsmAnd ingest against today's HTTP ingest, in the same run at the same concurrency: `device_count` devices, each
+    with its SOS live (started through Flare's API, whose answer names the share and its device token), then `rounds`
+    alternating pairs of `per_device` positions a device, first by POST /api/v1/shares/{id}/locations with the device
+    token (the reference), then by GET /api/v1/osmand/<secret>. Requests with a device's secret are limited to 120 at
+    once and 5 a second after: the row sends rounds x per_device of them a device, under 120."""
+    devices = make_devices(stack, device_count, "OsmAnd")
+    for device in devices:
+        status, sos = bench_call(stack, "POST", "/api/v1/devices/sos", key=device["secret"])
+        if status != 201:
+            raise SystemExit(f"bench: an SOS start answered {status}: {sos}")
+        device.update(share_id=sos["share_id"], device_token=sos["device_token"])
+    count = device_count * per_device
+    first_tst = int(time.time()) - 2 * rounds * per_device - 30  # each pass's positions later than the last's, none ahead of now
+    pairs = []
+    for r in range(rounds):
+        ref_ok, ref_rows, ref_rate, ref_p99 = device_ingest(stack, devices, "http", count, connections, first_tst + 2 * r * per_device, 2 * r)
+        ok, rows, rate, p99 = device_ingest(stack, devices, "osmand", count, connections, first_tst + (2 * r + 1) * per_device, 2 * r + 1)
+        pairs.append({"reference_accepted": ref_ok, "reference_rows": ref_rows, "reference_per_s": round(ref_rate), "reference_p99_ms": round(ref_p99, 2),
+                      "flare_accepted": ok, "flare_rows": rows, "flare_per_s": round(rate), "flare_p99_ms": round(p99, 2),
+                      "ratio": round(rate / ref_rate, 3)})
+    median = sorted(pairs, key=lambda p: p["ratio"])[len(pairs) // 2]
+    # wrk may send a request a connection more than `count` before it stops: every one answered is stored.
+    stored_all = all(p["flare_rows"] >= p["flare_accepted"] >= count and p["reference_rows"] >= p["reference_accepted"] >= count for p in pairs)
+    return {"name": "ingest OsmAnd vs HTTP", "fixes": count, "devices": device_count, "connections": connections, "rounds": rounds,
+            **median, "ratios": [p["ratio"] for p in pairs], "target": ">= 0.9", "pass": median["ratio"] >= 0.9 and stored_all}
+
 
 def bench_restore(stack, shares, target, rate, seconds):
     """The broker loses everything (kill -9, and its persistence file gone) with `target` live shares, each with a
@@ -796,22 +978,29 @@ def bench_persistence(work, seconds, rates=(1_000, 20_000), topics=10_000):
 def main():
     parser = argparse.ArgumentParser(prog="python3 -m scripts.bench.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
-    parser.add_argument("--only", default="ingest,latency,view,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
-                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, scale, restore, "
+    parser.add_argument("--only", default="ingest,latency,view,sos,osmand,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
+                        help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, "
+                             "sos (SOS press to the contact's mail), osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
                              "tail (the latency row with many retained shares, across the broker's saves), "
                              "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone), "
                              "nats (ingest through a three-node NATS cluster, and its nodes' memory per retained position)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (logs, database)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes for the rows that have them (sos, osmand): checks that they run; "
+                                                             "their figures say little")
     args = parser.parse_args()
     only = set(args.only.split(","))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10,000 viewers, inherited by flared
     if args.long:
         cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15,
-                   levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000)
+                   levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000,
+                   sos=(200, 10), osmand=(400, 30, 16))
     else:
         cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5,
-                   levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000)
+                   levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000,
+                   sos=(50, 10), osmand=(200, 30, 16))
+    if args.smoke:
+        cfg.update(sos=(10, 10), osmand=(20, 20, 4))
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
@@ -820,8 +1009,10 @@ def main():
     results = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "long": args.long, "cpus": os.cpu_count(),
                "mosquitto": subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0:1], "rows": []}
     rows = results["rows"]
+    # The SOS row's contacts are mailed through a real SMTP server here, which notes when each mail arrived.
+    mail = MailCatcher() if "sos" in only else None
     try:
-        stack = bench_stack(work)
+        stack = bench_stack(work, env=dict(mail.env(), FLARE_MAIL_PER_KEY_PER_HOUR="100000") if mail else {})
         total, share_count = cfg["ingest"]
         shares, took = create_shares(stack, share_count)
         for qos in (1, 0):
@@ -835,6 +1026,12 @@ def main():
             for row in bench_view(stack, shares[0], cfg["view_s"], cfg["rounds"]):
                 rows.append(row)
                 print_row(row)
+        if "sos" in only:
+            rows.append(bench_sos(stack, mail, *cfg["sos"]))
+            print_row(rows[-1])
+        if "osmand" in only:
+            rows.append(bench_osmand(stack, *cfg["osmand"], 1 if args.smoke else cfg["rounds"]))
+            print_row(rows[-1])
         if "scale" in only:
             for row in bench_scale(stack, shares, cfg["levels"], cfg["viewers"], 1000, cfg["viewer_s"]):
                 rows.append(row)
@@ -861,6 +1058,8 @@ def main():
     finally:
         if stack:
             stack.stop()
+        if mail:
+            mail.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -889,6 +1088,8 @@ def print_table(rows):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("view"):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
+        elif name.startswith("SOS"):
+            cells = (f"p99 {r['p99_ms']} ms", f"{r['mailed']}/{r['presses']} mailed", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("create on A"):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("NATS node memory"):
