@@ -60,15 +60,18 @@ public struct DeviceSOSState: Sendable, Equatable {
     public var wrongPinsSince: UnixMillis?
     public var stopLockedUntil: UnixMillis?
     public var lastHeardAt: UnixMillis?
+    /// When its SOS share went on under duress (the duress PIN), read from the share's row.
+    public var duressAt: UnixMillis?
 
     public init(shareRow: Int64? = nil, repeatMailedAt: UnixMillis? = nil, wrongPins: Int = 0, wrongPinsSince: UnixMillis? = nil,
-                stopLockedUntil: UnixMillis? = nil, lastHeardAt: UnixMillis? = nil) {
+                stopLockedUntil: UnixMillis? = nil, lastHeardAt: UnixMillis? = nil, duressAt: UnixMillis? = nil) {
         self.shareRow = shareRow
         self.repeatMailedAt = repeatMailedAt
         self.wrongPins = wrongPins
         self.wrongPinsSince = wrongPinsSince
         self.stopLockedUntil = stopLockedUntil
         self.lastHeardAt = lastHeardAt
+        self.duressAt = duressAt
     }
 }
 

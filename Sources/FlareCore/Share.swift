@@ -16,6 +16,10 @@ public struct Share: Sendable, Equatable {
     public var endReason: EndReason?
     /// Set once the share's history has been deleted after it ended.
     public var historyPurged: Bool
+    /// The share goes on under duress: its device's duress PIN was entered, so the device was told it stopped while
+    /// the viewers keep it, with a warning (`Devices.stopSOS`). Beside `historyPurged`, in what was padding: it costs
+    /// a live share nothing. When it happened is in the store (`DeviceSOSState.duressAt`).
+    public var underDuress: Bool
     /// The tracker state last recorded (nil until the first change: a new share's tracker counts as live).
     public var tracker: TrackerRecord?
     /// When a link holder last asked the phone for a fresh position ("locate now"), and when it answered that request.
@@ -32,15 +36,12 @@ public struct Share: Sendable, Equatable {
     /// End-to-end encrypted: the phone encrypts every position with a passphrase the server never receives (it is in
     /// the link's fragment), and the server keeps and relays only ciphertext (`Fix.sealed`). Set at creation.
     public let endToEnd: Bool
-    /// Since when the share goes on under duress: its device's duress PIN was entered, so the device was told it
-    /// stopped while the viewers keep it, with a warning (`Devices.stop`). Nil: not under duress.
-    @Packed public var duressAt: UnixMillis?
 
     public init(id: ShareID, viewTokenHash: SecretHash, name: String, createdAt: UnixMillis, expiresAt: UnixMillis,
                 endedAt: UnixMillis? = nil, endReason: EndReason? = nil, historyPurged: Bool = false,
                 tracker: TrackerRecord? = nil, locateRequestedAt: UnixMillis? = nil, locateAnsweredAt: UnixMillis? = nil,
                 ownerKeyID: Int64? = nil, lastAnswerID: Int64? = nil, batteryLowAt: UnixMillis? = nil,
-                missedCheckinDueAt: UnixMillis? = nil, endToEnd: Bool = false, duressAt: UnixMillis? = nil) {
+                missedCheckinDueAt: UnixMillis? = nil, endToEnd: Bool = false, underDuress: Bool = false) {
         self.id = id
         self.viewTokenHash = viewTokenHash
         self.name = name
@@ -57,7 +58,7 @@ public struct Share: Sendable, Equatable {
         self.batteryLowAt = batteryLowAt
         self.missedCheckinDueAt = missedCheckinDueAt
         self.endToEnd = endToEnd
-        self.duressAt = duressAt
+        self.underDuress = underDuress
     }
 
     public var isActive: Bool { endedAt == nil }

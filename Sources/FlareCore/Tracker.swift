@@ -120,8 +120,8 @@ public struct TrackerSummary: Sendable, Equatable {
     public var connection: String?
     public var locateRequestedAt: UnixMillis?
     public var locateAnsweredAt: UnixMillis?
-    /// Since when the share goes on under duress (`Share.duressAt`): the viewers warn.
-    public var duressAt: UnixMillis?
+    /// The share goes on under duress (`Share.underDuress`): the viewers warn.
+    public var underDuress: Bool
 
     public init(share: Share, last: Fix?) {
         record = share.trackerRecord
@@ -130,7 +130,7 @@ public struct TrackerSummary: Sendable, Equatable {
         connection = last?.connection
         locateRequestedAt = share.locateRequestedAt
         locateAnsweredAt = share.locateAnsweredAt
-        duressAt = share.duressAt
+        underDuress = share.underDuress
     }
 
     public var isBatteryLow: Bool { TrackerRules.isBatteryLow(level: battery, status: batteryStatus) }

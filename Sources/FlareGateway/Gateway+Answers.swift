@@ -62,7 +62,7 @@ extension Gateway {
             after = value
         }
         // Under duress, the phone reads no answer: it may be in someone else's hands.
-        if caller == .device && snapshot.share.duressAt != nil { return .api(200, ShareAnswerList(answers: [])) }
+        if caller == .device && snapshot.share.underDuress { return .api(200, ShareAnswerList(answers: [])) }
         do throws(ShareError) {
             let found = try shares.answers(of: snapshot.row, after: after, limit: 100)
             return .api(200, ShareAnswerList(answers: found.map(Self.apiAnswer)))

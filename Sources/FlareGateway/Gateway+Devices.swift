@@ -139,7 +139,7 @@ extension Gateway {
         var shareID: String?
         if let share = try shares.devices.currentShare(of: stored)?.share {
             shareID = share.id.rawValue
-            sos = !share.isActive ? "ended" : share.duressAt != nil ? "duress" : "live"
+            sos = !share.isActive ? "ended" : share.underDuress ? "duress" : "live"
         }
         return DeviceInfo(deviceID: device.id.rawValue, name: device.name, contacts: device.contacts.map(\.rawValue),
                           durationSeconds: device.durationSeconds.map { Int($0) }, message: device.message, hasPin: device.pin != nil,
@@ -316,7 +316,7 @@ extension Gateway {
             if shares.fixLimitReached(snapshot.share.id) { throw APIError(status: 409, code: RejectReason.fixLimitReached.rawValue, message: RejectReason.fixLimitReached.message) }
             if let refusal = storeOverHTTP(fix, snapshot, receivedAt: receivedAt) { throw refusal }
             // Under duress the device reads "stopped" everywhere: its positions are kept, and it is told they were not.
-            if snapshot.share.duressAt != nil { return .api(200, DevicePositionDropped()) }
+            if snapshot.share.underDuress { return .api(200, DevicePositionDropped()) }
             return .api(202, IngestReceipt(tst: fix.timestamp, commands: commands(for: snapshot)))
         }
     } }

@@ -71,7 +71,7 @@ extension PostgresShareStore: DeviceRecords {
                                                   [id.rawValue], operation: operation)
                 guard rows.count == 1 else { throw StoreError(operation: operation, postgres: "no such device") }
                 if let row = rows.optionalInt64(0, 0) {
-                    let live = try connection.execute("SELECT 1 FROM shares WHERE id = $1 AND ended_at IS NULL AND expires_at > $2",
+                    let live = try connection.execute("SELECT 1 FROM shares WHERE id = $1 AND ended_at IS NULL AND expires_at > $2 AND duress_at IS NULL",
                                                       [String(row), String(now)], operation: operation)
                     if live.count == 1 { return .live(row: row) }
                 }
@@ -84,9 +84,9 @@ extension PostgresShareStore: DeviceRecords {
                 let row = try Self.insert(share, event: events.first, on: connection)
                 for event in events.dropFirst() { try Self.record(event, shareRow: row, on: connection) }
                 try connection.execute("""
-                    UPDATE devices SET sos_share = $2, sos_tokens = $3, sos_tokens_at = $4, repeat_mailed_at = NULL, wrong_pins = 0,
+                    UPDATE devices SET sos_share = $2, sos_tokens = $3, sos_tokens_at = $4, repeat_mailed_at = $5, wrong_pins = 0,
                     wrong_pins_since = NULL, stop_locked_until = NULL WHERE id = $1
-                    """, [id.rawValue, String(row), PostgresText.double(bucket.tokens), String(bucket.at)], operation: operation)
+                    """, [id.rawValue, String(row), PostgresText.double(bucket.tokens), String(bucket.at), String(now)], operation: operation)
                 return .started(row: row)
             }
         }
@@ -127,7 +127,8 @@ extension PostgresShareStore: DeviceRecords {
 
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
-        sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at
+        sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share)
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -139,7 +140,7 @@ extension PostgresShareStore: DeviceRecords {
                             duressPin: rows.text(index, 9).flatMap { PINHash(text: $0) }, createdAt: rows.int64(index, 10))
         let sos = DeviceSOSState(shareRow: rows.optionalInt64(index, 11), repeatMailedAt: rows.optionalInt64(index, 12),
                                  wrongPins: Int(rows.int64(index, 13)), wrongPinsSince: rows.optionalInt64(index, 14),
-                                 stopLockedUntil: rows.optionalInt64(index, 15), lastHeardAt: rows.optionalInt64(index, 16))
+                                 stopLockedUntil: rows.optionalInt64(index, 15), lastHeardAt: rows.optionalInt64(index, 16), duressAt: rows.optionalInt64(index, 17))
         return StoredDevice(row: rows.int64(index, 0), device: device, sos: sos)
     }
 }

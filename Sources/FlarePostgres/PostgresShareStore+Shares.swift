@@ -108,7 +108,7 @@ extension PostgresShareStore: ShareRecords {
                 locateRequestedAt: rows.optionalInt64(index, 13), locateAnsweredAt: rows.optionalInt64(index, 14),
                 ownerKeyID: rows.optionalInt64(index, 15), lastAnswerID: rows.optionalInt64(index, 16),
                 batteryLowAt: rows.optionalInt64(index, 17), missedCheckinDueAt: rows.optionalInt64(index, 18),
-                endToEnd: rows.bool(index, 19), duressAt: rows.optionalInt64(index, 20))
+                endToEnd: rows.bool(index, 19), underDuress: rows.optionalInt64(index, 20) != nil)
             return StoredShare(row: rows.int64(index, 0), share: share)
         }
     }

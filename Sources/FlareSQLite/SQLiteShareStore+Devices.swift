@@ -88,7 +88,7 @@ extension SQLiteShareStore: DeviceRecords {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> SOSStart in
                 let read = try db.statement("""
-                    SELECT d.sos_share, d.sos_tokens, d.sos_tokens_at, s.ended_at IS NULL AND s.expires_at > ?2 FROM devices d
+                    SELECT d.sos_share, d.sos_tokens, d.sos_tokens_at, s.ended_at IS NULL AND s.expires_at > ?2 AND s.duress_at IS NULL FROM devices d
                     LEFT JOIN shares s ON s.id = d.sos_share WHERE d.id = ?1
                     """)
                 defer { read.reset() }
@@ -106,7 +106,7 @@ extension SQLiteShareStore: DeviceRecords {
                 let row = try Self.insert(share, into: db)
                 for event in events { try Self.record(event, shareRow: row, in: db) }
                 let update = try db.statement("""
-                    UPDATE devices SET sos_share = ?2, sos_tokens = ?3, sos_tokens_at = ?4, repeat_mailed_at = NULL, wrong_pins = 0,
+                    UPDATE devices SET sos_share = ?2, sos_tokens = ?3, sos_tokens_at = ?4, repeat_mailed_at = ?5, wrong_pins = 0,
                     wrong_pins_since = NULL, stop_locked_until = NULL WHERE id = ?1
                     """)
                 defer { update.reset() }
@@ -114,6 +114,7 @@ extension SQLiteShareStore: DeviceRecords {
                 update.bind(2, row)
                 update.bind(3, bucket.tokens)
                 update.bind(4, bucket.at)
+                update.bind(5, now)
                 try update.run()
                 return .started(row: row)
             }
@@ -170,7 +171,8 @@ extension SQLiteShareStore: DeviceRecords {
 
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
-        sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at
+        sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share)
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -182,7 +184,7 @@ extension SQLiteShareStore: DeviceRecords {
                             duressPin: statement.optionalString(9).flatMap { PINHash(text: $0) }, createdAt: statement.int64(10))
         let sos = DeviceSOSState(shareRow: statement.optionalInt64(11), repeatMailedAt: statement.optionalInt64(12),
                                  wrongPins: Int(statement.int64(13)), wrongPinsSince: statement.optionalInt64(14),
-                                 stopLockedUntil: statement.optionalInt64(15), lastHeardAt: statement.optionalInt64(16))
+                                 stopLockedUntil: statement.optionalInt64(15), lastHeardAt: statement.optionalInt64(16), duressAt: statement.optionalInt64(17))
         return StoredDevice(row: statement.int64(0), device: device, sos: sos)
     }
 }

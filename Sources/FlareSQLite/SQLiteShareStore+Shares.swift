@@ -148,7 +148,7 @@ extension SQLiteShareStore: ShareRecords {
             batteryLowAt: statement.optionalInt64(17),
             missedCheckinDueAt: statement.optionalInt64(18),
             endToEnd: statement.int64(19) != 0,
-            duressAt: statement.optionalInt64(20))
+            underDuress: !statement.isNull(20))
         return StoredShare(row: statement.int64(0), share: share)
     }
 

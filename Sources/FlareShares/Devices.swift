@@ -274,7 +274,7 @@ public final class Devices: Sendable {
     public func status(of stored: StoredDevice) throws(StoreError) -> Status {
         guard let snapshot = try currentShare(of: stored) else { return .none }
         let share = snapshot.share
-        if let duress = share.duressAt { return .stopped(share: share, at: duress) }
+        if share.underDuress { return .stopped(share: share, at: stored.sos.duressAt ?? share.createdAt) }
         if let ended = share.endedAt { return .stopped(share: share, at: ended) }
         return .live(snapshot)
     }
@@ -291,7 +291,9 @@ public final class Devices: Sendable {
     public func startSOS(_ stored: StoredDevice, owner: OwnerKeyRecord) throws(StartRefusal) -> SOS {
         let device = stored.device
         do throws(StoreError) {
-            if let live = try currentShare(of: stored), live.share.isActive { return try repeated(live, device: device, owner: owner) }
+            // After a duress PIN the device was told its SOS stopped: a press is a new SOS, as after a real stop (the
+            // other goes on for its viewers), so that nothing the device sees tells the two apart.
+            if let live = try currentShare(of: stored), live.share.isActive, !live.share.underDuress { return try repeated(live, device: device, owner: owner) }
         } catch { throw .storage(error.description) }
         let now = clock.now()
         var duration = device.durationSeconds ?? policy.defaultDurationSeconds
@@ -394,7 +396,7 @@ public final class Devices: Sendable {
             // What the right PIN would have answered: stopped now, or the state of an SOS that was over already.
             guard let snapshot else { return .none }
             if snapshot.share.isActive { return .stopped(share: snapshot.share, at: now) }
-            return .stopped(share: snapshot.share, at: snapshot.share.duressAt ?? snapshot.share.endedAt ?? now)
+            return .stopped(share: snapshot.share, at: snapshot.share.endedAt ?? stored.sos.duressAt ?? now)
         }
         guard rightPIN else {
             do {
@@ -415,7 +417,7 @@ public final class Devices: Sendable {
         }
         guard let snapshot, snapshot.share.isActive else {
             let share = snapshot?.share
-            return share.map { .stopped(share: $0, at: $0.duressAt ?? $0.endedAt ?? now) } ?? .none
+            return share.map { .stopped(share: $0, at: $0.endedAt ?? stored.sos.duressAt ?? now) } ?? .none
         }
         let ended: Share
         do { ended = try lifecycle.stop(snapshot.share.id) } catch {
@@ -428,14 +430,14 @@ public final class Devices: Sendable {
 
     /// The duress PIN: recorded once (with `sos.duress`, mailed to the contacts), memory and viewers told.
     private func underDuress(_ snapshot: ShareSnapshot, device: Device, owner: OwnerKeyRecord, at now: UnixMillis) throws(StopRefusal) {
-        guard snapshot.share.duressAt == nil else { return }
+        guard !snapshot.share.underDuress else { return }
         do {
             let event = ShareEvent.sos(.sosDuress, snapshot.share.id, device: device.id, at: now)
             if try store.markDuress(row: snapshot.row, at: now, event: PendingEvent(event, destinations: try alertDestinations(snapshot, owner: owner))) {
                 outbox.recorded()
                 logger.warning("device \(device.id): duress PIN entered; share \(snapshot.share.id) goes on for its viewers, contacts told")
             }
-            directory.updateTracker(snapshot.share.id) { $0.duressAt = $0.duressAt ?? now }
+            directory.updateTracker(snapshot.share.id) { $0.underDuress = true }
         } catch { throw .storage(error.description) }
     }
 }

@@ -49,7 +49,7 @@ final class FamilyAnswers: Sendable {
         outbox.recorded()
         let remaining = max(1, (snapshot.share.expiresAt - clock.now()) / 1000)
         // Under duress the phone may be in someone else's hands: its topic hears no answer (the viewers still see them).
-        if directory.snapshot(snapshot.share.id)?.share.duressAt != nil {
+        if directory.snapshot(snapshot.share.id)?.share.underDuress == true {
             logger.info("share \(snapshot.share.id): answered (\(kind.rawValue)); not sent to the phone: the share is under duress")
             metrics.increment(FlareMetrics.answers, labels: [("kind", kind.rawValue)])
             return answer

@@ -412,7 +412,7 @@ package final class ShareRegistry: Sendable {
             current.locateAnsweredAt = share.locateAnsweredAt
             current.batteryLowAt = share.batteryLowAt
             current.missedCheckinDueAt = share.missedCheckinDueAt
-            current.duressAt = share.duressAt
+            current.underDuress = share.underDuress
         }
     }
 
@@ -425,7 +425,7 @@ package final class ShareRegistry: Sendable {
             let after = state.entries.values[index].share
             guard before.tracker != after.tracker || before.locateRequestedAt != after.locateRequestedAt
                     || before.locateAnsweredAt != after.locateAnsweredAt || before.missedCheckinDueAt != after.missedCheckinDueAt
-                    || before.duressAt != after.duressAt else { return ([], nil) }
+                    || before.underDuress != after.underDuress else { return ([], nil) }
             Self.takeHeardTimes(from: after, into: state.entries.values[index])
             state.entries.values[index].changed()
             let entry = state.entries.values[index]

@@ -21,10 +21,11 @@ public protocol DeviceRecords: Sendable {
     func deleteDevice(id: DeviceID) throws(StoreError) -> Bool
 
     /// Starts the device's SOS, in one transaction that sees every other instance's: when its last SOS share is still
-    /// active, nothing is written and the answer names it (`.live`); when its hourly budget of `perHour` starts is
+    /// active (and not under duress: the device was told that one stopped), nothing is written and the answer names it
+    /// (`.live`); when its hourly budget of `perHour` starts is
     /// spent, nothing is written either (`.tooMany`); otherwise `share` is inserted with `events` (each recorded
-    /// against it), made the device's SOS, one start taken from the budget, and the wrong PINs and the repeat mark
-    /// cleared.
+    /// against it), made the device's SOS, one start taken from the budget, the wrong PINs cleared, and the repeat
+    /// mark set to now (the contacts were just told: a press again within the interval is no news).
     func startSOS(device: DeviceID, share: Share, perHour: Int, now: UnixMillis, events: [PendingEvent]) throws(StoreError) -> SOSStart
     /// Whether the contacts may be told of a repeated press now: true (and marked, for every instance) when they were
     /// not told within `interval`.

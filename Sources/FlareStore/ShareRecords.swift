@@ -15,7 +15,7 @@ public protocol ShareRecords: Sendable {
     /// announces the end (ended status, retained clear, revocation).
     @discardableResult
     func markEnded(row: Int64, at endedAt: UnixMillis, reason: EndReason, event: PendingEvent?) throws(StoreError) -> Bool
-    /// Records that an active share goes on under duress (`Share.duressAt`), with its event, once: true only for the
+    /// Records that an active share goes on under duress (`Share.underDuress`; the time kept beside it), with its event, once: true only for the
     /// call that marked it. Marks the share changed, so that every instance's viewers see the warning.
     @discardableResult
     func markDuress(row: Int64, at: UnixMillis, event: PendingEvent?) throws(StoreError) -> Bool

@@ -16,7 +16,7 @@ extension TrackerSummary {
         if let connection, let name = Self.connectionNames[connection] { writer.field("connection", name) }
         if let locateRequestedAt { writer.field("locate_requested_at", RFC3339.format(millis: locateRequestedAt)) }
         if let locateAnsweredAt { writer.field("locate_answered_at", RFC3339.format(millis: locateAnsweredAt)) }
-        if let duressAt { writer.field("duress_at", RFC3339.format(millis: duressAt)) }
+        if underDuress { writer.field("duress", true) }
         writer.endObject()
     }
 

@@ -187,9 +187,9 @@ import Testing
         let read = try fixture.send("GET", "/api/v1/devices/sos", bearer: forced.secret).decode(SOSState.self)
         #expect(read.status == "stopped" && read.answers == nil, "the device reads stopped")
         let id = try #require(ShareID(sos.shareID))
-        #expect(fixture.service.registry.snapshot(id)?.share.isActive == true && fixture.service.registry.snapshot(id)?.share.duressAt != nil)
+        #expect(fixture.service.registry.snapshot(id)?.share.isActive == true && fixture.service.registry.snapshot(id)?.share.underDuress == true)
         let view = fixture.send("GET", "/api/v1/view/\(String(sos.shareURL.split(separator: "/").last!))")
-        #expect(view.text.contains("\"duress_at\""), "the viewers are warned: \(view.text)")
+        #expect(view.text.contains("\"duress\":true"), "the viewers are warned: \(view.text)")
         #expect(try events().contains(.sosDuress))
         let fix = #"{"_type":"location","lat":52.52,"lon":13.40,"tst":\#(GatewayFixture.now),"acc":8}"#
         let position = fixture.send("POST", "/api/v1/devices/locations", bearer: forced.secret, json: fix)
@@ -197,6 +197,13 @@ import Testing
         #expect(try fixCount(sos.shareID) == 1, "and its positions still go in")
         let info = try fixture.send("GET", "/api/v1/devices/\(forced.deviceID)", bearer: fixture.ownerKey).decode(DeviceInfo.self)
         #expect(info.sos == "duress", "the owner sees it for what it is")
+        // A press now answers as a press after a real stop: a new SOS (the contacts hear of it), the other goes on.
+        let realAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: real.secret, json: "{}")
+        let forcedAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: forced.secret, json: "{}")
+        #expect(realAgain.status == 201 && forcedAgain.status == 201)
+        let again = try forcedAgain.decode(SOSStarted.self)
+        #expect(!again.repeated && again.shareID != sos.shareID)
+        #expect(fixture.service.registry.snapshot(id)?.share.isActive == true, "the duress share goes on")
         #expect(fixture.send("POST", "/api/v1/shares/\(sos.shareID)/stop", bearer: fixture.ownerKey).status == 200, "the owner key can always stop")
     }
 

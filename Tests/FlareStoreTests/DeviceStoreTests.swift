@@ -143,6 +143,9 @@ import FlareSystem
         #expect(try store.takeRepeatMail(device: made.id, now: 1_000_000, interval: 60_000))
         #expect(try !store.takeRepeatMail(device: made.id, now: 1_030_000, interval: 60_000))
         #expect(try store.takeRepeatMail(device: made.id, now: 1_060_000, interval: 60_000))
+        guard case .started = try started(store, made, now: 2_000_000) else { Issue.record("not started"); return }
+        #expect(try !store.takeRepeatMail(device: made.id, now: 2_030_000, interval: 60_000), "a start counts as the contacts told")
+        #expect(try store.takeRepeatMail(device: made.id, now: 2_060_000, interval: 60_000))
         try store.noteDeviceHeard(device: made.id, at: 2_000_000)
         try store.noteDeviceHeard(device: made.id, at: 1_500_000)
         #expect(try store.device(id: made.id)?.sos.lastHeardAt == 2_000_000, "never moved back")
@@ -154,7 +157,15 @@ import FlareSystem
         let row = try store.insertShare(share)
         #expect(try store.markDuress(row: row, at: 1_500_000, event: nil))
         #expect(try !store.markDuress(row: row, at: 1_600_000, event: nil))
-        #expect(try store.share(row: row)?.share.duressAt == 1_500_000)
-        #expect(try store.loadOpenShares().first { $0.row == row }?.share.duressAt == 1_500_000)
+        #expect(try store.share(row: row)?.share.underDuress == true)
+        #expect(try store.loadOpenShares().first { $0.row == row }?.share.underDuress == true)
+        // A device whose SOS it is reads when, and may start a new one (it was told this one stopped).
+        let made = device()
+        #expect(try store.insertDevice(made, limit: 5))
+        guard case .started(let sos) = try started(store, made, now: 1_000_000) else { Issue.record("not started"); return }
+        #expect(try store.markDuress(row: sos, at: 1_200_000, event: nil))
+        #expect(try store.device(id: made.id)?.sos.duressAt == 1_200_000)
+        guard case .started(let next) = try started(store, made, now: 1_300_000) else { Issue.record("a press after a duress starts anew"); return }
+        #expect(next != sos)
     }
 }

@@ -8,8 +8,8 @@ docs/trackers.md. Nothing is mocked: what a test checks is what a contact would 
 view JSON) and what the device is answered.
 
 - a press: positions before it are answered 200 and dropped; `alarm=sos` starts one share, each contact gets a mail
-  with a personal link that shows the position; pressing again makes no second share and tells the contacts once a
-  minute; every app's positions then go into it, in order;
+  with a personal link that shows the position; pressing again makes no second share and, within the minute of the start
+  mail, no second mail; every app's positions then go into it, in order;
 - the PIN: five wrong PINs lock stopping and alert the contacts; the duress PIN answers as a stop does while the share
   goes on with a warning and keeps taking positions;
 - the log (run.sh's output, where flared logs, at debug): no device secret, PIN or coordinate sent, refusals included;
@@ -372,19 +372,18 @@ def test_a_press_starts_one_share_mails_each_contact_and_takes_every_apps_positi
     info = flare.info(anna)
     assert (info["sos"], info.get("sos_share_id")) == ("live", shares[0]["share_id"]), info
 
-    # Pressed again (from the iPhone app's quick action): no second share, the contacts told once.
+    # Pressed again (from the iPhone app's quick action), and a third time (Traccar Client 10's SOS button): no second
+    # share. The contacts were told a moment ago, so no "pressed again" mail within the minute (SOSMailTests moves a
+    # clock past it). A share made after the presses, with a link for Mum, is the mark: once its mail is here, a mail
+    # of the presses would be too.
     deliver(traccar_ios(server_url, identifier, fixes[2], alarm="sos"), "Traccar Client (iOS) SOS again")
-    again = mail.wait_for(subject("SOS: Anna pressed SOS again"), 2, 20, "the pressed-again mails")
-    assert links_in(again) == tokens, "the same personal links"
     assert [s["share_id"] for s in flare.sos_shares("Anna")] == [shares[0]["share_id"]], "no second share"
-    # A third press within the minute (Traccar Client 10's SOS button): no further mail. A share made after it, with
-    # a link for Mum, is the mark: once its mail is here, a mail of the third press would be too.
     deliver(traccar_flutter10(server_url, identifier, fixes[3], alarm="sos"), "Traccar Client 10 SOS a third time")
     assert [s["share_id"] for s in flare.sos_shares("Anna")] == [shares[0]["share_id"]], "no second share"
     status, mark = flare.call("POST", "/api/v1/shares", {"duration_s": 600, "name": "Mark", "contacts": [mum]})
     assert status == 201, (status, mark)
     mail.wait_for(subject("Mark is sharing a live location with you"), 1, 20, "the mark's mail")
-    assert len(mail.mails(subject("SOS: Anna pressed SOS again"))) == 2, "a second pressed-again mail within the minute"
+    assert not mail.mails(subject("SOS: Anna pressed SOS again")), "no pressed-again mail within the minute of the start"
 
     # Every app's positions go into the SOS, and the contacts' links show them in order.
     deliver(traccar_flutter9(server_url, identifier, fixes[4]), "Traccar Client 9 (JSON) position")
@@ -443,7 +442,7 @@ def test_wrong_pins_lock_the_stop_and_the_duress_pin_only_seems_to_stop(work: st
     assert tokens == started_tokens, "the duress mail carries each contact's own link"
     for token in tokens.values():
         view = flare.view(token)
-        assert view["state"] == "active" and view["tracker"].get("duress_at"), view
+        assert view["state"] == "active" and view["tracker"].get("duress") is True, view
     assert flare.info(cleo)["sos"] == "duress" and flare.info(dana)["sos"] == "ended"
 
     # Positions still go in: the apps' answers are as ever, the contacts see them.

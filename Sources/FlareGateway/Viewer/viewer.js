@@ -140,7 +140,7 @@
     name: null, expiresAt: null, endedAt: null, reason: null,
     last: null, trail: [],
     tracker: null,      // the server's tracker report: state live|stale|offline, since, battery, locate_*
-    duressAt: null,     // the sharer entered the duress PIN: their phone says stopped, the page goes on with a warning
+    duress: false,      // the sharer entered the duress PIN: their phone says stopped, the page goes on with a warning
     locateNote: null,   // what the last "locate now" press got back, until the tracker says more
     // server clock minus device clock, ms
     skew: 0,
@@ -328,9 +328,8 @@
     if (S.tracker.asked && (!before || before.asked !== S.tracker.asked)) S.locateNote = null;
     body.setAttribute('data-tracker', d.state);
     // Only ever set: a duress is not taken back by a later report.
-    var duress = Date.parse(d.duress_at);
-    if (!isNaN(duress) && S.duressAt == null) {
-      S.duressAt = duress;
+    if (d.duress === true && !S.duress) {
+      S.duress = true;
       announce(t('duress_title', { name: S.name || t('someone') }), true);
     }
   }
@@ -653,7 +652,7 @@
 
     if (E2E) E2E.banner();
 
-    var duressShown = S.duressAt != null && S.state === 'active';
+    var duressShown = S.duress && S.state === 'active';
     $('duress').hidden = !duressShown;
     if (duressShown) setText('duress-title', t('duress_title', { name: S.name || t('someone') }));
 
