@@ -48,6 +48,8 @@ extension Gateway {
         case .refused: return nil
         case .current: return .device
         case .expired: if expiredDeviceReports { return .device } else { throw .tokenExpired }
+        // As an ended share's token: refused, but for the positions it keeps sending.
+        case .underDuress: return expiredDeviceReports ? .device : nil
         }
     }
 

@@ -256,6 +256,9 @@ public final class ShareService: Sendable {
         /// still report positions, and nothing else: a token once seen (a photographed QR code) must not keep the
         /// power to stop, prolong or read someone's SOS.
         case expired
+        /// The share goes on under duress (`Share.underDuress`): its phone was told it stopped. It may still report
+        /// positions; everything else answers it as an ended share does.
+        case underDuress
         case current
     }
 
@@ -264,6 +267,7 @@ public final class ShareService: Sendable {
     public func deviceTokenStanding(_ token: String, for id: ShareID) throws(StoreError) -> DeviceTokenStanding {
         guard let verified = try? ShareToken.verify(token, key: lifecycle.tokenKey, nowSeconds: Int64.min, expectedShare: id), verified.role == .device,
               case .live(let snapshot) = try share(id), snapshot.share.isActive else { return .refused }
+        if snapshot.share.underDuress { return .underDuress }
         return verified.expiresAt > lifecycle.clock.now() / 1000 ? .current : .expired
     }
 

@@ -197,6 +197,11 @@ import Testing
         #expect(try fixCount(sos.shareID) == 1, "and its positions still go in")
         let info = try fixture.send("GET", "/api/v1/devices/\(forced.deviceID)", bearer: fixture.ownerKey).decode(DeviceInfo.self)
         #expect(info.sos == "duress", "the owner sees it for what it is")
+        // The device token the start handed out reads as a stopped share's does.
+        for path in ["/api/v1/shares/\(sos.shareID)", "/api/v1/shares/\(sos.shareID)/answers"] {
+            let read = fixture.send("GET", path, bearer: sos.deviceToken)
+            #expect(read.status == 401 && read.errorCode == "unauthorized", "\(path): \(read.status) \(read.text)")
+        }
         // A press now answers as a press after a real stop: a new SOS (the contacts hear of it), the other goes on.
         let realAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: real.secret, json: "{}")
         let forcedAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: forced.secret, json: "{}")
