@@ -37,20 +37,7 @@ extension Gateway {
 
     func listContacts(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let key = try contactsCaller(request)
-        var limit = ContactList.defaultLimit
-        if let text = request.query["limit"] {
-            guard let parsed = Int(text), (1...ContactList.maximumLimit).contains(parsed) else {
-                throw .badRequest("invalid_limit", "limit must be a whole number from 1 to \(ContactList.maximumLimit)")
-            }
-            limit = parsed
-        }
-        var position: ContactListPosition?
-        if let text = request.query["cursor"] {
-            guard let parsed = ContactListCursor.decode(text) else {
-                throw .badRequest("invalid_cursor", "cursor must be a next_cursor this server returned")
-            }
-            position = parsed
-        }
+        let (limit, position) = try Self.page(request, defaultLimit: ContactList.defaultLimit, maximumLimit: ContactList.maximumLimit)
         do throws(StoreError) {
             // One more than asked for says whether there is a next page.
             let found = try shares.contacts.list(for: key, after: position, limit: limit + 1)
@@ -81,6 +68,25 @@ extension Gateway {
     } }
 
     static let contactNotFound = APIError.notFound("no such contact")
+
+    /// A listing's `limit` and `cursor` (contacts' and devices': pages by row, newest first).
+    static func page(_ request: HTTPRequest, defaultLimit: Int, maximumLimit: Int) throws(APIError) -> (limit: Int, position: ContactListPosition?) {
+        var limit = defaultLimit
+        if let text = request.query["limit"] {
+            guard let parsed = Int(text), (1...maximumLimit).contains(parsed) else {
+                throw .badRequest("invalid_limit", "limit must be a whole number from 1 to \(maximumLimit)")
+            }
+            limit = parsed
+        }
+        var position: ContactListPosition?
+        if let text = request.query["cursor"] {
+            guard let parsed = ContactListCursor.decode(text) else {
+                throw .badRequest("invalid_cursor", "cursor must be a next_cursor this server returned")
+            }
+            position = parsed
+        }
+        return (limit, position)
+    }
 
     /// The request's owner key; one that is not current is charged to the caller's address.
     func contactsCaller(_ request: HTTPRequest) throws(APIError) -> OwnerKeyRecord {

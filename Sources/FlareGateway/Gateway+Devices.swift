@@ -38,20 +38,9 @@ extension Gateway {
 
     func listDevices(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let key = try contactsCaller(request)
-        var limit = DeviceList.defaultLimit
-        if let text = request.query["limit"] {
-            guard let parsed = Int(text), (1...DeviceList.maximumLimit).contains(parsed) else {
-                throw .badRequest("invalid_limit", "limit must be a whole number from 1 to \(DeviceList.maximumLimit)")
-            }
-            limit = parsed
-        }
-        var position: DeviceListPosition?
-        if let text = request.query["cursor"] {
-            guard let parsed = ContactListCursor.decode(text) else { throw .badRequest("invalid_cursor", "cursor must be a next_cursor this server returned") }
-            position = DeviceListPosition(row: parsed.row)
-        }
+        let (limit, page) = try Self.page(request, defaultLimit: DeviceList.defaultLimit, maximumLimit: DeviceList.maximumLimit)
         do throws(StoreError) {
-            let found = try shares.devices.list(for: key, after: position, limit: limit + 1)
+            let found = try shares.devices.list(for: key, after: page.map { DeviceListPosition(row: $0.row) }, limit: limit + 1)
             let page = found.prefix(limit)
             let next = found.count > limit ? page.last.map { ContactListCursor.encode(ContactListPosition(row: $0.row)) } : nil
             var devices: [DeviceInfo] = []

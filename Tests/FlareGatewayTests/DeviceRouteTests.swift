@@ -77,6 +77,17 @@ import Testing
         #expect(fixture.send("GET", "/api/v1/devices/sos", bearer: next.secret).status == 200)
     }
 
+    @Test func devicesAreListedNewestFirstAPageAtATime() throws {
+        let mum = try contact("Mum")
+        let made = try (0..<3).map { _ in try device(contacts: [mum]).deviceID }
+        let first = try fixture.send("GET", "/api/v1/devices", query: ["limit": "2"], bearer: fixture.ownerKey).decode(DeviceList.self)
+        let cursor = try #require(first.nextCursor)
+        let second = try fixture.send("GET", "/api/v1/devices", query: ["limit": "2", "cursor": cursor], bearer: fixture.ownerKey).decode(DeviceList.self)
+        #expect((first.devices + second.devices).map(\.deviceID) == made.reversed() && second.nextCursor == nil)
+        #expect(fixture.send("GET", "/api/v1/devices", query: ["limit": "0"], bearer: fixture.ownerKey).errorCode == "invalid_limit")
+        #expect(fixture.send("GET", "/api/v1/devices", query: ["cursor": "x"], bearer: fixture.ownerKey).errorCode == "invalid_cursor")
+    }
+
     @Test func aLimitedKeySeesOnlyItsOwnDevicesAndOnlyItsOwnContacts() throws {
         let made = fixture.send("POST", "/api/v1/keys", bearer: fixture.ownerKey, json: #"{"label":"Anna","max_live":3}"#)
         let anna = try made.decode(CreatedKey.self).key
