@@ -114,13 +114,7 @@ public final class FlareClient: Sendable {
 
     /// One page of shares, newest first (owner key). Pass the page's `nextCursor` to get the next one.
     public func listShares(state: ShareState? = nil, limit: Int? = nil, cursor: String? = nil) async throws(FlareClientError) -> ShareList {
-        guard let ownerKey else { throw .missingCredential("listing shares needs an owner key") }
-        var query: [(String, String)] = []
-        if let state { query.append(("state", state.rawValue)) }
-        if let limit { query.append(("limit", String(limit))) }
-        if let cursor { query.append(("cursor", cursor)) }
-        let data = try await send("GET", "api/v1/shares", query: query, bearer: ownerKey, body: nil, expecting: 200, retry: retry)
-        return try Self.decode(ShareList.self, from: data, status: 200)
+        try await page("api/v1/shares", state.map { [("state", $0.rawValue)] } ?? [], limit: limit, cursor: cursor, doing: "listing shares")
     }
 
     /// The share's state, last position and `audience` (who opened the link, who watches now). The phone may ask
@@ -247,12 +241,7 @@ public final class FlareClient: Sendable {
 
     /// One page of the owner key's contacts, newest first. Pass the page's `nextCursor` to get the next one.
     public func listContacts(limit: Int? = nil, cursor: String? = nil) async throws(FlareClientError) -> ContactList {
-        guard let ownerKey else { throw .missingCredential("listing contacts needs an owner key") }
-        var query: [(String, String)] = []
-        if let limit { query.append(("limit", String(limit))) }
-        if let cursor { query.append(("cursor", cursor)) }
-        let data = try await send("GET", "api/v1/contacts", query: query, bearer: ownerKey, body: nil, expecting: 200, retry: retry)
-        return try Self.decode(ContactList.self, from: data, status: 200)
+        try await page("api/v1/contacts", limit: limit, cursor: cursor, doing: "listing contacts")
     }
 
     public func contact(_ contactID: String) async throws(FlareClientError) -> ContactInfo {
@@ -333,43 +322,61 @@ public final class FlareClient: Sendable {
         throw .missingCredential("this call needs the owner key or the share's device token")
     }
 
+    /// One page of a list the owner key reads, as every list pages: at most `limit` entries, after `cursor`.
+    func page<Page: Decodable>(_ path: String, _ query: [(String, String)] = [], limit: Int?, cursor: String?,
+                               doing what: String) async throws(FlareClientError) -> Page {
+        guard let ownerKey else { throw .missingCredential("\(what) needs an owner key") }
+        var query = query
+        if let limit { query.append(("limit", String(limit))) }
+        if let cursor { query.append(("cursor", cursor)) }
+        let data = try await send("GET", path, query: query, bearer: ownerKey, body: nil, expecting: 200, retry: retry)
+        return try Self.decode(Page.self, from: data, status: 200)
+    }
+
     static func pathComponent(_ text: String) throws(FlareClientError) -> String {
-        // Share ids are URL-safe base64; anything else would change the path, so refuse it here.
+        // Flare's ids (shares, links, contacts, devices) are URL-safe base64; anything else would change the path, so
+        // refuse it here.
         guard !text.isEmpty, text.utf8.allSatisfy({ $0 == 45 || $0 == 95 || (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) }) else {
-            throw .unexpectedResponse(status: 0, detail: "not a share id")
+            throw .unexpectedResponse(status: 0, detail: "not an id (Flare's ids are base64url)")
         }
         return text
     }
 
-    private func call<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?,
-                                    expecting status: Int) async throws(FlareClientError) -> T {
+    func call<T: Decodable>(_ method: String, _ path: String, bearer: String, body: Data?,
+                            expecting status: Int) async throws(FlareClientError) -> T {
         let data = try await send(method, path, query: [], bearer: bearer, body: body, expecting: status, retry: retry)
         return try Self.decode(T.self, from: data, status: status)
     }
 
-    private func call<T: Decodable, Body: Encodable>(_ method: String, _ path: String, bearer: String, encodable: Body,
-                                                     expecting status: Int, retry: RetryPolicy) async throws(FlareClientError) -> T {
-        let body: Data
-        do { body = Data(try APIJSON.encode(encodable)) } catch {
-            throw .unexpectedResponse(status: 0, detail: "cannot encode the request body")
-        }
-        let data = try await send(method, path, query: [], bearer: bearer, body: body, expecting: status, retry: retry)
+    func call<T: Decodable, Body: Encodable>(_ method: String, _ path: String, bearer: String, encodable: Body,
+                                             expecting status: Int, retry: RetryPolicy) async throws(FlareClientError) -> T {
+        let data = try await send(method, path, query: [], bearer: bearer, body: try Self.encode(encodable), expecting: status, retry: retry)
         return try Self.decode(T.self, from: data, status: status)
     }
 
-    private static func decode<T: Decodable>(_ type: T.Type, from data: Data, status: Int) throws(FlareClientError) -> T {
+    static func encode(_ body: some Encodable) throws(FlareClientError) -> Data {
+        do { return Data(try APIJSON.encode(body)) } catch { throw .unexpectedResponse(status: 0, detail: "cannot encode the request body") }
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from data: Data, status: Int) throws(FlareClientError) -> T {
         do { return try APIJSON.decode(T.self, from: data) } catch {
             throw .unexpectedResponse(status: status, detail: "cannot decode \(T.self): \(error)")
         }
     }
 
     /// The body of the expected answer, after retrying outages; any other answer becomes the error it carries.
-    private func send(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?, expecting status: Int,
-                      retry: RetryPolicy) async throws(FlareClientError) -> Data {
+    func send(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?, expecting status: Int,
+              retry: RetryPolicy) async throws(FlareClientError) -> Data {
+        try await exchange(method, path, query: query, bearer: bearer, body: body, accepting: [status], retry: retry).data
+    }
+
+    /// The answer, when its status is one of `accepting` (a call that may answer 200 or 201), after retrying outages.
+    func exchange(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?, accepting: Set<Int>,
+                  retry: RetryPolicy) async throws(FlareClientError) -> (status: Int, data: Data) {
         var attempt = 1
         while true {
             do {
-                return try await sendOnce(method, path, query: query, bearer: bearer, body: body, expecting: status)
+                return try await sendOnce(method, path, query: query, bearer: bearer, body: body, accepting: accepting)
             } catch {
                 guard error.isRetryable, attempt < retry.maxAttempts, !Task.isCancelled else { throw error }
                 var retryAfter: TimeInterval?
@@ -382,7 +389,7 @@ public final class FlareClient: Sendable {
     }
 
     private func sendOnce(_ method: String, _ path: String, query: [(String, String)], bearer: String, body: Data?,
-                          expecting expected: Int) async throws(FlareClientError) -> Data {
+                          accepting: Set<Int>) async throws(FlareClientError) -> (status: Int, data: Data) {
         var url = baseURL.appendingPathComponent(path)
         if !query.isEmpty, var components = URLComponents(url: url, resolvingAgainstBaseURL: false) {
             components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) }
@@ -407,7 +414,7 @@ public final class FlareClient: Sendable {
             throw .transport((error as? URLError).map { "URLError \($0.code.rawValue)" } ?? String(describing: type(of: error)))
         }
         guard let http = response as? HTTPURLResponse else { throw .unexpectedResponse(status: 0, detail: "not an HTTP response") }
-        if http.statusCode == expected { return data }
+        if accepting.contains(http.statusCode) { return (http.statusCode, data) }
         let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init)
         if let shape = try? APIJSON.decode(APIErrorBody.self, from: data) {
             throw .api(FlareAPIError(status: http.statusCode, code: shape.error, message: shape.message, retryAfter: retryAfter))
@@ -416,6 +423,6 @@ public final class FlareClient: Sendable {
         if http.statusCode >= 400 {
             throw .api(FlareAPIError(status: http.statusCode, code: "http_\(http.statusCode)", message: "no Flare error body", retryAfter: retryAfter))
         }
-        throw .unexpectedResponse(status: http.statusCode, detail: "expected \(expected)")
+        throw .unexpectedResponse(status: http.statusCode, detail: "expected \(accepting.sorted().map(String.init).joined(separator: " or "))")
     }
 }
