@@ -28,15 +28,9 @@ enum ContactsCommands {
     }
 
     static func list(_ invocation: Invocation) async throws -> Int32 {
-        let client = try invocation.ownerClient()
-        let limit = try invocation.pageLimit(maximum: ContactList.maximumLimit)
-        let cursor = invocation.value(SharedOptions.cursor)
-        let page = try await call("cannot list contacts") { try await client.listContacts(limit: limit, cursor: cursor) }
-        if invocation.isSet(SharedOptions.json) {
-            try printJSON(page)
-            return 0
-        }
-        if page.contacts.isEmpty { print(cursor == nil ? "no contacts" : "no more contacts") }
+        guard let page = try await invocation.page(maximum: ContactList.maximumLimit, of: "contacts", { try await $0.listContacts(limit: $1, cursor: $2) })
+        else { return 0 }
+        if page.contacts.isEmpty { print(invocation.value(SharedOptions.cursor) == nil ? "no contacts" : "no more contacts") }
         for contact in page.contacts {
             let reach = [contact.email, contact.phone].compactMap { $0 }.joined(separator: ", ")
             print("\(contact.id)  \(contact.language.padding(toLength: 5, withPad: " ", startingAt: 0))  \(contact.name)\(reach.isEmpty ? "" : "  <\(reach)>")")

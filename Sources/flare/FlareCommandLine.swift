@@ -10,6 +10,7 @@ enum FlareCommandLine {
         ("shares", ShareCommands.all),
         ("owner keys", KeysCommands.all),
         ("contacts", ContactsCommands.all),
+        ("devices", DevicesCommands.all),
         ("check-ins", CheckinCommands.all),
         ("trackers", [TrackCommand.spec]),
         ("flared's secrets", SecretCommands.all),

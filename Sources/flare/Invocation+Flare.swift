@@ -78,6 +78,19 @@ extension Invocation {
         return parsed
     }
 
+    /// A list command's page: `--limit` (1 to `maximum`) and `--cursor` read, the page fetched with the owner key, and
+    /// with `--json` printed as it came (nil then: nothing is left to print).
+    func page<Page: Encodable>(maximum: Int, of what: String, _ fetch: (FlareClient, Int?, String?) async throws -> Page) async throws -> Page? {
+        let client = try ownerClient()
+        let limit = try pageLimit(maximum: maximum), cursor = value(SharedOptions.cursor)
+        let page = try await call("cannot list \(what)") { try await fetch(client, limit, cursor) }
+        if isSet(SharedOptions.json) {
+            try printJSON(page)
+            return nil
+        }
+        return page
+    }
+
     /// The option's value as a finite number of 0 or more, if given.
     func number(_ option: OptionSpec) throws -> Double? {
         guard let text = value(option) else { return nil }

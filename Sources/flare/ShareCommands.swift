@@ -123,20 +123,15 @@ enum ShareCommands {
     }
 
     static func list(_ invocation: Invocation) async throws -> Int32 {
-        let client = try invocation.ownerClient()
         var state: ShareState?
         if let text = invocation.value(Self.state) {
             guard let parsed = ShareState(rawValue: text) else { throw CLIError("--state must be active or ended (got \(text))") }
             state = parsed
         }
-        let limit = try invocation.pageLimit(maximum: ShareList.maximumLimit)
-        let cursor = invocation.value(SharedOptions.cursor)
-        let page = try await call("cannot list shares") { [state] in try await client.listShares(state: state, limit: limit, cursor: cursor) }
-        if invocation.isSet(SharedOptions.json) {
-            try printJSON(page)
-            return 0
-        }
-        if page.shares.isEmpty { print(cursor == nil ? "no shares" : "no more shares") }
+        guard let page = try await invocation.page(maximum: ShareList.maximumLimit, of: "shares", { [state] in
+            try await $0.listShares(state: state, limit: $1, cursor: $2)
+        }) else { return 0 }
+        if page.shares.isEmpty { print(invocation.value(SharedOptions.cursor) == nil ? "no shares" : "no more shares") }
         for share in page.shares {
             let end = share.endedAt.map { "ended \(RFC3339.format($0)) (\(share.reason ?? ""))" } ?? "ends \(RFC3339.format(share.expiresAt))"
             let name = share.name.isEmpty ? "" : "  \(share.name)"

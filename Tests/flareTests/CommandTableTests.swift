@@ -101,6 +101,20 @@ import Testing
         #expect(Self.usageError(["share", "create", "--duration"])?.description == "--duration needs a value (SECONDS)")
     }
 
+    /// A PIN has no place on the command line (a shell's history keeps it): `--pin` is a switch that asks for it.
+    @Test func aDevicePINIsNeverAnArgument() throws {
+        #expect(Self.usageError(["devices", "add", "Anna", "--contact", "c", "--pin", "4711"])?.description == "unexpected argument 4711")
+        #expect(Self.usageError(["devices", "add", "Anna", "--pin=4711"])?.description == "--pin takes no value")
+        #expect(Self.usageError(["devices", "add", "Anna", "--duress-pin=9999"])?.description == "--duress-pin takes no value")
+        let add = try Self.command("devices add")
+        guard case .run(let invocation) = try Invocation.parse(["Anna", "--contact", "a", "--pin", "--contact=b", "--duration", "30m"], for: add,
+                                                                environment: [:]) else { Issue.record("no run"); return }
+        #expect(invocation.values(DevicesCommands.contact) == ["a", "b"] && invocation.isSet(DevicesCommands.pin))
+        #expect(try CheckinCommands.seconds(try #require(invocation.value(DevicesCommands.duration)), flag: "--duration") == 1800)
+        // A device id is base64url as a share id is, and may begin with "-" too.
+        #expect(Self.usageError(["devices", "show", "-AAAAAAAAAAAAAAAAAAAAA"]) == nil)
+    }
+
     /// Against the built binary: exit status 64 with the command's usage on stderr; `flare help COMMAND` and
     /// `flare COMMAND --help` print the same on stdout with status 0.
     @Test(arguments: names) func theBinaryRefusesAnUnknownFlagAndHelpsTheSameBothWays(_ name: String) throws {
