@@ -18,7 +18,9 @@ public struct FlareAPIError: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     /// Worth trying again: the server or something in front of it is unavailable, or asked us to slow down.
-    public var isRetryable: Bool { status >= 500 || status == 429 || status == 408 }
+    /// An outage, worth asking again soon. Not `sos_limit`: the device started as many SOS as an hour allows, and a
+    /// press waiting in a call for up to an hour would leave the person with a button that does nothing they can see.
+    public var isRetryable: Bool { (status >= 500 || status == 429 || status == 408) && code != "sos_limit" }
     /// The share is over (ended, or its device token no longer valid): stop reporting.
     public var meansShareIsOver: Bool { code == "share_ended" || status == 410 || status == 401 }
 

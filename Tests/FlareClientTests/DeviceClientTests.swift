@@ -137,4 +137,20 @@ import Testing
         #expect(try await phone.sosState().shareID == sos.shareID)
         #expect(try await flare.listShares().shares.map(\.shareID) == [sos.shareID], "one SOS, not one per attempt")
     }
+
+    @Test func aPressPastTheHourlyLimitIsRefusedAtOnceNotWaitedOut() async throws {
+        let broker = try TestBroker()
+        let flared = try FlaredProcess(broker: broker, extraEnvironment: ["FLARE_SOS_PER_DEVICE_PER_HOUR": "1"])
+        let flare = owner(flared)
+        let mum = try await flare.createContact(ContactRequest(name: "Mum"))
+        let created = try await flare.createDevice(DeviceRequest(name: "Anna", contacts: [mum.id]))
+        // Retries that would wait out the Retry-After (half an hour) if the limit were taken for an outage.
+        let phone = phone(flared, created.secret, retry: RetryPolicy(maxAttempts: 5, initialDelay: 0.05, maxDelay: 3_600))
+        _ = try await phone.startSOS()
+        _ = try await phone.stopSOS(pin: nil)
+        let started = ContinuousClock.now
+        let refused = await refusal { () async throws(FlareClientError) in try await phone.startSOS() }
+        #expect(refused?.code == "sos_limit" && (refused?.retryAfter ?? 0) > 60)
+        #expect(ContinuousClock.now - started < .seconds(10), "answered at once")
+    }
 }
