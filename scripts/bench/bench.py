@@ -755,8 +755,8 @@ def bench_sos(stack, mail, presses, rate):
 
 
 # wrk's script for the device ingest rows: `limit` positions (the script's arguments: mode, limit, first tst, salt),
-# round robin over the devices of FLARE_BENCH_DEVICES ("secret share_id device_token" a line: from the environment,
-# never a file or a command line). `osmand`: GET /api/v1/osmand/<secret>?lat&lon&timestamp, as GPSLogger and OsmAnd
+# round robin over the devices listed in the file FLARE_BENCH_DEVICES_FILE names ("secret share_id device_token" a line;
+# mode 0600 in the run's directory, never a command line). `osmand`: GET /api/v1/osmand/<secret>?lat&lon&timestamp, as GPSLogger and OsmAnd
 # send a position (200, empty); `http`: POST /api/v1/shares/{id}/locations with the share's device token and an
 # OwnTracks location (202). Each device's k-th position has its own place and a later time than its (k-1)-th. It says
 # when the answers reached `limit`, so the rate is timed to that moment.
@@ -768,9 +768,11 @@ local devices, sent = {}, 0
 function setup(thread) table.insert(threads, thread) end
 function init(args)
   mode, limit, first_tst, salt = args[1], tonumber(args[2]), tonumber(args[3]), tonumber(args[4])
-  for secret, share, token in string.gmatch(os.getenv("FLARE_BENCH_DEVICES"), "(%S+) (%S+) (%S+)") do
+  local file = io.open(os.getenv("FLARE_BENCH_DEVICES_FILE"), "r")
+  for secret, share, token in string.gmatch(file:read("*a"), "(%S+) (%S+) (%S+)") do
     table.insert(devices, {secret = secret, share = share, token = token})
   end
+  file:close()
 end
 function request()
   local device = devices[sent % #devices + 1]
@@ -808,11 +810,16 @@ def device_ingest(stack, devices, mode, count, connections, first_tst, salt):
     script = os.path.join(stack.work, "device-ingest.lua")
     with open(script, "w") as f:
         f.write(DEVICE_INGEST_SCRIPT)
-    lines = "".join(f"{d['secret']} {d['share_id']} {d['device_token']}\n" for d in devices)
+    # The credentials in a file only this user reads, in the run's own directory (removed with it): hundreds of
+    # devices' are more than one environment variable may hold.
+    credentials = os.path.join(stack.work, "device-credentials")
+    fd = os.open(credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{d['secret']} {d['share_id']} {d['device_token']}\n" for d in devices))
     rows_before = stack.stored_fixes()
     wrk = subprocess.Popen(["wrk", "-t1", f"-c{connections}", f"-d{max(30, count // 200)}s", "-s", script, f"http://{HOST}:{stack.http_port}",
                             "--", mode, str(count), str(first_tst), str(salt)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(stack.env, FLARE_BENCH_DEVICES=lines))
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(stack.env, FLARE_BENCH_DEVICES_FILE=credentials))
     started = time.monotonic()
     took = None
     for line in wrk.stdout:
@@ -994,11 +1001,11 @@ def main():
     if args.long:
         cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15,
                    levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000,
-                   sos=(200, 10), osmand=(400, 30, 16))
+                   sos=(200, 10), osmand=(1_500, 30, 16))
     else:
         cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5,
                    levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000,
-                   sos=(50, 10), osmand=(200, 30, 16))
+                   sos=(50, 10), osmand=(800, 30, 16))
     if args.smoke:
         cfg.update(sos=(10, 10), osmand=(20, 20, 4))
     for tool in ("wrk", "nginx"):
