@@ -90,6 +90,9 @@ public enum FlaredSettings {
         .init(name: "FLARE_INSTANCES", readBy: "scripts/run.sh", defaultValue: "1 (make cluster: 2)", help: "how many flared instances scripts/run.sh starts (1 to 9)"),
         .init(name: "FLARE_SERVER_URL", readBy: "flare", defaultValue: "http://FLARE_HTTP_ADDR", help: "Flare's HTTP address for the command line (also --server URL)"),
         .init(name: "FLARE_OWNER_KEY", readBy: "flare", defaultValue: "FLARE_DATA_DIR/owner.key", help: "the owner key the command line sends (also --key KEY)"),
+        .init(name: "FLARE_DEVICE_PIN", readBy: "flare", defaultValue: "asked for at the terminal", help: "flare devices add --pin: the device's PIN (4 to 12 digits), kept out of the command line"),
+        .init(name: "FLARE_DEVICE_DURESS_PIN", readBy: "flare", defaultValue: "asked for at the terminal", help: "flare devices add --duress-pin: the duress PIN, likewise"),
+        .init(name: "FLARE_DEVICE_SECRET", readBy: "flare", defaultValue: "(none: <secret> is shown)", help: "flare devices setup: the device's secret, filled into each app's fields here (also --secret S)"),
         .init(name: "FLARE_SWIFT_TEST_TIMEOUT_S", readBy: "scripts/swift-test.py", defaultValue: "1500", help: "the deadline of make swift-test, build included"),
     ]
 
