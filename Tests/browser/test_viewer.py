@@ -201,20 +201,20 @@ def test_a_duress_pin_keeps_the_page_live_with_a_warning_while_the_phone_says_st
     d = viewer()
     d.get(BASE_URL + link)
     wait_coords(d, a)
-    assert not d.find_element(By.ID, 'duress').is_displayed()
+    assert not d.find_element(By.ID, 'checkin').is_displayed()
     stopped = http_json('POST', '/api/v1/devices/sos/stop', {'pin': '9999'}, secret)
     assert stopped['status'] == 'stopped', stopped
-    wait_for(d, lambda drv: drv.find_element(By.ID, 'duress').is_displayed(), '#duress to appear without a reload')
-    banner = text(d, '#duress')
-    assert 'Anna may be under duress' in banner and 'Do not call or message' in banner, banner
+    wait_for(d, lambda drv: drv.find_element(By.ID, 'checkin').is_displayed(), 'the duress alert to appear without a reload')
+    banner = text(d, '#checkin')
+    assert 'Anna may be under duress' in banner and 'Do not call or message it' in banner, banner
     assert not d.find_element(By.ID, 'ended').is_displayed(), 'the page goes on'
     b = flare.publish(share, flare.fix())
     wait_coords(d, b)
     shot(d, 'viewer-duress.png')
     zh = viewer(lang='zh-CN')
     zh.get(BASE_URL + link)
-    wait_for(zh, lambda drv: drv.find_element(By.ID, 'duress').is_displayed(), '#duress in Chinese')
-    assert '胁迫' in text(zh, '#duress')
+    wait_for(zh, lambda drv: drv.find_element(By.ID, 'checkin').is_displayed(), 'the duress alert in Chinese')
+    assert '胁迫' in text(zh, '#checkin')
 
 
 def open_stale_share(flare, viewer, send):

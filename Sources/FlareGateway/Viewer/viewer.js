@@ -140,7 +140,6 @@
     name: null, expiresAt: null, endedAt: null, reason: null,
     last: null, trail: [],
     tracker: null,      // the server's tracker report: state live|stale|offline, since, battery, locate_*
-    duress: false,      // the sharer entered the duress PIN: their phone says stopped, the page goes on with a warning
     locateNote: null,   // what the last "locate now" press got back, until the tracker says more
     // server clock minus device clock, ms
     skew: 0,
@@ -327,11 +326,8 @@
     if (d.state === 'offline' && (!before || before.state !== 'offline')) announce(t('announce_offline', { time: timeText(S.tracker.since) }), true);
     if (S.tracker.asked && (!before || before.asked !== S.tracker.asked)) S.locateNote = null;
     body.setAttribute('data-tracker', d.state);
-    // Only ever set: a duress is not taken back by a later report.
-    if (d.duress === true && !S.duress) {
-      S.duress = true;
-      announce(t('duress_title', { name: S.name || t('someone') }), true);
-    }
+    // The duress PIN was entered: the phone says stopped, the page goes on (never taken back; #checkin says so).
+    if (d.duress) S.duress = true;
   }
 
   // "Locate now": asks the phone for a fresh position. The answer shows through the tracker report (every viewer
@@ -652,9 +648,6 @@
 
     if (E2E) E2E.banner();
 
-    var duressShown = S.duress && S.state === 'active';
-    $('duress').hidden = !duressShown;
-    if (duressShown) setText('duress-title', t('duress_title', { name: S.name || t('someone') }));
 
     var missed = S.checkinDue != null && S.reason !== 'withdrawn';
     $('checkin').hidden = !missed;
@@ -663,6 +656,12 @@
       setText('checkin-title', t('checkin_missed', { name: who, time: timeText(S.checkinDue) }));
       setText('checkin-last', S.last ? t('checkin_last', { time: timeText(S.last.tst * 1000), acc: S.last.acc != null ? accuracyText(S.last.acc) : '' })
         : t('checkin_no_position'));
+    }
+    // Under duress the same alert says so (an SOS share has no check-in to miss).
+    if (S.duress && S.state === 'active') {
+      $('checkin').hidden = false;
+      setText('checkin-title', t('duress_title', { name: S.name || t('someone') }));
+      setText('checkin-last', t('duress_advice'));
     }
 
     var ended = S.state === 'ended';
