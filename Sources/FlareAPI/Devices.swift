@@ -18,20 +18,26 @@ public struct DeviceRequest: RequestBody, Equatable {
     public var message: String?
     public var pin: String?
     public var duressPin: String?
+    /// The SOS page's countdown after a press, 0 to 10 s (default 5).
+    public var countdownSeconds: Double?
 
-    enum CodingKeys: String, CodingKey { case name, contacts, durationSeconds = "duration_s", message, pin, duressPin = "duress_pin" }
+    enum CodingKeys: String, CodingKey {
+        case name, contacts, durationSeconds = "duration_s", message, pin, duressPin = "duress_pin", countdownSeconds = "countdown_s"
+    }
 
     public init(name: String? = nil, contacts: [String]? = nil, durationSeconds: Double? = nil, message: String? = nil, pin: String? = nil,
-                duressPin: String? = nil) {
+                duressPin: String? = nil, countdownSeconds: Double? = nil) {
         self.name = name
         self.contacts = contacts
         self.durationSeconds = durationSeconds
         self.message = message
         self.pin = pin
         self.duressPin = duressPin
+        self.countdownSeconds = countdownSeconds
     }
 
     public static let memberRefusals = [
+        "countdown_s": BodyRefusal("invalid_countdown", "countdown_s must be a number of seconds from 0 to 10"),
         "name": BodyRefusal("invalid_name", "name must be a string"),
         "contacts": BodyRefusal("invalid_contacts", #"contacts must be a list of contact ids, e.g. ["<contact id>"]"#),
         "duration_s": BodyRefusal("invalid_duration", "duration_s must be a number of seconds"),
@@ -52,6 +58,7 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
     public let message: String
     public let hasPin: Bool
     public let hasDuressPin: Bool
+    public let countdownSeconds: Int
     @RFC3339Time public var createdAt: Date
     /// When Flare last heard from the device (any request with its secret): the setup's test.
     @OptionalRFC3339Time public var lastHeardAt: Date?
@@ -62,11 +69,11 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case deviceID = "device_id", name, contacts, durationSeconds = "duration_s", message, hasPin = "has_pin", hasDuressPin = "has_duress_pin"
-        case createdAt = "created_at", lastHeardAt = "last_heard_at", sos, sosShareID = "sos_share_id"
+        case countdownSeconds = "countdown_s", createdAt = "created_at", lastHeardAt = "last_heard_at", sos, sosShareID = "sos_share_id"
     }
 
     public init(deviceID: String, name: String, contacts: [String], durationSeconds: Int?, message: String, hasPin: Bool, hasDuressPin: Bool,
-                createdAt: Date, lastHeardAt: Date?, sos: String, sosShareID: String?) {
+                countdownSeconds: Int, createdAt: Date, lastHeardAt: Date?, sos: String, sosShareID: String?) {
         self.deviceID = deviceID
         self.name = name
         self.contacts = contacts
@@ -74,6 +81,7 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
         self.message = message
         self.hasPin = hasPin
         self.hasDuressPin = hasDuressPin
+        self.countdownSeconds = countdownSeconds
         self.createdAt = createdAt
         self.lastHeardAt = lastHeardAt
         self.sos = sos
@@ -233,6 +241,48 @@ public struct SOSState: Codable, Sendable, Equatable {
         self.audience = audience
         self.answers = answers
     }
+}
+
+/// `GET /api/v1/devices/me` (the device's secret): what its SOS page shows before a press: the person's name, the
+/// countdown, whether stopping asks for a PIN, and whom the SOS tells, with their numbers for the page's SMS fallback
+/// when Flare cannot be reached.
+public struct DeviceCard: Codable, Sendable, Equatable {
+    public struct Contact: Codable, Sendable, Equatable {
+        public let name: String
+        public let phone: String?
+        public init(name: String, phone: String?) {
+            self.name = name
+            self.phone = phone
+        }
+    }
+
+    public let deviceID: String
+    public let name: String
+    public let countdownSeconds: Int
+    public let hasPin: Bool
+    public let contacts: [Contact]
+
+    enum CodingKeys: String, CodingKey { case deviceID = "device_id", name, countdownSeconds = "countdown_s", hasPin = "has_pin", contacts }
+
+    public init(deviceID: String, name: String, countdownSeconds: Int, hasPin: Bool, contacts: [Contact]) {
+        self.deviceID = deviceID
+        self.name = name
+        self.countdownSeconds = countdownSeconds
+        self.hasPin = hasPin
+        self.contacts = contacts
+    }
+}
+
+/// `POST /api/v1/devices/sos/extend` (the device's secret): `{"duration_s":3600}` from now, or `{}` for the device's
+/// own duration.
+public struct SOSExtendRequest: RequestBody, Equatable {
+    public var durationSeconds: Double?
+    public init(durationSeconds: Double? = nil) { self.durationSeconds = durationSeconds }
+
+    enum CodingKeys: String, CodingKey { case durationSeconds = "duration_s" }
+
+    public static let memberRefusals = ["duration_s": BodyRefusal("invalid_duration", "duration_s must be a number of seconds")]
+    public static var emptyIsEmptyObject: Bool { true }
 }
 
 /// `POST /api/v1/devices/locations` outside a live SOS: the position was not kept.

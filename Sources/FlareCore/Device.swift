@@ -33,10 +33,12 @@ public struct Device: Sendable, Equatable {
     /// The PIN that stops its SOS, and the duress PIN that seems to stop it (`PINHash`); nil: none.
     public var pin: PINHash?
     public var duressPin: PINHash?
+    /// Seconds the SOS page counts down after a press, with a Cancel, before it starts the SOS (0: at once).
+    public var countdownSeconds: Int
     public let createdAt: UnixMillis
 
     public init(id: DeviceID, ownerKeyID: Int64, name: String, secretHash: SecretHash, contacts: [ContactID], durationSeconds: Int64?,
-                message: String, pin: PINHash?, duressPin: PINHash?, createdAt: UnixMillis) {
+                message: String, pin: PINHash?, duressPin: PINHash?, countdownSeconds: Int = DeviceRules.defaultCountdownSeconds, createdAt: UnixMillis) {
         self.id = id
         self.ownerKeyID = ownerKeyID
         self.name = name
@@ -46,6 +48,7 @@ public struct Device: Sendable, Equatable {
         self.message = message
         self.pin = pin
         self.duressPin = duressPin
+        self.countdownSeconds = countdownSeconds
         self.createdAt = createdAt
     }
 }
@@ -114,6 +117,9 @@ public enum DeviceRules {
     public static let wrongPinsBeforeLock = 5
     public static let wrongPinWindowMillis: Int64 = 15 * 60_000
     public static let stopLockMillis: Int64 = 15 * 60_000
+    /// The SOS page's countdown after a press, against pocket presses.
+    public static let countdownSeconds = 0...10
+    public static let defaultCountdownSeconds = 5
     /// A repeated press tells the contacts at most this often (the event goes out every time).
     public static let repeatMailIntervalMillis: Int64 = 60_000
 

@@ -97,5 +97,6 @@ extension GatewayConfiguration {
                   liveStreamsPerLink: Int(try config.integer("FLARE_LIVE_STREAMS_PER_LINK")),
                   liveStreamsPerAddress: Int(try config.integer("FLARE_LIVE_STREAMS_PER_ADDRESS")), metricsToken: metricsToken)
         if let directory = config.string("FLARE_TWEETNACL_DIR") { tweetnaclDirectory = directory }
+        sosRatePerAddress = try config.rateRule("FLARE_SOS_RATE_PER_ADDRESS")
     }
 }

@@ -106,7 +106,7 @@ extension Gateway {
 
     private static func settings(_ body: DeviceRequest) -> Devices.Settings {
         Devices.Settings(name: body.name, contacts: body.contacts, durationSeconds: body.durationSeconds, message: body.message, pin: body.pin,
-                         duressPin: body.duressPin)
+                         duressPin: body.duressPin, countdownSeconds: body.countdownSeconds)
     }
 
     private func deviceRefusal(_ error: Devices.Refusal, _ doing: String) -> APIError {
@@ -132,7 +132,7 @@ extension Gateway {
         }
         return DeviceInfo(deviceID: device.id.rawValue, name: device.name, contacts: device.contacts.map(\.rawValue),
                           durationSeconds: device.durationSeconds.map { Int($0) }, message: device.message, hasPin: device.pin != nil,
-                          hasDuressPin: device.duressPin != nil, createdAt: Date(unixMillis: device.createdAt),
+                          hasDuressPin: device.duressPin != nil, countdownSeconds: device.countdownSeconds, createdAt: Date(unixMillis: device.createdAt),
                           lastHeardAt: stored.sos.lastHeardAt.map(Date.init(unixMillis:)), sos: sos, sosShareID: shareID)
     }
 
@@ -166,6 +166,9 @@ extension Gateway {
                 Field(label: "Stop", value: "POST \(base)/api/v1/devices/sos/stop"),
                 Field(label: "Authorization", value: "Bearer \(shown)"),
             ], sos: "POST /api/v1/devices/sos with the secret as a bearer token.", qr: nil),
+            DeviceSetup.App(app: "sos_page", name: "Flare's SOS page (any phone's browser, nothing to install)", fields: [
+                Field(label: "Open on the phone, then add to the home screen", value: "\(base)/sos#d=\(shown)"),
+            ], sos: "Press the SOS button; it counts down \(stored.device.countdownSeconds) s with a Cancel, then starts.", qr: "\(base)/sos#d=\(shown)"),
         ]
         let heard = stored.sos.lastHeardAt
         return DeviceSetup(deviceID: stored.device.id.rawValue, includesSecret: secret != nil, apps: apps, lastHeardAt: heard.map(Date.init(unixMillis:)),
@@ -196,8 +199,16 @@ extension Gateway {
         return found
     }
 
+    /// 429 once an address has started or stopped more SOS than a person would (`sosAddressLimiter`).
+    func overSOSAddressRate(_ request: HTTPRequest) throws(APIError) {
+        guard let wait = sosAddressLimiter.take(clientKey(request), nowMillis: clock.monotonicMillis()) else { return }
+        metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "sos_address")])
+        throw .rateLimited(retryAfter: wait)
+    }
+
     func startSOS(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let caller = try deviceCaller(request)
+        try overSOSAddressRate(request)
         // The first fix, if the body holds one, goes in with the start; a body that is not a fix is refused first.
         var first: Fix?
         // No body, or `{}` (what clients send for "no body"), is a press without a position.
@@ -240,6 +251,41 @@ extension Gateway {
                           repeated: sos.repeated)
     }
 
+    /// `GET /api/v1/devices/me`: what the SOS page shows before a press, and the numbers of its SMS fallback.
+    func deviceCard(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
+        let caller = try deviceCaller(request)
+        let device = caller.device.device
+        var contacts: [DeviceCard.Contact] = []
+        do throws(StoreError) {
+            for id in device.contacts {
+                if let contact = try shares.contacts.contact(id, for: caller.owner) { contacts.append(DeviceCard.Contact(name: contact.name, phone: contact.phone)) }
+            }
+        } catch { throw storeFailed(error, "reading a device's contacts") }
+        return .api(200, DeviceCard(deviceID: device.id.rawValue, name: device.name, countdownSeconds: device.countdownSeconds,
+                                    hasPin: device.pin != nil, contacts: contacts))
+    } }
+
+    /// `POST /api/v1/devices/sos/extend`: the live SOS runs longer; answered as `GET /api/v1/devices/sos`.
+    func extendSOS(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
+        let caller = try deviceCaller(request)
+        if let wait = deviceExtendLimiter.take("device:\(caller.device.device.id)", nowMillis: clock.monotonicMillis()) {
+            metrics.increment(FlareMetrics.rateLimited, labels: [("scope", "device_extend")])
+            throw .rateLimited(retryAfter: wait)
+        }
+        let body = try request.decode(as: SOSExtendRequest.self)
+        do throws(Devices.ExtendRefusal) {
+            _ = try shares.devices.extendSOS(caller.device, durationSeconds: body.durationSeconds)
+        } catch {
+            switch error {
+            case .notSharing: throw APIError(status: 409, code: "not_sharing", message: "this device has no live SOS to extend")
+            case .refused(let refusal): return shareErrorResponse(refusal)
+            case .storage(let failure): noteStoreFailure("extending an SOS: \(failure)"); throw .storeUnavailable
+            }
+        }
+        // What the device reads now, from the store's device row (its SOS share, read again).
+        return sosState(request)
+    } }
+
     func sosState(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let caller = try deviceCaller(request)
         do throws(StoreError) {
@@ -265,6 +311,7 @@ extension Gateway {
 
     func stopSOS(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let caller = try deviceCaller(request)
+        try overSOSAddressRate(request)
         let body = try request.decode(as: SOSStopRequest.self)
         do throws(Devices.StopRefusal) {
             switch try shares.devices.stopSOS(caller.device, owner: caller.owner, pin: body.pin) {

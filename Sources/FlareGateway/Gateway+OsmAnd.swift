@@ -32,6 +32,7 @@ extension Gateway {
         if report.tokenOnly { return Self.osmandAccepted }
         var snapshot: ShareSnapshot?
         if report.sos {
+            try overSOSAddressRate(request)
             let sos = try startSOS(caller)
             if case .live(let live) = try lookUp(sos.share.id), live.share.isActive { snapshot = live }
         } else if report.hasPosition {

@@ -34,6 +34,7 @@ public final class Gateway: Sendable {
     let clock: any Clock
     let health: @Sendable () -> HealthReport
     let assets: ViewerAssets
+    let sosPage: SOSPageAssets
     let addressLimiter: RateLimiter
     let tokenLimiter: RateLimiter
     /// Fixes over HTTP, per share (`FLARE_FIX_RATE_PER_SHARE`, the bound the broker applies over MQTT): one budget for
@@ -51,6 +52,9 @@ public final class Gateway: Sendable {
     /// Requests with a device's secret, per device: a phone reporting every second with room for its backlog, a person
     /// pressing and stopping; not a script trying PINs (which the store's lock stops anyway).
     let deviceLimiter = RateLimiter(rule: .init(ratePerSecond: 5, burst: 120))
+    /// SOS starts and stops per client address, whatever the device: one phone presses a few times; an address
+    /// cycling through stolen secrets does not get to start or stop dozens of SOS.
+    let sosAddressLimiter: RateLimiter
     let answerQuota: RateLimiter
     /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
     /// and more; a wrong token costs more.
@@ -73,9 +77,11 @@ public final class Gateway: Sendable {
         self.parser = parser
         self.health = health
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
+        self.sosPage = SOSPageAssets(languages: assets.languages, languageOptions: assets.languageOptions, logger: logger)
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
         self.fixLimiter = RateLimiter(rule: configuration.fixRatePerShare)
+        self.sosAddressLimiter = RateLimiter(rule: configuration.sosRatePerAddress)
         self.answerLimiter = RateLimiter(rule: configuration.answerRate)
         let answers = Double(configuration.answersPerAddress)
         self.answerQuota = RateLimiter(rule: .init(ratePerSecond: answers / 86_400, burst: answers))
@@ -131,6 +137,12 @@ public final class Gateway: Sendable {
             return routeAPI(request, Array(parts.dropFirst(2)))
         case ("GET", 2, "s"), ("HEAD", 2, "s"):
             return viewerPage(request, token: parts[1])
+        case ("GET", 1, "sos"), ("HEAD", 1, "sos"):
+            return sosPage.page(language: assets.negotiateLanguage(request)) ?? notFoundPage(request)
+        case ("GET", 2...3, "sos"):
+            return sosPage.file(parts.dropFirst().joined(separator: "/")) ?? notFoundPage(request)
+        case ("GET", 1, "sos-sw.js"):
+            return sosPage.file("sw.js") ?? notFoundPage(request)
         case ("GET", _, "viewer"), ("GET", _, "vendor"):
             return assets.response(for: request) ?? notFoundPage(request)
         case ("GET", 1, "healthz"):
@@ -164,9 +176,11 @@ public final class Gateway: Sendable {
         case ("checkins", 1...3, _): return APIError.methodNotAllowed.response
         case ("devices", 2, "POST") where parts[1] == "sos": return startSOS(request)
         case ("devices", 2, "GET") where parts[1] == "sos": return sosState(request)
+        case ("devices", 2, "GET") where parts[1] == "me": return deviceCard(request)
+        case ("devices", 3, "POST") where parts[1] == "sos" && parts[2] == "extend": return extendSOS(request)
         case ("devices", 3, "POST") where parts[1] == "sos" && parts[2] == "stop": return stopSOS(request)
         case ("devices", 2, "POST") where parts[1] == "locations": return deviceLocation(request)
-        case ("devices", 2, _) where parts[1] == "sos" || parts[1] == "locations", ("devices", 3, _) where parts[1] == "sos":
+        case ("devices", 2, _) where parts[1] == "sos" || parts[1] == "locations" || parts[1] == "me", ("devices", 3, _) where parts[1] == "sos":
             return APIError.methodNotAllowed.response
         case ("devices", 1, "POST"): return createDevice(request)
         case ("devices", 1, "GET"): return listDevices(request)

@@ -21,6 +21,8 @@ public struct GatewayConfiguration: Sendable {
     public var linkRatePerAddress: RateLimiter.Rule
     /// Per view token.
     public var linkRatePerToken: RateLimiter.Rule
+    /// SOS starts and stops per client address, whichever devices (`FLARE_SOS_RATE_PER_ADDRESS`).
+    public var sosRatePerAddress = RateLimiter.Rule(ratePerSecond: 0.1, burst: 20)
     /// Per share, the fixes its devices send over HTTP (Flare's ingest and the OwnTracks apps' HTTP mode alike).
     public var fixRatePerShare: RateLimiter.Rule
     /// Reverse proxies whose X-Forwarded-For names the client (the per-address limit's key).

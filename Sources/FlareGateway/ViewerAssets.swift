@@ -28,6 +28,8 @@ public struct ViewerAssets: Sendable {
     private let configuration: GatewayConfiguration
     /// Language tags that have a string table (`i18n/<tag>.json`), first is the default.
     let languages: [String]
+    /// The language menu's `<option>`s, each language named in its own words (the SOS page has the same menu).
+    let languageOptions: String
 
     /// The script, style sheet, string tables and pages as served: without each line's indentation, blank lines and
     /// (scripts) lines that are only a `//` comment. The comments are for the code's readers, not for a phone on a poor connection. Safe
@@ -119,6 +121,7 @@ public struct ViewerAssets: Sendable {
             let name = table?["language_name"]?.stringValue ?? code
             options += "<option value=\"\(Self.escapeHTML(code))\">\(Self.escapeHTML(name))</option>"
         }
+        self.languageOptions = options
         let pageWithMenu = pageTemplate.replacingOccurrences(of: "{{LANGUAGE_OPTIONS}}", with: options)
         for language in self.languages {
             let filled = pageWithMenu

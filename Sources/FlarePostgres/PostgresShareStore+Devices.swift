@@ -13,11 +13,11 @@ extension PostgresShareStore: DeviceRecords {
                 let count = try connection.execute("SELECT count(*) FROM devices WHERE owner_key = $1", [String(device.ownerKeyID)], operation: operation)
                 guard count.int64(0, 0) < Int64(limit) else { return false }
                 try connection.execute("""
-                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                     """, [device.id.rawValue, String(device.ownerKeyID), device.name, PostgresText.hex(device.secretHash.bytes),
                           DeviceSOSArithmetic.contactsText(device.contacts), device.durationSeconds.map(String.init), device.message,
-                          device.pin?.text, device.duressPin?.text, String(device.createdAt)], operation: operation)
+                          device.pin?.text, device.duressPin?.text, String(device.createdAt), String(device.countdownSeconds)], operation: operation)
                 return true
             }
         }
@@ -51,9 +51,11 @@ extension PostgresShareStore: DeviceRecords {
 
     public func updateDevice(_ device: Device) throws(StoreError) -> Bool {
         try changedRows("""
-            UPDATE devices SET name = $2, secret_hash = $3, contacts = $4, duration_s = $5, message = $6, pin = $7, duress_pin = $8 WHERE id = $1
+            UPDATE devices SET name = $2, secret_hash = $3, contacts = $4, duration_s = $5, message = $6, pin = $7, duress_pin = $8,
+            countdown_s = $9 WHERE id = $1
             """, [device.id.rawValue, device.name, PostgresText.hex(device.secretHash.bytes), DeviceSOSArithmetic.contactsText(device.contacts),
-                  device.durationSeconds.map(String.init), device.message, device.pin?.text, device.duressPin?.text], operation: "update device") == 1
+                  device.durationSeconds.map(String.init), device.message, device.pin?.text, device.duressPin?.text,
+                  String(device.countdownSeconds)], operation: "update device") == 1
     }
 
     public func deleteDevice(id: DeviceID) throws(StoreError) -> Bool {
@@ -128,7 +130,7 @@ extension PostgresShareStore: DeviceRecords {
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
         sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
-        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share)
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -137,7 +139,8 @@ extension PostgresShareStore: DeviceRecords {
         let device = Device(id: id, ownerKeyID: rows.int64(index, 2), name: rows.text(index, 3) ?? "", secretHash: SecretHash(bytes: rows.bytes(index, 4)),
                             contacts: DeviceSOSArithmetic.contacts(rows.text(index, 5) ?? ""), durationSeconds: rows.optionalInt64(index, 6),
                             message: rows.text(index, 7) ?? "", pin: rows.text(index, 8).flatMap { PINHash(text: $0) },
-                            duressPin: rows.text(index, 9).flatMap { PINHash(text: $0) }, createdAt: rows.int64(index, 10))
+                            duressPin: rows.text(index, 9).flatMap { PINHash(text: $0) }, countdownSeconds: Int(rows.int64(index, 18)),
+                            createdAt: rows.int64(index, 10))
         let sos = DeviceSOSState(shareRow: rows.optionalInt64(index, 11), repeatMailedAt: rows.optionalInt64(index, 12),
                                  wrongPins: Int(rows.int64(index, 13)), wrongPinsSince: rows.optionalInt64(index, 14),
                                  stopLockedUntil: rows.optionalInt64(index, 15), lastHeardAt: rows.optionalInt64(index, 16), duressAt: rows.optionalInt64(index, 17))

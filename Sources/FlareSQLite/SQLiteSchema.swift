@@ -208,6 +208,10 @@ extension SQLiteShareStore {
         CREATE INDEX IF NOT EXISTS devices_by_sos_share ON devices(sos_share);
         ALTER TABLE shares ADD COLUMN duress_at INTEGER;
         """,
+        // 18: the SOS page's countdown after a press (0 to 10 s).
+        """
+        ALTER TABLE devices ADD COLUMN countdown_s INTEGER NOT NULL DEFAULT 5;
+        """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }
 

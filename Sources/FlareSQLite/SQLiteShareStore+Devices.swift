@@ -12,8 +12,8 @@ extension SQLiteShareStore: DeviceRecords {
                 _ = try count.step()
                 guard count.int64(0) < Int64(limit) else { return false }
                 let insert = try db.statement("""
-                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                     """)
                 defer { insert.reset() }
                 insert.bind(1, device.id.rawValue)
@@ -26,6 +26,7 @@ extension SQLiteShareStore: DeviceRecords {
                 insert.bind(8, device.pin?.text)
                 insert.bind(9, device.duressPin?.text)
                 insert.bind(10, device.createdAt)
+                insert.bind(11, Int64(device.countdownSeconds))
                 try insert.run()
                 return true
             }
@@ -67,7 +68,8 @@ extension SQLiteShareStore: DeviceRecords {
 
     public func updateDevice(_ device: Device) throws(StoreError) -> Bool {
         try changedRows("""
-            UPDATE devices SET name = ?2, secret_hash = ?3, contacts = ?4, duration_s = ?5, message = ?6, pin = ?7, duress_pin = ?8 WHERE id = ?1
+            UPDATE devices SET name = ?2, secret_hash = ?3, contacts = ?4, duration_s = ?5, message = ?6, pin = ?7, duress_pin = ?8,
+            countdown_s = ?9 WHERE id = ?1
             """) { statement in
             statement.bind(1, device.id.rawValue)
             statement.bind(2, device.name)
@@ -77,6 +79,7 @@ extension SQLiteShareStore: DeviceRecords {
             statement.bind(6, device.message)
             statement.bind(7, device.pin?.text)
             statement.bind(8, device.duressPin?.text)
+            statement.bind(9, Int64(device.countdownSeconds))
         } == 1
     }
 
@@ -172,7 +175,7 @@ extension SQLiteShareStore: DeviceRecords {
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
         sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
-        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share)
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -181,7 +184,8 @@ extension SQLiteShareStore: DeviceRecords {
         let device = Device(id: id, ownerKeyID: statement.int64(2), name: statement.string(3), secretHash: SecretHash(bytes: statement.blob(4)),
                             contacts: DeviceSOSArithmetic.contacts(statement.string(5)), durationSeconds: statement.optionalInt64(6),
                             message: statement.string(7), pin: statement.optionalString(8).flatMap { PINHash(text: $0) },
-                            duressPin: statement.optionalString(9).flatMap { PINHash(text: $0) }, createdAt: statement.int64(10))
+                            duressPin: statement.optionalString(9).flatMap { PINHash(text: $0) }, countdownSeconds: Int(statement.int64(18)),
+                            createdAt: statement.int64(10))
         let sos = DeviceSOSState(shareRow: statement.optionalInt64(11), repeatMailedAt: statement.optionalInt64(12),
                                  wrongPins: Int(statement.int64(13)), wrongPinsSince: statement.optionalInt64(14),
                                  stopLockedUntil: statement.optionalInt64(15), lastHeardAt: statement.optionalInt64(16), duressAt: statement.optionalInt64(17))

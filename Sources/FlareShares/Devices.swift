@@ -28,15 +28,18 @@ public final class Devices: Sendable {
         public var pin: String?
         /// A duress PIN to set; "" removes it.
         public var duressPin: String?
+        /// The SOS page's countdown after a press, 0 to 10 s.
+        public var countdownSeconds: Double?
 
         public init(name: String? = nil, contacts: [String]? = nil, durationSeconds: Double? = nil, message: String? = nil, pin: String? = nil,
-                    duressPin: String? = nil) {
+                    duressPin: String? = nil, countdownSeconds: Double? = nil) {
             self.name = name
             self.contacts = contacts
             self.durationSeconds = durationSeconds
             self.message = message
             self.pin = pin
             self.duressPin = duressPin
+            self.countdownSeconds = countdownSeconds
         }
     }
 
@@ -119,7 +122,7 @@ public final class Devices: Sendable {
         var device = Device(id: .generate(), ownerKeyID: owner.id, name: "", secretHash: secret.hash, contacts: [], durationSeconds: nil, message: "",
                             pin: nil, duressPin: nil, createdAt: clock.now())
         try apply(Settings(name: name, contacts: contactIDs, durationSeconds: settings.durationSeconds, message: settings.message ?? "",
-                           pin: settings.pin, duressPin: settings.duressPin), to: &device, owner: owner)
+                           pin: settings.pin, duressPin: settings.duressPin, countdownSeconds: settings.countdownSeconds), to: &device, owner: owner)
         do {
             guard try store.insertDevice(device, limit: DeviceRules.maximumPerKey) else { throw Refusal.full }
             guard let stored = try store.device(id: device.id) else { throw Refusal.storage("the device was not found after it was stored") }
@@ -203,6 +206,12 @@ public final class Devices: Sendable {
                 throw DeviceRules.Refusal(code: "duress_pin_is_pin", message: "the PIN must differ from the duress PIN")
             }
         } catch { throw .invalid(code: error.code, message: error.message) }
+        if let countdown = settings.countdownSeconds {
+            guard countdown.rounded() == countdown, DeviceRules.countdownSeconds.contains(Int(exactly: countdown) ?? -1) else {
+                throw .invalid(code: "invalid_countdown", message: "countdown_s must be a whole number of seconds from 0 to 10")
+            }
+            device.countdownSeconds = Int(countdown)
+        }
         if let seconds = settings.durationSeconds {
             let duration: Int64
             do { duration = try policy.duration(requested: seconds) } catch { throw .invalid(code: "invalid_duration", message: error.description) }
@@ -426,6 +435,32 @@ public final class Devices: Sendable {
         }
         logger.info("device \(device.id): SOS stopped, share \(snapshot.share.id)")
         return .stopped(share: ended, at: ended.endedAt ?? now)
+    }
+
+    public enum ExtendRefusal: Error, Equatable {
+        /// No live SOS (or one under duress: the device was told it stopped).
+        case notSharing
+        case refused(ShareError)
+        case storage(String)
+    }
+
+    /// Moves the end of the device's live SOS (`durationSeconds` from now; nil: the device's own duration, else the
+    /// server's default), within the key's bound. Returns the share as it is after.
+    public func extendSOS(_ stored: StoredDevice, durationSeconds: Double?) throws(ExtendRefusal) -> ShareSnapshot {
+        let live: ShareSnapshot?
+        do { live = try shareTakingPositions(of: stored) } catch { throw .storage(error.description) }
+        guard let live, !live.share.underDuress else { throw .notSharing }
+        let seconds = durationSeconds ?? stored.device.durationSeconds.map(Double.init)
+        do throws(ShareError) { _ = try lifecycle.extend(live.share.id, durationSeconds: seconds) } catch {
+            switch error {
+            case .ended, .notFound: throw .notSharing
+            case .storage(let failure): throw .storage(failure)
+            default: throw .refused(error)
+            }
+        }
+        guard let after = directory.snapshot(live.share.id) else { throw .notSharing }
+        logger.info("device \(stored.device.id): SOS extended, share \(live.share.id)")
+        return after
     }
 
     /// The duress PIN: recorded once (with `sos.duress`, mailed to the contacts), memory and viewers told.

@@ -47,7 +47,7 @@ import Testing
     @Test func aDeviceIsAddedWithASecretShownOnceThenShownListedChangedAndRemoved() throws {
         let created = try device(#","duration_s":1800,"message":"At the trailhead","pin":"4711""#)
         #expect(Secret.isWellFormed(created.secret) && created.setup.includesSecret)
-        #expect(created.setup.apps.map(\.app) == ["traccar_client", "gpslogger", "osmand", "http"])
+        #expect(created.setup.apps.map(\.app) == ["traccar_client", "gpslogger", "osmand", "http", "sos_page"])
         #expect(created.setup.apps[0].fields.contains { $0.value == created.secret })
         let shown = try fixture.send("GET", "/api/v1/devices/\(created.deviceID)", bearer: fixture.ownerKey).decode(DeviceInfo.self)
         #expect(shown.name == "Anna" && shown.durationSeconds == 1800 && shown.message == "At the trailhead" && shown.hasPin && !shown.hasDuressPin)
@@ -213,6 +213,9 @@ import Testing
             let read = fixture.send("GET", path, bearer: sos.deviceToken)
             #expect(read.status == 401 && read.errorCode == "unauthorized", "\(path): \(read.status) \(read.text)")
         }
+        for secret in [real.secret, forced.secret] {
+            #expect(fixture.send("POST", "/api/v1/devices/sos/extend", bearer: secret, json: "{}").errorCode == "not_sharing", "nothing to extend, either way")
+        }
         // A press now answers as a press after a real stop: a new SOS (the contacts hear of it), the other goes on.
         let realAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: real.secret, json: "{}")
         let forcedAgain = fixture.send("POST", "/api/v1/devices/sos", bearer: forced.secret, json: "{}")
@@ -236,6 +239,21 @@ import Testing
         #expect(third.status == 429 && third.errorCode == "sos_limit" && third.header("Retry-After") != nil)
         fixture.clock.advance(seconds: 1_800)
         #expect(fixture.send("POST", "/api/v1/devices/sos", bearer: created.secret).status == 201, "the budget refills over the hour")
+    }
+
+    @Test func oneAddressStartsAndStopsAtMostAFewSOS() throws {
+        let mum = try contact("Mum")
+        let devices = try (0..<3).map { _ in try device(contacts: [mum]).secret }
+        var replies: [Reply] = []
+        for round in 0..<8 {
+            for secret in devices {
+                replies.append(fixture.send("POST", "/api/v1/devices/sos\(round % 2 == 0 ? "" : "/stop")", bearer: secret, json: "{}"))
+            }
+        }
+        #expect(replies.prefix(20).allSatisfy { $0.status == 200 || $0.status == 201 }, "\(replies.map(\.status))")
+        #expect(replies.dropFirst(20).contains { $0.status == 429 && $0.errorCode == "rate_limited" }, "\(replies.map(\.status))")
+        let elsewhere = fixture.send("POST", "/api/v1/devices/sos", bearer: devices[0], body: Array("{}".utf8), from: "192.0.2.7")
+        #expect(elsewhere.status != 429, "another address is not held up")
     }
 
     @Test func twoInstancesSeeingTheSamePressAtOnceStartOneShare() throws {
@@ -277,6 +295,46 @@ import Testing
         }
         fixture.faults?.fail([])
         #expect(fixture.send("POST", "/api/v1/devices/sos", bearer: created.secret).status == 201, "the press after the outage starts it")
+    }
+
+    // MARK: What the SOS page reads
+
+    @Test func thePageReadsItsCardAndCountdownAndExtendsTheLiveSOS() throws {
+        let mum = try contact("Mum")
+        let made = fixture.send("POST", "/api/v1/contacts", bearer: fixture.ownerKey, json: #"{"name":"Dad","phone":"+4915123456789"}"#)
+        let dad = try made.decode(ContactInfo.self).id
+        let created = try device(#","pin":"4711","countdown_s":3,"duration_s":1800"#, contacts: [mum, dad])
+        let card = try fixture.send("GET", "/api/v1/devices/me", bearer: created.secret).decode(DeviceCard.self)
+        #expect(card.name == "Anna" && card.countdownSeconds == 3 && card.hasPin)
+        #expect(card.contacts == [DeviceCard.Contact(name: "Mum", phone: nil), DeviceCard.Contact(name: "Dad", phone: "+4915123456789")])
+        #expect(fixture.send("GET", "/api/v1/devices/me", bearer: Secret.generate().text).status == 404)
+        let changed = fixture.send("PATCH", "/api/v1/devices/\(created.deviceID)", bearer: fixture.ownerKey, json: #"{"countdown_s":0}"#)
+        #expect(try changed.decode(DeviceInfo.self).countdownSeconds == 0)
+        for bad in [#"{"countdown_s":11}"#, #"{"countdown_s":-1}"#, #"{"countdown_s":2.5}"#, #"{"countdown_s":"5"}"#] {
+            let reply = fixture.send("PATCH", "/api/v1/devices/\(created.deviceID)", bearer: fixture.ownerKey, json: bad)
+            #expect(reply.status == 400 && reply.errorCode == "invalid_countdown", "\(bad): \(reply.text)")
+        }
+        #expect(fixture.send("POST", "/api/v1/devices/sos/extend", bearer: created.secret, json: "{}").errorCode == "not_sharing")
+        let sos = try press(created.secret)
+        fixture.clock.advance(seconds: 600)
+        let extended = fixture.send("POST", "/api/v1/devices/sos/extend", bearer: created.secret, json: "{}")
+        #expect(extended.status == 200, "\(extended.text)")
+        let state = try extended.decode(SOSState.self)
+        let newEnd = try #require(state.expiresAt)
+        #expect(state.status == "live" && state.shareID == sos.shareID && newEnd > sos.expiresAt)
+        #expect(fixture.send("POST", "/api/v1/devices/sos/extend", bearer: created.secret, json: #"{"duration_s":"x"}"#).errorCode == "invalid_duration")
+        let setup = try fixture.send("GET", "/api/v1/devices/\(created.deviceID)/setup", bearer: fixture.ownerKey).decode(DeviceSetup.self)
+        #expect(setup.apps.first { $0.app == "sos_page" }?.qr == "\(GatewayFixture.publicURL)/sos#d=<secret>", "the secret in the fragment only")
+    }
+
+    @Test func thePagesManifestAndIconAreServedWithoutTheSecretAnywhere() throws {
+        let manifest = fixture.send("GET", "/sos/manifest.webmanifest")
+        #expect(manifest.status == 200 && manifest.contentType == "application/manifest+json")
+        let parsed = try #require(manifest.jsonObject)
+        #expect(parsed["start_url"] as? String == "/sos" && parsed["display"] as? String == "standalone")
+        #expect((parsed["shortcuts"] as? [[String: Any]])?.first?["url"] as? String == "/sos#press")
+        #expect(fixture.send("GET", "/sos/icon.svg").contentType == "image/svg+xml")
+        #expect(fixture.send("GET", "/sos/../Viewer/viewer.js").status == 404 && fixture.send("GET", "/sos/nothing.js").status == 404)
     }
 
     // MARK: The apps people already have

@@ -30,6 +30,7 @@ RELEASE = RELEASE_BIN  # bursts.py --release-dir and memory.py --heaptrack chang
 # The benchmarks measure throughput, not the link rate limits (the fault tests check those); every viewer of the
 # benchmarks comes from 127.0.0.1, many of them on one link; a share lives a day.
 BENCH_ENV = {"FLARE_LINK_RATE_PER_ADDRESS": "1000000/1000000", "FLARE_LINK_RATE_PER_TOKEN": "1000000/1000000",
+             "FLARE_SOS_RATE_PER_ADDRESS": "1000000/1000000",
              "FLARE_LIVE_STREAMS_PER_LINK": "10000", "FLARE_LIVE_STREAMS_PER_ADDRESS": "10000",
              "FLARE_MAX_DURATION_S": "86400", "FLARE_DEFAULT_DURATION_S": "86400"}
 
