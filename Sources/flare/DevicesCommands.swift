@@ -15,7 +15,10 @@ enum DevicesCommands {
                                            + "without echo, else env FLARE_DEVICE_PIN, else a line of standard input")
     static let duressPin = OptionSpec.switch("--duress-pin", "ask for a duress PIN too (needs --pin): it answers as a stop does while the SOS "
                                                  + "goes on for the contacts, with a warning (env FLARE_DEVICE_DURESS_PIN, or the next line of standard input)")
-    static let qr = OptionSpec.value("--qr", "FILE.png", "draw the Traccar Client app's setup (server and secret) as a QR code for the phone to scan")
+    static let qr = OptionSpec.value("--qr", "FILE.png", "draw a setup as a QR code for the phone to scan (--qr-app says which; it holds the secret)")
+    static let qrApp = OptionSpec.value("--qr-app", "APP", "the setup --qr draws: sos_page (default: the camera opens the SOS page, nothing to install) "
+                                            + "or traccar_client (its server URL with the secret)")
+    static let countdown = OptionSpec.value("--countdown", "SECONDS", "the SOS page's countdown after a press, with a Cancel, 0 to 10 (default 5)")
     static let secret = OptionSpec.value("--secret", "SECRET", "the device's secret, as add or secret printed it (env FLARE_DEVICE_SECRET): "
                                              + "filled into the setup here, never sent")
 
@@ -26,18 +29,18 @@ enum DevicesCommands {
                         + "not the owner key, and flare devices secret ID replaces it. PINs are never taken on the command line "
                         + "(a shell's history would keep them): --pin and --duress-pin ask for them.",
                     arguments: [ArgumentSpec(name: "NAME", help: "the person, as the contacts know them (\"Anna pressed SOS\")")],
-                    options: [contact, duration, message, pin, duressPin, qr, SharedOptions.json] + SharedOptions.reachFlare, run: add),
+                    options: [contact, duration, message, pin, duressPin, countdown, qr, qrApp, SharedOptions.json] + SharedOptions.reachFlare, run: add),
         CommandSpec("devices list", summary: "the key's devices, newest first: their SOS and when Flare last heard from each",
                     options: [SharedOptions.limit, SharedOptions.cursor, SharedOptions.json] + SharedOptions.reachFlare, run: list),
         CommandSpec("devices show", summary: "a device's contacts, PINs (whether it has them), SOS and when Flare last heard from it", arguments: [id],
                     options: [SharedOptions.json] + SharedOptions.reachFlare, run: show),
         CommandSpec("devices remove", summary: "forget a device: its secret stops working", arguments: [id], options: SharedOptions.reachFlare, run: remove),
         CommandSpec("devices secret", summary: "a new secret, printed once with each app's setup; the old one stops working at once", arguments: [id],
-                    options: [qr, SharedOptions.json] + SharedOptions.reachFlare, run: newSecret),
+                    options: [qr, qrApp, SharedOptions.json] + SharedOptions.reachFlare, run: newSecret),
         CommandSpec("devices setup", summary: "what each app needs to start the SOS, and when Flare last heard from the device (the test)",
                     details: "Flare keeps only the secret's hash, so the setup shows <secret> where it goes: --secret fills it in here. "
                         + "Set the app up, let it send one position, and run this again: \"last heard\" says whether Flare heard it.",
-                    arguments: [id], options: [secret, qr, SharedOptions.json] + SharedOptions.reachFlare, run: setup),
+                    arguments: [id], options: [secret, qr, qrApp, SharedOptions.json] + SharedOptions.reachFlare, run: setup),
     ]
 
     static func add(_ invocation: Invocation) async throws -> Int32 {
@@ -51,8 +54,13 @@ enum DevicesCommands {
         let pinText = invocation.isSet(pin) ? try readPIN("PIN to stop the SOS", from: "FLARE_DEVICE_PIN", field: "pin", invocation) : nil
         let duressText = invocation.isSet(duressPin)
             ? try readPIN("duress PIN", from: "FLARE_DEVICE_DURESS_PIN", field: "duress_pin", invocation) : nil
+        var countdownSeconds: Double?
+        if let text = invocation.value(countdown) {
+            guard let value = Int(text), DeviceRules.countdownSeconds.contains(value) else { throw CLIError("--countdown must be 0 to 10 (seconds)") }
+            countdownSeconds = Double(value)
+        }
         let request = DeviceRequest(name: invocation.arguments[0], contacts: contacts, durationSeconds: durationSeconds, message: invocation.value(message),
-                                    pin: pinText, duressPin: duressText)
+                                    pin: pinText, duressPin: duressText, countdownSeconds: countdownSeconds)
         let created = try await call("cannot add the device") { try await client.createDevice(request) }
         try printIssued(created, invocation, headline: "device \(created.deviceID) added: \(created.name); its SOS tells \(created.contacts.count) "
                             + (created.contacts.count == 1 ? "contact" : "contacts"))
@@ -171,10 +179,14 @@ enum DevicesCommands {
                            lastHeardSecondsAgo: setup.lastHeardSecondsAgo)
     }
 
-    /// `--qr FILE.png`: the Traccar Client app's `qr` drawn here, owner-only, since it holds the secret.
+    /// `--qr FILE.png`: the `qr` of the app `--qr-app` names (the SOS page by default) drawn here, owner-only, since it
+    /// holds the secret.
     static func writeQR(_ setup: DeviceSetup, _ invocation: Invocation) throws {
         guard let file = invocation.value(qr) else { return }
-        guard let text = setup.apps.first(where: { $0.qr != nil })?.qr else { throw CLIError("no app of this setup reads a QR code") }
+        let wanted = invocation.value(qrApp) ?? "sos_page"
+        guard let text = setup.apps.first(where: { $0.app == wanted })?.qr else {
+            throw CLIError("--qr-app must be one of \(setup.apps.filter { $0.qr != nil }.map(\.app).joined(separator: ", "))")
+        }
         guard setup.includesSecret, !text.contains("<secret>") else {
             throw CLIError("the QR code needs the secret, which Flare no longer has: pass --secret, "
                                + "or issue a new one with flare devices secret \(setup.deviceID) --qr \(file)")
@@ -183,7 +195,7 @@ enum DevicesCommands {
         guard FileManager.default.createFile(atPath: file, contents: Data(png), attributes: [.posixPermissions: 0o600]) else {
             throw CLIError("cannot write \(file)")
         }
-        FileHandle.standardError.write(Data("Traccar Client QR code written to \(file) (it holds the device's secret: show it to the phone, then delete it)\n".utf8))
+        FileHandle.standardError.write(Data("\(wanted) QR code written to \(file) (it holds the device's secret: show it to the phone, then delete it)\n".utf8))
     }
 
     static func sosLine(_ device: DeviceInfo) -> String {

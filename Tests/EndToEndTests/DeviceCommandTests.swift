@@ -46,7 +46,7 @@ import Testing
         // PINs from the environment (a script), the QR code drawn at once.
         let qr = flared.dataDirectory.appendingPathComponent("traccar.png").path
         let added = try flare(flared, ["devices", "add", "Anna", "--contact", mumID, "--duration", "30m", "--message", "At the trailhead", "--pin",
-                                       "--duress-pin", "--qr", qr], environment: ["FLARE_DEVICE_PIN": "4711", "FLARE_DEVICE_DURESS_PIN": "9999"])
+                                       "--duress-pin", "--countdown", "3", "--qr", qr, "--qr-app", "traccar_client"], environment: ["FLARE_DEVICE_PIN": "4711", "FLARE_DEVICE_DURESS_PIN": "9999"])
         #expect(added.status == 0, "\(added.stderr)")
         let lines = added.stdout.split(separator: "\n").map(String.init)
         let id = try #require(lines.first?.split(separator: " ").dropFirst().first.map(String.init))
@@ -87,6 +87,12 @@ import Testing
         let filled = try flared.flare(["devices", "setup", id, "--secret", secret, "--qr", qr + ".2"])
         #expect(filled.status == 0 && filled.stdout.contains("/api/v1/osmand/\(secret)") && !filled.stdout.contains("<secret>"), "\(filled.stdout)")
         #expect(filled.stdout.contains(" s ago") && isPNG(qr + ".2"), "\(filled.stdout)")
+        #expect(filled.stdout.contains("/sos#d=\(secret)") && filled.stderr.contains("sos_page QR code written"), "the SOS page's link, drawn by default")
+        let wrongApp = try flared.flare(["devices", "setup", id, "--secret", secret, "--qr", qr + ".3", "--qr-app", "gpslogger"])
+        #expect(wrongApp.status == 1 && wrongApp.stderr.contains("--qr-app must be one of"), "\(wrongApp.stderr)")
+        let badCountdown = try flared.flare(["devices", "add", "Ben", "--contact", mumID, "--countdown", "11"])
+        #expect(badCountdown.status == 1 && badCountdown.stderr.contains("--countdown"), "\(badCountdown.stderr)")
+        #expect(try flared.request("GET", "/api/v1/devices/me", bearer: secret).json?["countdown_s"] as? Int == 3)
         let fromEnvironment = try flare(flared, ["devices", "setup", id, "--json"], environment: ["FLARE_DEVICE_SECRET": secret])
         #expect(try json(fromEnvironment)["includes_secret"] as? Bool == true && fromEnvironment.stdout.contains(secret))
 
