@@ -70,4 +70,17 @@ public final class DeviceClient: Sendable {
     public func sosState() async throws(FlareClientError) -> SOSState {
         try await transport.call("GET", "api/v1/devices/sos", bearer: secret, body: nil, expecting: 200)
     }
+
+    /// What an SOS button shows before a press: the person's name, the countdown, whether stopping needs a PIN, and
+    /// the contacts with their numbers (for an SMS when Flare cannot be reached).
+    public func card() async throws(FlareClientError) -> DeviceCard {
+        try await transport.call("GET", "api/v1/devices/me", bearer: secret, body: nil, expecting: 200)
+    }
+
+    /// Moves the live SOS's end to `durationSeconds` from now (nil: the device's own duration). 409 `not_sharing`
+    /// without a live SOS.
+    public func extendSOS(durationSeconds: Double? = nil) async throws(FlareClientError) -> SOSState {
+        try await transport.call("POST", "api/v1/devices/sos/extend", bearer: secret, encodable: SOSExtendRequest(durationSeconds: durationSeconds),
+                                 expecting: 200, retry: transport.retry)
+    }
 }

@@ -56,12 +56,17 @@ import Testing
 
         let phone = phone(flared, created.secret)
         #expect(try await phone.sosState().status == "none")
+        let card = try await phone.card()
+        #expect(card.name == "Anna" && card.hasPin && card.countdownSeconds == 5 && card.contacts.map(\.name) == ["Mum"])
+        #expect(await refusal { () async throws(FlareClientError) in try await phone.extendSOS() }?.code == "not_sharing")
         #expect(try await phone.reportLocation(fix(52.50, secondsAgo: 3)) == false, "no SOS: dropped, nothing kept")
         #expect(try await flare.deviceSetup(created.deviceID).lastHeardSecondsAgo != nil, "the setup's test: Flare heard the phone")
 
         let sos = try await phone.startSOS(first: fix(52.51, secondsAgo: 2))
         #expect(!sos.repeated && sos.links.map(\.name) == ["Mum"] && sos.mqttTopic == "flare/v1/shares/\(sos.shareID)/location")
         let again = try await phone.startSOS()
+        let extended = try await phone.extendSOS(durationSeconds: 7_200)
+        #expect(extended.status == "live" && (extended.expiresAt ?? .distantPast) > sos.expiresAt)
         #expect(again.repeated && again.shareID == sos.shareID && again.shareURL == sos.shareURL)
         #expect(try await phone.reportLocation(fix(52.52, secondsAgo: 1)))
         // docs/ios.md's controller: the start's device token feeds a LocationReporter, the stream with a queue.
@@ -71,7 +76,7 @@ import Testing
         #expect(await reporter.statistics.sent == 1)
         #expect(await trail(flared, sos, becomes: [52.51, 52.52, 52.53]) == [52.51, 52.52, 52.53])
         let live = try await phone.sosState()
-        #expect(live.status == "live" && live.shareID == sos.shareID && live.expiresAt == sos.expiresAt && live.audience != nil)
+        #expect(live.status == "live" && live.shareID == sos.shareID && live.expiresAt == extended.expiresAt && live.audience != nil)
         #expect(try await flare.device(created.deviceID).sos == "live")
 
         // Only the PIN stops it; a wrong one is an answer, not an outage.

@@ -114,8 +114,10 @@
     // started at least once in this visit: from then on every position is queued and sent until the page closes
     recording: false, live: false, canSend: false,
     watchId: null, lastFix: null, loc: 'none', batt: null,
-    sent: 0, netDown: false,
+    sent: 0, netDown: false, lastQueuedTst: 0,
     pin: '', pinBusy: false,
+    // bumped by every start and stop: an answer to a request made before one is old news, and ignored
+    epoch: 0,
   };
 
   // ---- the secret ----
@@ -174,9 +176,11 @@
   function loadState() {
     if (stateBusy) return Promise.resolve(null);
     stateBusy = true;
+    var epoch = S.epoch;
     return api('GET', '/sos').then(function (r) {
       stateBusy = false;
-      if (r.status === 200) applyState(r.body);
+      // A poll sent before a stop may be answered after it, still "live": the stop has the last word.
+      if (r.status === 200 && epoch === S.epoch) applyState(r.body);
       return r;
     });
   }
@@ -239,8 +243,11 @@
   // ---- the start, and its SMS fallback while Flare cannot be reached ----
   var startTimer = null, retryTimer = null, retryAt = 0, backoff = 0, startBusy = false;
   function beginStart() {
+    if (S.live) return;
+    S.epoch++;
     S.recording = true;
-    S.stoppedAt = null;
+    // Until the start is answered the queue waits: its oldest position goes with the start.
+    S.canSend = false;
     S.fallbackWhy = null;
     backoff = 0;
     show('starting', 'start-h');
@@ -254,16 +261,34 @@
       attemptStart();
     }, waited);
   }
-  function attemptStart() {
-    if (S.live || startBusy) return;
+  // The fallback's "do not send": a press by mistake while Flare could not be reached must not arrive later.
+  function abandonStart() {
+    if (S.live) return;
+    clearTimeout(startTimer);
     clearTimeout(retryTimer);
     retryTimer = null;
+    S.epoch++;
+    S.canSend = S.stoppedAt != null;
+    if (!S.canSend) {
+      S.recording = false;
+      stopWatch();
+      Q.items.slice().forEach(function (x) { qRemove(x.n, false); });
+    }
+    show(S.stoppedAt != null ? 'stopped' : 'idle', S.stoppedAt != null ? 'st-h' : 'press');
+  }
+  function attemptStart() {
+    if (S.live || startBusy || !S.recording || S.canSend) return;
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    // A position on its way to /locations is not also the start's.
+    if (sending) { retryTimer = setTimeout(attemptStart, 100); return; }
     startBusy = true;
+    var epoch = S.epoch;
     // The oldest waiting position goes with the start (kept with the share); the rest follow in order.
     var first = Q.items[0];
     api('POST', '/sos', first ? first.fix : {}, START_TIMEOUT_MS).then(function (r) {
       startBusy = false;
-      if (S.live) return;
+      if (S.live || epoch !== S.epoch) return;
       if (r.status === 201 || r.status === 200) {
         if (first) qRemove(first.n, true);
         S.links = (r.body.links || []).map(function (l) { return { name: l.name, link_id: l.link_id }; });
@@ -314,6 +339,9 @@
     S.live = true;
     S.canSend = true;
     S.recording = true;
+    S.stoppedAt = null;
+    if (countTimer) clearInterval(countTimer);
+    countTimer = null;
     clearTimeout(startTimer);
     clearTimeout(retryTimer);
     retryTimer = null;
@@ -343,8 +371,10 @@
   }
   function extend() {
     $('extend').disabled = true;
+    var epoch = S.epoch;
     api('POST', '/sos/extend', {}, 15000).then(function (r) {
       $('extend').disabled = false;
+      if (epoch !== S.epoch || !S.live) return;
       if (r.status === 200 && r.body.status === 'live') {
         applyState(r.body);
         S.note = t('extended', { d: duration((S.expiresAt - Date.now()) / 1000) });
@@ -392,6 +422,7 @@
   }
   // The same for every stop (a duress PIN's included): the positions of this visit keep going out until it closes.
   function stopped(at) {
+    S.epoch++;
     S.live = false;
     S.stoppedAt = Date.parse(at || '') || Date.now();
     S.sos = null;
@@ -435,7 +466,7 @@
     if (S.lastFix && fix.tst <= S.lastFix.tst) return;
     S.lastFix = fix;
     if (S.loc !== 'ok') setLoc('ok');
-    if (S.recording && (S.live || S.canSend || S.screen !== 'countdown')) enqueue(fix);
+    if (S.recording) enqueue(fix);
     render();
   }
   function onFixError(e) {
@@ -472,7 +503,9 @@
     try { Q.db.transaction('fixes', 'readwrite').objectStore('fixes')[op](arg); } catch (e) {}
   }
   function enqueue(fix) {
-    if (Q.items.length && Q.items[Q.items.length - 1].fix.tst >= fix.tst) return;
+    // Each position once: the start's own first one too, whether or not the queue still holds it.
+    if (fix.tst <= S.lastQueuedTst) return;
+    S.lastQueuedTst = fix.tst;
     var item = { n: ++Q.seq, fix: fix };
     Q.items.push(item);
     qWrite('put', item);
@@ -682,6 +715,7 @@
     $('pin-back').addEventListener('click', function () { show(S.live ? 'sharing' : 'stopped', 'stop'); });
     $('pin-ok').addEventListener('click', submitStop);
     $('again').addEventListener('click', function () { show('idle', 'press'); });
+    $('fb-cancel').addEventListener('click', abandonStart);
     $('loc-allow').addEventListener('click', askLocation);
     Array.prototype.forEach.call(doc.querySelectorAll('#pad .key'), function (b) {
       b.addEventListener('click', function () { pinKey(b.getAttribute('data-key')); });
@@ -716,7 +750,8 @@
     ready.then(function () { if (wantPress) press(); });
     Promise.all([openQueue(), loadCard(), loadState()]).then(function (r) {
       // Positions left from an earlier visit go out once Flare is heard from (answered, or dropped if no SOS).
-      if (r[2] && r[2].status === 200) { S.canSend = true; pump(); }
+      Q.items.forEach(function (x) { S.lastQueuedTst = Math.max(S.lastQueuedTst, x.fix.tst); });
+      if (r[2] && r[2].status === 200 && (!S.recording || S.live)) { S.canSend = true; pump(); }
       render();
     });
   }
