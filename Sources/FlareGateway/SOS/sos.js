@@ -2,6 +2,9 @@
 // Plain ES2017, no build step, under a CSP without 'unsafe-inline': no inline scripts or style attributes.
 // The device's secret arrives once in the fragment (/sos#d=<secret>), is kept on the phone, and only ever goes to this
 // origin's API as `Authorization: Bearer`. Served compacted: no line may begin a string that continues on the next.
+// Test hooks on <body>: data-screen setup|idle|countdown|starting|fallback|sharing|pin|stopped, data-i18n pending|ready,
+// data-loc none|ok|denied|unavailable, data-queued (positions waiting), data-sent (positions answered),
+// data-awake held|none, data-net ok|down.
 (function () {
   'use strict';
 
@@ -19,7 +22,6 @@
   var KEY_SECRET = 'flare-sos-secret';
   var KEY_CARD = 'flare-sos-card';
   var KEY_LANG = 'flare-sos-lang';
-  var KEY_DROPPED = 'flare-sos-dropped';
 
   // localStorage can throw (storage blocked): the page then works for this visit with what it holds in memory.
   function load(k) { try { return localStorage.getItem(k); } catch (e) { return null; } }
@@ -68,7 +70,8 @@
     return vars ? String(s).replace(/\{(\w+)\}/g, function (m, k) { return vars[k] != null ? vars[k] : m; }) : s;
   }
   function applyStatic() {
-    Array.prototype.forEach.call(doc.querySelectorAll('[data-t]'), function (el) { el.textContent = t(el.getAttribute('data-t')); });
+    // A string missing from both tables leaves the page's English in place.
+    Array.prototype.forEach.call(doc.querySelectorAll('[data-t]'), function (el) { var k = el.getAttribute('data-t'); if (t(k) !== k) el.textContent = t(k); });
     Array.prototype.forEach.call(doc.querySelectorAll('[data-t-aria]'), function (el) { el.setAttribute('aria-label', t(el.getAttribute('data-t-aria'))); });
     select.setAttribute('aria-label', t('language'));
     doc.title = t('title');
@@ -110,7 +113,7 @@
     card: null,
     screen: 'idle',
     // the SOS as last read: GET /api/v1/devices/sos while live
-    sos: null, expiresAt: null, links: null, answers: [],
+    expiresAt: null, links: null, answers: [],
     // started at least once in this visit: from then on every position is queued and sent until the page closes
     recording: false, live: false, canSend: false,
     watchId: null, lastFix: null, loc: 'none', batt: null,
@@ -186,7 +189,6 @@
   }
   function applyState(j) {
     if (j.status === 'live') {
-      S.sos = j;
       if (j.expires_at) S.expiresAt = Date.parse(j.expires_at) || S.expiresAt;
       if (j.audience && Array.isArray(j.audience.links)) S.links = j.audience.links;
       if (Array.isArray(j.answers)) j.answers.forEach(addAnswer);
@@ -249,6 +251,9 @@
     // Until the start is answered the queue waits: its oldest position goes with the start.
     S.canSend = false;
     S.fallbackWhy = null;
+    // What an earlier SOS of this visit showed is not this one's.
+    S.links = null; S.answers = []; S.answersSeen = false; S.note = null; S.expiresAt = null;
+    Q.dropped = 0;
     backoff = 0;
     show('starting', 'start-h');
     // The press shows the fallback after START_TIMEOUT_MS whatever happens, or sooner if the start fails sooner.
@@ -288,7 +293,8 @@
     var first = Q.items[0];
     api('POST', '/sos', first ? first.fix : {}, START_TIMEOUT_MS).then(function (r) {
       startBusy = false;
-      if (S.live || epoch !== S.epoch) return;
+      if (S.live) return;
+      // Started, even if "do not send" was pressed meanwhile: the family was told, and the page says so (Stop is there).
       if (r.status === 201 || r.status === 200) {
         if (first) qRemove(first.n, true);
         S.links = (r.body.links || []).map(function (l) { return { name: l.name, link_id: l.link_id }; });
@@ -303,6 +309,7 @@
         attemptStart();
         return;
       }
+      if (epoch !== S.epoch) return;
       S.fallbackWhy = r.status === 429 && r.body.error === 'sos_limit' ? 'limit' : unknownDevice(r) ? 'gone' : 'unreachable';
       showFallback();
       backoff = Math.min(30, backoff ? backoff * 2 : 2);
@@ -372,7 +379,9 @@
   function extend() {
     $('extend').disabled = true;
     var epoch = S.epoch;
-    api('POST', '/sos/extend', {}, 15000).then(function (r) {
+    // An hour more than is left (the API's duration counts from now).
+    var left = S.expiresAt ? Math.max(0, Math.round((S.expiresAt - Date.now()) / 1000)) : 0;
+    api('POST', '/sos/extend', { duration_s: left + 3600 }, 15000).then(function (r) {
       $('extend').disabled = false;
       if (epoch !== S.epoch || !S.live) return;
       if (r.status === 200 && r.body.status === 'live') {
@@ -425,7 +434,6 @@
     S.epoch++;
     S.live = false;
     S.stoppedAt = Date.parse(at || '') || Date.now();
-    S.sos = null;
     clearInterval(pollTimer);
     pollTimer = null;
     show('stopped', 'st-h');
@@ -462,10 +470,23 @@
     if (c.speed != null && isFinite(c.speed)) fix.vel = Math.round(c.speed * 3.6);
     if (c.heading != null && isFinite(c.heading)) fix.cog = Math.round(c.heading);
     if (S.batt != null) fix.batt = S.batt;
-    // One position a second at most (tst is in seconds): the first of a second is kept, so order is never in doubt.
-    if (S.lastFix && fix.tst <= S.lastFix.tst) return;
-    S.lastFix = fix;
     if (S.loc !== 'ok') setLoc('ok');
+    take(fix);
+  }
+  // One position a second (tst is in seconds): a newer one in the same second waits for the next and goes out then, as
+  // where the phone is at that second, unless one of that second came first.
+  var laterTimer = null;
+  function take(fix) {
+    if (S.lastFix && fix.tst <= S.lastFix.tst) {
+      clearTimeout(laterTimer);
+      laterTimer = setTimeout(function () {
+        var now = Math.floor(Date.now() / 1000);
+        if (now > S.lastFix.tst) take(Object.assign({}, fix, { tst: now }));
+      }, (S.lastFix.tst + 1) * 1000 - Date.now() + 20);
+      return;
+    }
+    clearTimeout(laterTimer);
+    S.lastFix = fix;
     if (S.recording) enqueue(fix);
     render();
   }
@@ -476,7 +497,8 @@
 
   // ---- the queue: every position in IndexedDB until Flare answered it, sent in order, one at a time ----
   // Memory holds the queue (Q.items, oldest first); IndexedDB a copy that outlives the page (written through).
-  var Q = { db: null, items: [], seq: 0, dropped: parseInt(load(KEY_DROPPED), 10) || 0 };
+  // Keys grow across visits (from the clock), so a visit's new positions never take an earlier one's key.
+  var Q = { db: null, items: [], seq: Date.now() * 100, dropped: 0 };
   function openQueue() {
     return new Promise(function (resolve) {
       var req;
@@ -512,7 +534,6 @@
     while (Q.items.length > QUEUE_MAX) {
       qWrite('delete', Q.items.shift().n);
       Q.dropped++;
-      save(KEY_DROPPED, String(Q.dropped));
     }
     pump();
   }
@@ -578,10 +599,6 @@
       st.addEventListener('change', apply);
     }, function () {});
   }
-  function askLocation() {
-    if (!navigator.geolocation) return;
-    navigator.geolocation.getCurrentPosition(function (p) { S.perm = 'granted'; onFix(p); }, onFixError, { enableHighAccuracy: true, timeout: 30000 });
-  }
 
   // ---- rendering ----
   function contactNames() {
@@ -611,7 +628,6 @@
       var ls = locSentence() || (S.perm === 'prompt' ? t('loc_ask') : '');
       $('loc-idle').hidden = !ls;
       setText('loc-idle', ls);
-      $('loc-allow').hidden = S.perm !== 'prompt' || S.loc === 'ok';
       setText('device', S.card ? t('device_line', { name: S.card.name }) : '');
     }
     if (sc === 'countdown') renderCountdown();
@@ -700,14 +716,28 @@
   }
 
   // ---- start ----
+  var stringsReady = null;
   function start() {
+    // The PIN pad: 1-9, a gap, 0 and delete (its name from the strings).
+    '123456789 0<'.split('').forEach(function (k) {
+      var b = doc.createElement(k === ' ' ? 'span' : 'button');
+      if (k !== ' ') {
+        b.type = 'button';
+        b.className = 'key';
+        b.textContent = k === '<' ? '\u232B' : k;
+        if (k === '<') b.setAttribute('data-t-aria', 'pin_delete');
+        b.setAttribute('data-key', k === '<' ? 'del' : k);
+        b.addEventListener('click', function () { pinKey(b.getAttribute('data-key')); });
+      }
+      $('pad').appendChild(b);
+    });
     lang = pickLang();
     select.value = lang;
     select.addEventListener('change', function () {
       save(KEY_LANG, select.value);
       loadLang(select.value);
     });
-    var ready = loadLang(lang);
+    stringsReady = loadLang(lang);
     $('press').addEventListener('click', press);
     $('cancel').addEventListener('click', cancel);
     $('extend').addEventListener('click', extend);
@@ -716,10 +746,6 @@
     $('pin-ok').addEventListener('click', submitStop);
     $('again').addEventListener('click', function () { show('idle', 'press'); });
     $('fb-cancel').addEventListener('click', abandonStart);
-    $('loc-allow').addEventListener('click', askLocation);
-    Array.prototype.forEach.call(doc.querySelectorAll('#pad .key'), function (b) {
-      b.addEventListener('click', function () { pinKey(b.getAttribute('data-key')); });
-    });
     doc.addEventListener('keydown', function (e) {
       if (S.screen !== 'pin') return;
       if (/^[0-9]$/.test(e.key)) pinKey(e.key);
@@ -727,12 +753,37 @@
       else if (e.key === 'Enter' && e.target === body) submitStop();
     });
 
-    var wantPress = /(?:^#|&)press(?:&|$)/.test(location.hash);
-    S.secret = readSecret();
-    if (wantPress) history.replaceState(null, '', location.pathname + location.search);
     try { S.card = JSON.parse(load(KEY_CARD) || 'null'); } catch (e) { S.card = null; }
+    var wantPress = takeHash();
+    // A setup link or the shortcut opened while the page is open changes only the fragment: the same document.
+    window.addEventListener('hashchange', function () {
+      var before = S.secret, again = takeHash();
+      if (S.secret && S.secret !== before) {
+        S.secretGone = false;
+        if (before) S.card = null;
+        begin(again);
+      } else if (again) {
+        stringsReady.then(press);
+      }
+    });
     if (!S.secret) { show('setup'); return; }
-    show('idle');
+    begin(wantPress);
+  }
+  // The fragment: a setup link's secret (kept, then taken out of the address bar), the shortcut's "press".
+  function takeHash() {
+    var wantPress = /(?:^#|&)press(?:&|$)/.test(location.hash);
+    S.secret = readSecret() || S.secret;
+    if (wantPress) history.replaceState(null, '', location.pathname + location.search);
+    return wantPress;
+  }
+  // Once there is a secret: the card, the SOS, the queue, the worker.
+  var begun = false;
+  function begin(wantPress) {
+    if (S.screen === 'setup') show('idle');
+    // The home-screen shortcut (/sos#press) presses at once; the countdown still guards it.
+    if (wantPress) stringsReady.then(press);
+    if (begun) { loadCard(); loadState(); return; }
+    begun = true;
     checkPermission();
     if ('serviceWorker' in navigator) navigator.serviceWorker.register('/sos-sw.js', { scope: '/sos' }).catch(function () {});
     setInterval(function () { if (S.screen === 'sharing' || S.screen === 'fallback') render(); }, 1000);
@@ -746,8 +797,6 @@
       if (S.live) { holdAwake(); loadState(); }
       pump();
     });
-    // The home-screen shortcut (/sos#press) presses at once; the countdown still guards it.
-    ready.then(function () { if (wantPress) press(); });
     Promise.all([openQueue(), loadCard(), loadState()]).then(function (r) {
       // Positions left from an earlier visit go out once Flare is heard from (answered, or dropped if no SOS).
       Q.items.forEach(function (x) { S.lastQueuedTst = Math.max(S.lastQueuedTst, x.fix.tst); });
