@@ -15,6 +15,10 @@ stopped at the end) and sets the variables below for it. Otherwise, the environm
   FLARE_TIMEOUT_S     how long to wait for the page to show something (default 10)
   CHROMIUM_BIN, CHROMEDRIVER   default /usr/bin/chromium, /usr/bin/chromedriver
   FLARE_ARTIFACTS     where screenshots go (default <repo>/artifacts)
+
+With --flare-bin the run also has a real SMTP server (scripts/flarestack MailCatcher) that flared mails contacts
+through: the `mail` fixture (tests that need it skip without it). Its flared keeps a long trail in memory and lets one
+address start and stop many SOS (every browser here is 127.0.0.1).
 """
 import json
 import os
@@ -33,7 +37,7 @@ import urllib.request
 
 import pytest
 
-from scripts.flarestack import Stack
+from scripts.flarestack import MailCatcher, Stack
 
 BASE_URL = os.environ.get('FLARE_BASE_URL', '').rstrip('/')
 TIMEOUT_S = float(os.environ.get('FLARE_TIMEOUT_S', '10'))
@@ -41,6 +45,7 @@ ARTIFACTS = pathlib.Path(os.environ.get('FLARE_ARTIFACTS', pathlib.Path(__file__
 
 
 _stack = None
+_mail = None
 
 
 def pytest_addoption(parser):
@@ -50,13 +55,20 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     """With --flare-bin: a broker and flared for the whole run, and the environment the tests and the CLI read."""
-    global _stack, BASE_URL
+    global _stack, _mail, BASE_URL
     bin_dir = config.getoption('--flare-bin')
     if not bin_dir:
         return
+    _mail = MailCatcher()
     # Only the plain MQTT listener, on a free port: no fixed TLS or WebSockets ports that a running `make run` may hold.
-    _stack = Stack(tempfile.mkdtemp(prefix='flare-browser-'), bin_dir=os.path.abspath(bin_dir),
-                   env={'FLARE_MQTT_CLIENT_ID': 'flared-browser-test', 'FLARE_MQTT_TLS_PORT': '', 'FLARE_MQTT_WS_PORT': ''})
+    # The SOS page's tests check every position in a share's trail, and press and stop from one address often.
+    try:
+        _stack = Stack(tempfile.mkdtemp(prefix='flare-browser-'), bin_dir=os.path.abspath(bin_dir),
+                       env=dict(_mail.env(), FLARE_MQTT_CLIENT_ID='flared-browser-test', FLARE_MQTT_TLS_PORT='', FLARE_MQTT_WS_PORT='',
+                                FLARE_TRAIL_LENGTH='1000', FLARE_SOS_RATE_PER_ADDRESS='5/200'))
+    except BaseException:
+        _mail.stop()
+        raise
     os.environ.update(_stack.a.env, FLARE_BASE_URL=f'http://127.0.0.1:{_stack.http_port}',
                       FLARE_CLI=os.path.join(_stack.bin, 'flare'))
     BASE_URL = os.environ['FLARE_BASE_URL']
@@ -72,6 +84,8 @@ def pytest_unconfigure(config):
     if _stack:
         _stack.stop()
         shutil.rmtree(_stack.work, ignore_errors=True)
+    if _mail:
+        _mail.stop()
 
 
 class Share:
@@ -342,6 +356,14 @@ def cuttable():
     proxy = CuttableProxy(BASE_URL)
     yield proxy
     proxy.close()
+
+
+@pytest.fixture(scope='session')
+def mail():
+    """The run's SMTP server (a MailCatcher): what flared mailed to contacts."""
+    if _mail is None:
+        pytest.skip('no SMTP server of this run (--flare-bin starts one)')
+    return _mail
 
 
 @pytest.fixture(scope='session')
