@@ -22,6 +22,8 @@
   var KEY_SECRET = 'flare-sos-secret';
   var KEY_CARD = 'flare-sos-card';
   var KEY_LANG = 'flare-sos-lang';
+  // a press whose start Flare has not answered yet: a page closed and opened again (or reloaded) goes on trying
+  var KEY_PENDING = 'flare-sos-pending';
 
   // localStorage can throw (storage blocked): the page then works for this visit with what it holds in memory.
   function load(k) { try { return localStorage.getItem(k); } catch (e) { return null; } }
@@ -34,10 +36,9 @@
   function matchLang(want) {
     if (!want) return null;
     want = String(want).toLowerCase();
-    for (var j = 0; j < LANGS.length; j++) if (LANGS[j].toLowerCase() === want) return LANGS[j];
-    var primary = want.split('-')[0];
-    for (var k = 0; k < LANGS.length; k++) if (LANGS[k].toLowerCase().split('-')[0] === primary) return LANGS[k];
-    return null;
+    // the exact tag, else the first of the same language ("zh" is zh-CN)
+    var same = LANGS.filter(function (c) { return c.toLowerCase().split('-')[0] === want.split('-')[0]; });
+    return LANGS.filter(function (c) { return c.toLowerCase() === want; })[0] || same[0] || null;
   }
   // ?lang=, then the choice made in the menu, then what the server chose from Accept-Language, then the browser's.
   function pickLang() {
@@ -143,7 +144,7 @@
     var timer = ctl && timeoutMs ? setTimeout(function () { ctl.abort(); }, timeoutMs) : null;
     var opts = {
       method: method, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer',
-      headers: { Authorization: 'Bearer ' + S.secret, Accept: 'application/json' },
+      headers: { Authorization: 'Bearer ' + S.secret },
     };
     if (ctl) opts.signal = ctl.signal;
     if (payload !== undefined) { opts.headers['Content-Type'] = 'application/json'; opts.body = JSON.stringify(payload); }
@@ -255,6 +256,7 @@
     S.links = null; S.answers = []; S.answersSeen = false; S.note = null; S.expiresAt = null;
     Q.dropped = 0;
     backoff = 0;
+    save(KEY_PENDING, load(KEY_PENDING) || String(Date.now()));
     show('starting', 'start-h');
     // The press shows the fallback after START_TIMEOUT_MS whatever happens, or sooner if the start fails sooner.
     clearTimeout(startTimer);
@@ -272,6 +274,7 @@
     clearTimeout(startTimer);
     clearTimeout(retryTimer);
     retryTimer = null;
+    save(KEY_PENDING, null);
     S.epoch++;
     S.canSend = S.stoppedAt != null;
     if (!S.canSend) {
@@ -343,6 +346,7 @@
   }
 
   function becameLive() {
+    save(KEY_PENDING, null);
     S.live = true;
     S.canSend = true;
     S.recording = true;
@@ -510,8 +514,7 @@
         try {
           var all = Q.db.transaction('fixes', 'readonly').objectStore('fixes').getAll();
           all.onsuccess = function () {
-            var old = (all.result || []).filter(function (x) { return x && x.fix && typeof x.n === 'number'; });
-            Q.items = old.concat(Q.items).sort(function (a, b) { return a.n - b.n; });
+            Q.items = (all.result || []).concat(Q.items).sort(function (a, b) { return a.n - b.n; });
             Q.seq = Q.items.reduce(function (m, x) { return Math.max(m, x.n); }, Q.seq);
             resolve();
           };
@@ -782,13 +785,14 @@
     if (S.screen === 'setup') show('idle');
     // The home-screen shortcut (/sos#press) presses at once; the countdown still guards it.
     if (wantPress) stringsReady.then(press);
-    if (begun) { loadCard(); loadState(); return; }
+    if (begun) { sync(); return; }
     begun = true;
     checkPermission();
     if ('serviceWorker' in navigator) navigator.serviceWorker.register('/sos-sw.js', { scope: '/sos' }).catch(function () {});
     setInterval(function () { if (S.screen === 'sharing' || S.screen === 'fallback') render(); }, 1000);
     window.addEventListener('online', function () {
       holdUntil = 0;
+      if (!synced) sync();
       pump();
       if (!S.live && S.recording && retryTimer) attemptStart();
     });
@@ -797,10 +801,23 @@
       if (S.live) { holdAwake(); loadState(); }
       pump();
     });
-    Promise.all([openQueue(), loadCard(), loadState()]).then(function (r) {
-      // Positions left from an earlier visit go out once Flare is heard from (answered, or dropped if no SOS).
+    openQueue().then(function () {
       Q.items.forEach(function (x) { S.lastQueuedTst = Math.max(S.lastQueuedTst, x.fix.tst); });
-      if (r[2] && r[2].status === 200 && (!S.recording || S.live)) { S.canSend = true; pump(); }
+      // A press of the last hour still unanswered: it goes on (its positions waited in the queue).
+      var pending = parseInt(load(KEY_PENDING), 10);
+      if (Date.now() - pending < 3600000 && !S.recording) { startWatch(); beginStart(); }
+      sync();
+    });
+  }
+  // The card and the SOS, read until Flare answers (a page opened without a network tries again every 10 s).
+  // Positions left from an earlier visit go out once it has (taken into a live SOS, or answered and dropped).
+  var synced = false, syncTimer = null;
+  function sync() {
+    clearTimeout(syncTimer);
+    Promise.all([loadCard(), loadState()]).then(function (r) {
+      synced = !!(r[1] && r[1].status === 200);
+      if (!synced) { syncTimer = setTimeout(sync, 10000); return; }
+      if (!S.recording || S.live) { S.canSend = true; pump(); }
       render();
     });
   }
