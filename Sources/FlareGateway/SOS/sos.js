@@ -796,9 +796,13 @@
       pump();
       if (!S.live && S.recording && retryTimer) attemptStart();
     });
+    // Back on screen: the wake lock again (after a stop too: positions go out as long as the page is open), a
+    // fresh look at the SOS, and what waits is tried now.
     doc.addEventListener('visibilitychange', function () {
       if (doc.visibilityState !== 'visible') return;
-      if (S.live) { holdAwake(); loadState(); }
+      if (S.recording) holdAwake();
+      if (S.live) loadState();
+      else if (S.recording && retryTimer) attemptStart();
       pump();
     });
     openQueue().then(function () {
