@@ -442,7 +442,8 @@ def test_sos_page_each_state_passes_axe_and_flare_unreachable_offers_sms(flare, 
     assert sms.startswith(f'sms:{MUM_PHONE},{DAD_PHONE}?body='), sms
     message = urllib.parse.unquote(sms.split('body=', 1)[1])
     lat, lon = (f'{v:.5f}' for v in step(5))
-    assert f'{lat}, {lon}' in message and f'openstreetmap.org/?mlat={lat}&mlon={lon}' in message, message
+    assert f'{lat}, {lon}' in message and message.endswith(f'https://www.openstreetmap.org/#map=18/{lat}/{lon}'), message
+    assert '&' not in message, 'an Android messaging app would cut the body at the "&"'
     assert message == text(d, '#sms-text')
     each = [a.get_attribute('href') for a in d.find_elements(By.CSS_SELECTOR, '#sms-each a')]
     assert [h.split('?')[0] for h in each] == [f'sms:{MUM_PHONE}', f'sms:{DAD_PHONE}']

@@ -335,11 +335,13 @@
     var f = S.lastFix;
     if (!f) return t('sms_body_nopos', { name: who });
     var lat = f.lat.toFixed(5), lon = f.lon.toFixed(5);
-    var map = 'https://www.openstreetmap.org/?mlat=' + lat + '&mlon=' + lon + '#map=17/' + lat + '/' + lon;
+    // No "&" in the link: Android's Messaging (AOSP's, and Google's from it) decodes the URI, then ends the body at
+    // the first "&" (LaunchConversationActivity.getBody). The map opens centred on the position.
+    var map = 'https://www.openstreetmap.org/#map=18/' + lat + '/' + lon;
     return t('sms_body', { name: who, lat: lat, lon: lon, acc: f.acc != null ? accuracyText(f.acc) : '', time: timeText(f.tst * 1000), map: map });
   }
-  // RFC 5724: sms:<number>,<number>?body=…, which Android's messaging apps take; iOS's Messages takes the body after
-  // "&" instead (since iOS 8) and the numbers the same way.
+  // RFC 5724's sms:<number>,<number>?body=… for Android (its Messaging splits the numbers at "," or ";":
+  // UriUtil.parseRecipientsFromSmsMmsUri); iOS's Messages wants the body after "&" (as iOS builds sms: links itself).
   function smsHref(numbers, text) {
     var ios = /iP(hone|ad|od)/.test(navigator.userAgent) || (navigator.platform === 'MacIntel' && navigator.maxTouchPoints > 1);
     return 'sms:' + numbers.join(',') + (ios ? '&' : '?') + 'body=' + encodeURIComponent(text);
