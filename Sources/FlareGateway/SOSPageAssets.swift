@@ -24,20 +24,11 @@ struct SOSPageAssets: Sendable {
     ///   - languages: the languages the viewer offers (the SOS page has a string table for each).
     ///   - languageOptions: the viewer's language menu, `<option>`s.
     init(languages: [String], languageOptions: String, logger: Logger) {
-        guard let root = Bundle.module.url(forResource: "SOS", withExtension: nil),
-              let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: [.isRegularFileKey]) else {
+        guard let root = Bundle.module.url(forResource: "SOS", withExtension: nil), let found = ViewerAssets.filesAsServed(below: root) else {
             logger.warning("the SOS page's files are missing from the build: GET /sos answers 404")
             return
         }
-        for case let url as URL in enumerator {
-            guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
-                  let data = FileManager.default.contents(atPath: url.path) else { continue }
-            let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
-            let bytes: [UInt8]
-            if relative.hasSuffix(".css") { bytes = ViewerAssets.compactStyles(Array(data)) }
-            else if relative.hasSuffix(".js") { bytes = ViewerAssets.compact(Array(data), dropLineComments: true) }
-            else if relative.hasSuffix(".json") || relative.hasSuffix(".html") { bytes = ViewerAssets.compact(Array(data), dropLineComments: false) }
-            else { bytes = Array(data) }
+        for (relative, bytes) in found {
             let type = relative.hasSuffix(".webmanifest") ? "application/manifest+json" : ViewerAssets.contentType(of: relative)
             files[relative] = Asset(bytes: bytes, contentType: type)
         }

@@ -38,6 +38,25 @@ public struct ViewerAssets: Sendable {
         compactLines(bytes, dropLineComments: dropLineComments)
     }
 
+    /// Every file below `root` as it is served, by its path relative to `root`: scripts, style sheets, string tables and
+    /// pages compacted (the JSON and HTML hold no text that spans lines), the rest as it is. Nil when `root` cannot be read.
+    static func filesAsServed(below root: URL) -> [(relative: String, bytes: [UInt8])]? {
+        guard let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: [.isRegularFileKey]) else { return nil }
+        var found: [(relative: String, bytes: [UInt8])] = []
+        for case let url as URL in enumerator {
+            guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
+                  let data = FileManager.default.contents(atPath: url.path) else { continue }
+            let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
+            let bytes: [UInt8]
+            if relative.hasSuffix(".css") { bytes = compactStyles(Array(data)) }
+            else if relative.hasSuffix(".js") { bytes = compact(Array(data), dropLineComments: true) }
+            else if relative.hasSuffix(".json") || relative.hasSuffix(".html") { bytes = compact(Array(data), dropLineComments: false) }
+            else { bytes = Array(data) }
+            found.append((relative, bytes))
+        }
+        return found
+    }
+
     /// A style sheet as served: `compact`, and without its `/* … */` comments (outside quoted strings).
     static func compactStyles(_ bytes: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
@@ -88,22 +107,10 @@ public struct ViewerAssets: Sendable {
         self.configuration = configuration
         let directory = configuration.viewerDirectory ?? Bundle.module.url(forResource: "Viewer", withExtension: nil)?.path
         guard let directory else { throw LoadError(description: "the viewer files are missing from the build (FLARE_VIEWER_DIR to point at them)") }
-        let root = URL(fileURLWithPath: directory)
-        guard let enumerator = FileManager.default.enumerator(at: root, includingPropertiesForKeys: [.isRegularFileKey]) else {
+        guard let found = Self.filesAsServed(below: URL(fileURLWithPath: directory)) else {
             throw LoadError(description: "cannot read the viewer directory \(directory)")
         }
-        for case let url as URL in enumerator {
-            guard (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true,
-                  let data = FileManager.default.contents(atPath: url.path) else { continue }
-            let relative = String(url.standardizedFileURL.path.dropFirst(root.standardizedFileURL.path.count + 1))
-            // The string tables and pages lose their indentation too: JSON and this HTML hold no text that spans lines.
-            let bytes: [UInt8]
-            if relative.hasSuffix(".css") { bytes = Self.compactStyles(Array(data)) }
-            else if relative.hasSuffix(".js") { bytes = Self.compact(Array(data), dropLineComments: true) }
-            else if relative.hasSuffix(".json") || relative.hasSuffix(".html") { bytes = Self.compact(Array(data), dropLineComments: false) }
-            else { bytes = Array(data) }
-            files["/viewer/" + relative] = Asset(bytes: bytes, contentType: Self.contentType(of: relative))
-        }
+        for (relative, bytes) in found { files["/viewer/" + relative] = Asset(bytes: bytes, contentType: Self.contentType(of: relative)) }
         guard let page = files["/viewer/index.html"], let notFound = files["/viewer/notfound.html"] else {
             throw LoadError(description: "index.html or notfound.html is missing in \(directory)")
         }
