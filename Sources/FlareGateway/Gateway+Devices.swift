@@ -255,14 +255,12 @@ extension Gateway {
     func deviceCard(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
         let caller = try deviceCaller(request)
         let device = caller.device.device
-        var contacts: [DeviceCard.Contact] = []
-        do throws(StoreError) {
-            for id in device.contacts {
-                if let contact = try shares.contacts.contact(id, for: caller.owner) { contacts.append(DeviceCard.Contact(name: contact.name, phone: contact.phone)) }
-            }
-        } catch { throw storeFailed(error, "reading a device's contacts") }
+        let contacts: [Contact]
+        do throws(StoreError) { contacts = try shares.devices.contacts(of: device, owner: caller.owner) } catch {
+            throw storeFailed(error, "reading a device's contacts")
+        }
         return .api(200, DeviceCard(deviceID: device.id.rawValue, name: device.name, countdownSeconds: device.countdownSeconds,
-                                    hasPin: device.pin != nil, contacts: contacts))
+                                    hasPin: device.pin != nil, contacts: contacts.map { DeviceCard.Contact(name: $0.name, phone: $0.phone) }))
     } }
 
     /// `POST /api/v1/devices/sos/extend`: the live SOS runs longer; answered as `GET /api/v1/devices/sos`.
@@ -282,14 +280,18 @@ extension Gateway {
             case .storage(let failure): noteStoreFailure("extending an SOS: \(failure)"); throw .storeUnavailable
             }
         }
-        // What the device reads now, from the store's device row (its SOS share, read again).
-        return sosState(request)
+        // What the device reads now, for the device already found (not found again, nor charged twice).
+        return try sosState(of: caller.device)
     } }
 
     func sosState(_ request: HTTPRequest) -> HTTPResponse { answering { () throws(APIError) in
-        let caller = try deviceCaller(request)
+        try sosState(of: try deviceCaller(request).device)
+    } }
+
+    /// `GET /api/v1/devices/sos`'s answer for a device found by its secret.
+    private func sosState(of device: StoredDevice) throws(APIError) -> HTTPResponse {
         do throws(StoreError) {
-            switch try shares.devices.status(of: caller.device) {
+            switch try shares.devices.status(of: device) {
             case .none: return .api(200, SOSState(status: "none", shareID: nil, expiresAt: nil, stoppedAt: nil))
             case .stopped(let share, let at): return .api(200, Self.stopped(share, at: at))
             case .live(let snapshot):
@@ -302,7 +304,7 @@ extension Gateway {
         } catch {
             throw storeFailed(error, "reading a device's SOS")
         }
-    } }
+    }
 
     /// What a stop answers, and what the device reads after one (a duress PIN's the same, to the byte but the time).
     static func stopped(_ share: Share, at: UnixMillis) -> SOSState {

@@ -247,6 +247,16 @@ public final class Devices: Sendable {
         return (stored, owner)
     }
 
+    /// The device's contacts as they are now, in its order: one deleted since the device was set up is left out (its
+    /// SOS goes to the others; its page offers the others' numbers).
+    public func contacts(of device: Device, owner: OwnerKeyRecord) throws(StoreError) -> [Contact] {
+        var found: [Contact] = []
+        for id in device.contacts {
+            if let contact = try contacts.contact(id, for: owner) { found.append(contact) }
+        }
+        return found
+    }
+
     /// Notes that the device was heard (for its setup's "last heard"), at most every few seconds a store write.
     public func heard(_ stored: StoredDevice) {
         let now = clock.now()
@@ -307,13 +317,8 @@ public final class Devices: Sendable {
         let now = clock.now()
         var duration = device.durationSeconds ?? policy.defaultDurationSeconds
         duration = min(duration, policy.maximumDurationSeconds, owner.limits.maxDurationSeconds ?? .max)
-        // A contact deleted since the device was set up is left out: the SOS goes to the others.
-        var linkContacts: [Contact] = []
-        do throws(StoreError) {
-            for id in device.contacts {
-                if let contact = try contacts.contact(id, for: owner) { linkContacts.append(contact) }
-            }
-        } catch { throw .storage(error.description) }
+        let linkContacts: [Contact]
+        do throws(StoreError) { linkContacts = try contacts(of: device, owner: owner) } catch { throw .storage(error.description) }
         if linkContacts.count < device.contacts.count {
             logger.warning("device \(device.id): \(device.contacts.count - linkContacts.count) of its contacts no longer exist; the SOS goes to the others")
         }
@@ -393,6 +398,8 @@ public final class Devices: Sendable {
         let now = clock.now()
         let snapshot: ShareSnapshot?
         do { snapshot = try currentShare(of: stored) } catch { throw .storage(error.description) }
+        // Both slow hashes every time, not the second only when the first fails: a duress PIN must take as long to
+        // answer as the real one.
         let duress = pin.map { entered in device.duressPin?.matches(entered) ?? false } ?? false
         let rightPIN = device.pin.map { expected in pin.map { expected.matches($0) } ?? false } ?? true
         if let snapshot, snapshot.share.isActive, duress {
