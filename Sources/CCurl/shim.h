@@ -37,6 +37,10 @@ static inline CURLcode flare_curl_getinfo_long(CURL *handle, CURLINFO info, long
     return curl_easy_getinfo(handle, info, value);
 }
 
+static inline CURLcode flare_curl_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
 // An upload (an SMTP message) read from one buffer the caller keeps alive until curl_easy_perform returns.
 struct flare_curl_upload {
     const char *bytes;

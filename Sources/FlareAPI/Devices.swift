@@ -20,13 +20,16 @@ public struct DeviceRequest: RequestBody, Equatable {
     public var duressPin: String?
     /// The SOS page's countdown after a press, 0 to 10 s (default 5).
     public var countdownSeconds: Double?
+    /// The escalation ladder: 0 (off) or 5 to 3,600 s (default 300).
+    public var escalateAfterSeconds: Double?
 
     enum CodingKeys: String, CodingKey {
         case name, contacts, durationSeconds = "duration_s", message, pin, duressPin = "duress_pin", countdownSeconds = "countdown_s"
+        case escalateAfterSeconds = "escalate_after_s"
     }
 
     public init(name: String? = nil, contacts: [String]? = nil, durationSeconds: Double? = nil, message: String? = nil, pin: String? = nil,
-                duressPin: String? = nil, countdownSeconds: Double? = nil) {
+                duressPin: String? = nil, countdownSeconds: Double? = nil, escalateAfterSeconds: Double? = nil) {
         self.name = name
         self.contacts = contacts
         self.durationSeconds = durationSeconds
@@ -34,10 +37,12 @@ public struct DeviceRequest: RequestBody, Equatable {
         self.pin = pin
         self.duressPin = duressPin
         self.countdownSeconds = countdownSeconds
+        self.escalateAfterSeconds = escalateAfterSeconds
     }
 
     public static let memberRefusals = [
         "countdown_s": BodyRefusal("invalid_countdown", "countdown_s must be a number of seconds from 0 to 10"),
+        "escalate_after_s": BodyRefusal("invalid_escalation", "escalate_after_s must be a number of seconds: 0 (off) or 5 to 3600"),
         "name": BodyRefusal("invalid_name", "name must be a string"),
         "contacts": BodyRefusal("invalid_contacts", #"contacts must be a list of contact ids, e.g. ["<contact id>"]"#),
         "duration_s": BodyRefusal("invalid_duration", "duration_s must be a number of seconds"),
@@ -59,6 +64,8 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
     public let hasPin: Bool
     public let hasDuressPin: Bool
     public let countdownSeconds: Int
+    /// The escalation ladder of its SOS: 0 (off) or 5 to 3,600 s.
+    public let escalateAfterSeconds: Int
     @RFC3339Time public var createdAt: Date
     /// When Flare last heard from the device (any request with its secret): the setup's test.
     @OptionalRFC3339Time public var lastHeardAt: Date?
@@ -69,11 +76,12 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case deviceID = "device_id", name, contacts, durationSeconds = "duration_s", message, hasPin = "has_pin", hasDuressPin = "has_duress_pin"
-        case countdownSeconds = "countdown_s", createdAt = "created_at", lastHeardAt = "last_heard_at", sos, sosShareID = "sos_share_id"
+        case countdownSeconds = "countdown_s", escalateAfterSeconds = "escalate_after_s", createdAt = "created_at", lastHeardAt = "last_heard_at"
+        case sos, sosShareID = "sos_share_id"
     }
 
     public init(deviceID: String, name: String, contacts: [String], durationSeconds: Int?, message: String, hasPin: Bool, hasDuressPin: Bool,
-                countdownSeconds: Int, createdAt: Date, lastHeardAt: Date?, sos: String, sosShareID: String?) {
+                countdownSeconds: Int, escalateAfterSeconds: Int = 300, createdAt: Date, lastHeardAt: Date?, sos: String, sosShareID: String?) {
         self.deviceID = deviceID
         self.name = name
         self.contacts = contacts
@@ -82,6 +90,7 @@ public struct DeviceInfo: Codable, Sendable, Equatable {
         self.hasPin = hasPin
         self.hasDuressPin = hasDuressPin
         self.countdownSeconds = countdownSeconds
+        self.escalateAfterSeconds = escalateAfterSeconds
         self.createdAt = createdAt
         self.lastHeardAt = lastHeardAt
         self.sos = sos
@@ -230,16 +239,37 @@ public struct SOSState: Codable, Sendable, Equatable {
     @OptionalRFC3339Time public var stoppedAt: Date?
     public let audience: ShareAudience?
     public let answers: [ShareAnswer]?
+    /// While nobody has answered "on my way" or "called emergency services": the escalation ladder, so that the page
+    /// can say "nobody has answered yet" and when everyone is alerted again. Absent once answered, or with the ladder off.
+    public let escalation: SOSEscalation?
 
-    enum CodingKeys: String, CodingKey { case status, shareID = "share_id", expiresAt = "expires_at", stoppedAt = "stopped_at", audience, answers }
+    enum CodingKeys: String, CodingKey {
+        case status, shareID = "share_id", expiresAt = "expires_at", stoppedAt = "stopped_at", audience, answers, escalation
+    }
 
-    public init(status: String, shareID: String?, expiresAt: Date?, stoppedAt: Date?, audience: ShareAudience? = nil, answers: [ShareAnswer]? = nil) {
+    public init(status: String, shareID: String?, expiresAt: Date?, stoppedAt: Date?, audience: ShareAudience? = nil, answers: [ShareAnswer]? = nil,
+                escalation: SOSEscalation? = nil) {
         self.status = status
         self.shareID = shareID
         self.expiresAt = expiresAt
         self.stoppedAt = stoppedAt
         self.audience = audience
         self.answers = answers
+        self.escalation = escalation
+    }
+}
+
+/// Where an SOS's escalation ladder stands: `step` alerts sent again so far (0, 1 or 2), and when the next goes
+/// (`next_at`; absent after the last).
+public struct SOSEscalation: Codable, Sendable, Equatable {
+    public let step: Int
+    @OptionalRFC3339Time public var nextAt: Date?
+
+    enum CodingKeys: String, CodingKey { case step, nextAt = "next_at" }
+
+    public init(step: Int, nextAt: Date?) {
+        self.step = step
+        self.nextAt = nextAt
     }
 }
 

@@ -74,14 +74,17 @@ public struct Checkin: Sendable, Equatable {
     public let notifyOnArrival: Bool
     /// How long the share runs once the check-in is missed.
     public let durationSeconds: Int64
+    /// The escalation ladder once it is missed (`EscalationRules`; 0: off).
+    public let escalateAfterSeconds: Int
     public var state: CheckinState
     /// When the state last changed (nil: armed since creation).
     public var stateAt: UnixMillis?
     public let createdAt: UnixMillis
 
     public init(id: CheckinID, shareRow: Int64, shareID: ShareID, ownerKeyID: Int64?, dueAt: UnixMillis, graceMillis: Int64, message: String,
-                contacts: [ContactID], arrive: ArrivalZone?, notifyOnArrival: Bool, durationSeconds: Int64, state: CheckinState = .armed,
-                stateAt: UnixMillis? = nil, createdAt: UnixMillis) {
+                contacts: [ContactID], arrive: ArrivalZone?, notifyOnArrival: Bool, durationSeconds: Int64,
+                escalateAfterSeconds: Int = EscalationRules.defaultSeconds, state: CheckinState = .armed, stateAt: UnixMillis? = nil,
+                createdAt: UnixMillis) {
         self.id = id
         self.shareRow = shareRow
         self.shareID = shareID
@@ -93,6 +96,7 @@ public struct Checkin: Sendable, Equatable {
         self.arrive = arrive
         self.notifyOnArrival = notifyOnArrival
         self.durationSeconds = durationSeconds
+        self.escalateAfterSeconds = escalateAfterSeconds
         self.state = state
         self.stateAt = stateAt
         self.createdAt = createdAt

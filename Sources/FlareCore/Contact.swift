@@ -122,3 +122,14 @@ extension UInt8 {
             || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
     }
 }
+
+/// A contact's alerts page (`/alerts#c=<secret>`), where they get push alerts before any SOS.
+public enum ContactAlerts {
+    /// The contact's alerts secret: derived from the token key and the contact's id (as personal links are), so that
+    /// every instance, and every mail, gives the same one while the store keeps only its hash. Deleting the contact
+    /// ends it; a new token key gives new ones.
+    public static func secret(tokenKey: [UInt8], contact: ContactID) -> String {
+        let derived = Crypto.hmacSHA256(key: tokenKey, message: Array("flare-alerts-v1:\(contact.rawValue)".utf8))
+        return Base64URL.encode(Array(derived.prefix(Secret.byteCount)))
+    }
+}

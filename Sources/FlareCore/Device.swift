@@ -35,10 +35,13 @@ public struct Device: Sendable, Equatable {
     public var duressPin: PINHash?
     /// Seconds the SOS page counts down after a press, with a Cancel, before it starts the SOS (0: at once).
     public var countdownSeconds: Int
+    /// The escalation ladder of its SOS (`EscalationRules`; 0: off).
+    public var escalateAfterSeconds: Int
     public let createdAt: UnixMillis
 
     public init(id: DeviceID, ownerKeyID: Int64, name: String, secretHash: SecretHash, contacts: [ContactID], durationSeconds: Int64?,
-                message: String, pin: PINHash?, duressPin: PINHash?, countdownSeconds: Int = DeviceRules.defaultCountdownSeconds, createdAt: UnixMillis) {
+                message: String, pin: PINHash?, duressPin: PINHash?, countdownSeconds: Int = DeviceRules.defaultCountdownSeconds,
+                escalateAfterSeconds: Int = EscalationRules.defaultSeconds, createdAt: UnixMillis) {
         self.id = id
         self.ownerKeyID = ownerKeyID
         self.name = name
@@ -49,6 +52,7 @@ public struct Device: Sendable, Equatable {
         self.pin = pin
         self.duressPin = duressPin
         self.countdownSeconds = countdownSeconds
+        self.escalateAfterSeconds = escalateAfterSeconds
         self.createdAt = createdAt
     }
 }

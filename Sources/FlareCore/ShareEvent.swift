@@ -45,6 +45,9 @@ public enum ShareEventType: String, Sendable, CaseIterable {
     case sosDuress = "sos.duress"
     /// Wrong PINs locked stopping the device's SOS: someone is trying to stop it.
     case sosStopRefused = "sos.stop_refused"
+    /// Nobody answered "on my way" or "called emergency services" within the share's `escalate_after_s` (step 1) or
+    /// three times that (step 2) after its SOS started or its check-in was missed: every contact is alerted again.
+    case sosEscalated = "sos.escalated"
 }
 
 /// One event, as it is recorded in the store's outbox in the same transaction as the change it reports, and
@@ -156,6 +159,11 @@ public struct ShareEvent: Sendable, Equatable {
         }
     }
 
+    /// The ladder climbed a step (1: after `escalate_after_s`, 2: after three times that) with nobody answering.
+    public static func escalated(_ id: ShareID, step: Int, at: UnixMillis) -> ShareEvent {
+        ShareEvent(.sosEscalated, share: id, at: at) { $0.field("step", step) }
+    }
+
     /// An SOS event: the device by its id, never its name, secret or a position.
     public static func sos(_ type: ShareEventType, _ id: ShareID, device: DeviceID, at: UnixMillis) -> ShareEvent {
         ShareEvent(type, share: id, at: at) { $0.field("device_id", device.rawValue) }
@@ -188,6 +196,11 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
     case mail(LinkID)
     /// A mail to a contact that has no link to open (a check-in's arrival, when its contacts are to be told).
     case contactMail(ContactID)
+    /// The event's Web Push notifications, not yet split per subscription: the deliverer turns it into one `push`
+    /// delivery per subscription the event goes to (`PushRule`), as they are at that moment.
+    case pushFanOut
+    /// One Web Push subscription (its row), so that each browser's notification is retried and recorded on its own.
+    case push(Int64)
 
     /// How the store names it.
     public var name: String {
@@ -197,6 +210,8 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         case .keyWebhook(let id): "key:\(id)"
         case .mail(let link): "mail:\(link.rawValue)"
         case .contactMail(let contact): "contact:\(contact.rawValue)"
+        case .pushFanOut: "push"
+        case .push(let row): "push:\(row)"
         }
     }
 
@@ -204,7 +219,13 @@ public enum EventDestination: Hashable, Sendable, CustomStringConvertible {
         switch name {
         case "mqtt": self = .mqtt
         case "server": self = .serverWebhook
+        case "push": self = .pushFanOut
         default:
+            if name.hasPrefix("push:") {
+                guard let row = Int64(name.dropFirst(5)), row > 0 else { return nil }
+                self = .push(row)
+                return
+            }
             if name.hasPrefix("contact:") {
                 guard let contact = ContactID(name.dropFirst(8)) else { return nil }
                 self = .contactMail(contact)

@@ -33,6 +33,19 @@ public struct HTTPPostClient: Sendable {
     /// - Returns: the HTTP status of the answer.
     public func post(url: String, connectingTo addresses: [String], headers: [(name: String, value: String)], body: [UInt8],
                      timeout: Duration) throws(HTTPPostError) -> Int {
+        try answer(url: url, connectingTo: addresses, headers: headers, body: body, timeout: timeout).status
+    }
+
+    /// What a receiver answered: its status, and when it asks to be tried again (`Retry-After`, in seconds from now,
+    /// as libcurl reads either of its forms), if it did.
+    public struct Answer: Sendable, Equatable {
+        public let status: Int
+        public let retryAfterSeconds: Int?
+    }
+
+    /// As `post`, with the whole answer.
+    public func answer(url: String, connectingTo addresses: [String], headers: [(name: String, value: String)], body: [UInt8],
+                       timeout: Duration) throws(HTTPPostError) -> Answer {
         guard Curl.libraryReady else { throw HTTPPostError(.notReady) }
         guard !addresses.isEmpty else { throw HTTPPostError(.noAddress) }
         // A name here would be looked up by libcurl: only numbers are pinned.
@@ -55,7 +68,7 @@ public struct HTTPPostClient: Sendable {
     }
 
     /// One request with every connection pinned to `address`.
-    private func attempt(url: String, address: String, headerLines: [String], body: [UInt8], timeout: Duration) throws(HTTPPostError) -> Int {
+    private func attempt(url: String, address: String, headerLines: [String], body: [UInt8], timeout: Duration) throws(HTTPPostError) -> Answer {
         // Freed after the handle (defers run last first): libcurl reads the lists until curl_easy_cleanup.
         var lists: [UnsafeMutablePointer<curl_slist>] = []
         defer { for list in lists { curl_slist_free_all(list) } }
@@ -115,7 +128,9 @@ public struct HTTPPostClient: Sendable {
         }
         var status = 0
         try set(flare_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status))
-        return status
+        var retryAfter: curl_off_t = 0
+        let retry = flare_curl_getinfo_off_t(handle, CURLINFO_RETRY_AFTER, &retryAfter) == CURLE_OK && retryAfter > 0 ? Int(retryAfter) : nil
+        return Answer(status: status, retryAfterSeconds: retry)
     }
 
     private static func isNumeric(_ address: String) -> Bool {

@@ -38,6 +38,8 @@ public struct DaemonSettings: Sendable {
     public let serverWebhook: ServerWebhook?
     /// FLARE_SMTP_URL and FLARE_SMTP_FROM: nil when neither is set.
     public let mailServer: MailServer?
+    /// FLARE_VAPID_SUBJECT and FLARE_PUSH_ALLOW_LOOPBACK: nil when push is off.
+    public let push: PushSettings?
 
     public init(_ config: Configuration) throws(Configuration.ConfigurationError) {
         guard let level = Logger.Level(name: config.string("FLARE_LOG_LEVEL") ?? "") else {
@@ -76,6 +78,40 @@ public struct DaemonSettings: Sendable {
         trackerRules = try TrackerRules(config)
         parser = try LocationPayloadParser(config)
         gateway = try GatewayConfiguration(config)
+        push = try PushSettings.configured(config, publicURL: gateway.publicURL)
+    }
+}
+
+/// Web Push: on when `FLARE_VAPID_SUBJECT` is set (RFC 8292 §2.1: a push service's operator needs a way to reach this
+/// server's), with `FLARE_PUSH_ALLOW_LOOPBACK` for tests.
+public struct PushSettings: Sendable {
+    public let subject: String
+    public let allowsLoopback: Bool
+
+    static func configured(_ config: Configuration, publicURL: String) throws(Configuration.ConfigurationError) -> PushSettings? {
+        let allowsLoopback = config.string("FLARE_PUSH_ALLOW_LOOPBACK") == "1"
+        guard let subject = config.string("FLARE_VAPID_SUBJECT"), !subject.isEmpty else {
+            if allowsLoopback { throw Configuration.ConfigurationError("FLARE_PUSH_ALLOW_LOOPBACK is set but FLARE_VAPID_SUBJECT is not: push is off") }
+            return nil
+        }
+        guard subject.utf8.count <= 256, !subject.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }),
+              (subject.hasPrefix("mailto:") && subject.dropFirst(7).contains("@") && !subject.dropFirst(7).hasPrefix("@"))
+                || (subject.hasPrefix("https://") && subject.count > 8) else {
+            throw Configuration.ConfigurationError("FLARE_VAPID_SUBJECT must be mailto:you@example.org or an https:// URL (at most 256 characters): push services contact the operator there")
+        }
+        if allowsLoopback && !Self.isLoopback(publicURL) {
+            throw Configuration.ConfigurationError("FLARE_PUSH_ALLOW_LOOPBACK=1 is for tests: it is refused with a public FLARE_PUBLIC_URL (\(publicURL))")
+        }
+        return PushSettings(subject: subject, allowsLoopback: allowsLoopback)
+    }
+
+    /// Whether the URL's host is this machine: `localhost`, 127.0.0.0/8 or ::1.
+    static func isLoopback(_ url: String) -> Bool {
+        guard let schemeEnd = url.range(of: "://") else { return false }
+        var host = String(url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" && $0 != "#" })
+        if host.hasPrefix("[") { host = String(host.dropFirst().prefix { $0 != "]" }) } else if let colon = host.lastIndex(of: ":") { host = String(host[..<colon]) }
+        if host.lowercased() == "localhost" { return true }
+        return IPAddress(host)?.isLoopback ?? false
     }
 }
 

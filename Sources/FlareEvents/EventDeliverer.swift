@@ -84,28 +84,38 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// Which lanes a delivery thread takes.
     private enum Crew {
-        case topic, serverWebhook, keyWebhooks, mail
+        case topic, serverWebhook, keyWebhooks, mail, push
 
         func takes(_ destination: EventDestination) -> Bool {
             switch (self, destination) {
-            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook), (.mail, .mail), (.mail, .contactMail): true
+            case (.topic, .mqtt), (.serverWebhook, .serverWebhook), (.keyWebhooks, .keyWebhook), (.mail, .mail), (.mail, .contactMail),
+                 (.push, .push), (.push, .pushFanOut): true
             default: false
             }
         }
     }
 
-    private let store: any EventRecords & KeyRecords & LeaseRecords
+    /// Threads for Web Push: each subscription is a lane of its own, so several push services (or one slow one) are
+    /// posted to at once.
+    static let pushWorkers = 4
+
+    let store: any EventRecords & KeyRecords & LeaseRecords & PushRecords
     private let publisher: any BrokerPublisher
     private let poster: any WebhookPosting
-    private let resolver: any HostResolving
-    private let requestTimeout: Duration
+    let resolver: any HostResolving
+    let requestTimeout: Duration
     private let serverWebhook: ServerWebhook?
     private let mailing: ContactMailing?
+    let pushing: WebPushing?
+    let pusher: any PushPosting
+    /// The VAPID header per push service origin, reused until `vapidRenewMillis` before it expires (RFC 8292 §2 allows
+    /// reuse; signing one per notification would cost an ECDSA signature each).
+    let vapidHeaders = Mutex<[String: (header: String, expiresAt: Int64)]>([:])
     private let sealer: WebhookSecretSealer
     private let holder: String
-    private let clock: any Clock
-    private let metrics: Metrics
-    private let logger: Logger
+    let clock: any Clock
+    let metrics: Metrics
+    let logger: Logger
     private let lock = ConditionLock(conditions: 2)
     private var state = State()
     private let warningLimiter = RateLimiter(rule: .init(ratePerSecond: 0.1, burst: 3), maximumKeys: 1024)
@@ -116,10 +126,10 @@ public final class EventDeliverer: @unchecked Sendable {
     ///   - requestTimeout: for each webhook request and mail, and for the broker's acknowledgement of a batch for the topic.
     ///   - mailing: the SMTP server contacts are mailed through (nil: none is configured, and a mail delivery is
     ///     reported failed).
-    public init(store: any EventRecords & KeyRecords & LeaseRecords, publisher: any BrokerPublisher, poster: any WebhookPosting,
+    public init(store: any EventRecords & KeyRecords & LeaseRecords & PushRecords, publisher: any BrokerPublisher, poster: any WebhookPosting,
                 resolver: any HostResolving = SystemHostResolver(), requestTimeout: Duration = defaultRequestTimeout,
-                serverWebhook: ServerWebhook?, mailing: ContactMailing? = nil, sealer: WebhookSecretSealer, holder: String,
-                clock: any Clock, metrics: Metrics, logger: Logger) {
+                serverWebhook: ServerWebhook?, mailing: ContactMailing? = nil, pushing: WebPushing? = nil, pusher: any PushPosting = WebhookClient(),
+                sealer: WebhookSecretSealer, holder: String, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.publisher = publisher
         self.poster = poster
@@ -127,12 +137,15 @@ public final class EventDeliverer: @unchecked Sendable {
         self.requestTimeout = requestTimeout
         self.serverWebhook = serverWebhook
         self.mailing = mailing
+        self.pushing = pushing
+        self.pusher = pusher
         self.sealer = sealer
         self.holder = holder
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
         metrics.register(FlareMetrics.eventDeliveries, FlareMetrics.eventsWaiting, FlareMetrics.eventsOldestWaiting, FlareMetrics.contactNotices)
+        if pushing != nil { metrics.register(FlareMetrics.pushSent, FlareMetrics.pushFailed, FlareMetrics.pushSubscriptions) }
     }
 
     /// Where this instance sends every new event besides the owning key's webhook: the events topic, and the
@@ -142,6 +155,10 @@ public final class EventDeliverer: @unchecked Sendable {
     /// Whether this instance mails contacts (an SMTP server is configured): a personal link's `link.created` then
     /// also goes to `mail:<link>` when its contact has an address.
     public var mailsContacts: Bool { mailing != nil }
+
+    /// Whether this instance pushes to browsers (a VAPID subject is configured): an event with a `PushRule` then also
+    /// goes to `push`, split per subscription when it is delivered.
+    public var pushes: Bool { pushing != nil }
 
     public func start() {
         let reader = NamedThread.start(name: "flare-events") { [self] in
@@ -167,6 +184,9 @@ public final class EventDeliverer: @unchecked Sendable {
         threads.append(NamedThread.start(name: "flare-ev-mail") { [self] in work(.mail) })
         for index in 0..<Self.keyWorkers {
             threads.append(NamedThread.start(name: "flare-ev-key-\(index)") { [self] in work(.keyWebhooks) })
+        }
+        for index in 0..<Self.pushWorkers {
+            threads.append(NamedThread.start(name: "flare-ev-push-\(index)") { [self] in work(.push) })
         }
         lock.withLock { state.threads = threads }
     }
@@ -207,7 +227,10 @@ public final class EventDeliverer: @unchecked Sendable {
             state.nextBacklogAt = now + 5_000
             return true
         }
-        if backlogDue { updateBacklogGauges() }
+        if backlogDue {
+            updateBacklogGauges()
+            updatePushGauge()
+        }
         let due: [OutboxDelivery]
         do { due = try store.dueEvents(now: clock.now(), limit: Self.batch) } catch {
             warn("read", "cannot read the events outbox (\(error)); trying again")
@@ -307,6 +330,11 @@ public final class EventDeliverer: @unchecked Sendable {
             } else {
                 for delivery in batch { failed(delivery, .failed("the broker did not acknowledge it")) }
             }
+        } else if destination == .pushFanOut {
+            for delivery in batch { fanOut(delivery) }
+            return []
+        } else if case .push(let row) = destination {
+            return pushAll(batch, subscription: row)
         } else {
             let turnEnds = clock.monotonicMillis() + Self.turnMillis
             var answered = false, unreachable = false
@@ -319,7 +347,7 @@ public final class EventDeliverer: @unchecked Sendable {
                         failed(delivery, outcome, mailTo: target, contact: contact)
                     }
                     switch outcome {
-                    case .delivered, .failed, .dropped: answered = true
+                    case .delivered, .failed, .dropped, .later: answered = true
                     case .unreachable: unreachable = true
                     }
                     if unreachable || clock.monotonicMillis() >= turnEnds {
@@ -335,7 +363,7 @@ public final class EventDeliverer: @unchecked Sendable {
                 default: failed(delivery, outcome)
                 }
                 switch outcome {
-                case .delivered, .failed: answered = true
+                case .delivered, .failed, .later: answered = true
                 case .unreachable: unreachable = true
                 case .dropped: break
                 }
@@ -364,7 +392,7 @@ public final class EventDeliverer: @unchecked Sendable {
     }
 
     /// `destination` did not answer: it is not tried again before its rest is over.
-    private func rest(_ destination: EventDestination) {
+    func rest(_ destination: EventDestination) {
         lock.withLock {
             let times = (state.resting[destination]?.times ?? 0) + 1
             let millis = min(Self.firstRestMillis << Int64(min(times - 1, 16)), Self.longestRestMillis)
@@ -374,7 +402,7 @@ public final class EventDeliverer: @unchecked Sendable {
 
     /// Records a failed attempt: the next one with backoff, or none after 24 h (or for an event that can never be
     /// delivered). A mail's end (given up, or nothing to send) is reported with `contact.notification_failed`.
-    private func failed(_ delivery: OutboxDelivery, _ outcome: Outcome, mailTo target: MailTarget? = nil, contact: ContactID? = nil) {
+    func failed(_ delivery: OutboxDelivery, _ outcome: Outcome, mailTo target: MailTarget? = nil, contact: ContactID? = nil) {
         let destination = delivery.destination.name
         let attempts = delivery.attempts + 1
         var why = ""
@@ -384,6 +412,11 @@ public final class EventDeliverer: @unchecked Sendable {
         case .failed(let reason), .unreachable(let reason):
             why = reason
             retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at)
+        case .later(let reason, let seconds):
+            why = reason
+            retryAt = EventRetry.nextAttempt(after: attempts, now: clock.now(), eventAt: delivery.event.at).map {
+                min(max($0, clock.now() + Int64(seconds) * 1000), delivery.event.at + EventRetry.giveUpAfterMillis)
+            }
         case .dropped(let reason):
             why = reason
         }
@@ -448,7 +481,7 @@ public final class EventDeliverer: @unchecked Sendable {
         wake()
     }
 
-    private enum Outcome {
+    enum Outcome {
         case delivered
         /// The receiver answered, but not 2xx: worth trying again later.
         case failed(String)
@@ -457,6 +490,8 @@ public final class EventDeliverer: @unchecked Sendable {
         case unreachable(String)
         /// Never deliverable (the key's webhook is gone): dropped at once.
         case dropped(String)
+        /// The receiver asked to be tried again no sooner than this many seconds from now (429, 503 with `Retry-After`).
+        case later(String, seconds: Int)
     }
 
     /// Where a webhook delivery goes (for a key: its row and sealed secrets, as the store has them now), or why it
@@ -468,7 +503,7 @@ public final class EventDeliverer: @unchecked Sendable {
 
     private func webhookTarget(_ destination: EventDestination) -> WebhookTarget {
         switch destination {
-        case .mqtt, .mail, .contactMail:
+        case .mqtt, .mail, .contactMail, .pushFanOut, .push:
             return .refuse(.dropped("not a webhook"))  // the topic's batches and mails go out in `deliver`
         case .serverWebhook:
             guard let serverWebhook else { return .refuse(.dropped("no FLARE_WEBHOOK_URL is set on the delivering instance")) }
@@ -567,7 +602,7 @@ public final class EventDeliverer: @unchecked Sendable {
         metrics.setSeries(FlareMetrics.eventsOldestWaiting, labels.map { ([("destination", $0)], Double(max(0, now - waiting[$0]!.oldestAt)) / 1000) })
     }
 
-    private func warn(_ key: String, _ message: @autoclosure () -> String) {
+    func warn(_ key: String, _ message: @autoclosure () -> String) {
         if warningLimiter.take(key, nowMillis: clock.monotonicMillis()) == nil { logger.warning(message()) }
     }
 }
@@ -580,6 +615,7 @@ extension EventDestination {
         switch self {
         case .keyWebhook: return "key"
         case .mail, .contactMail: return "mail"
+        case .push, .pushFanOut: return "push"
         default: return name
         }
     }

@@ -22,3 +22,15 @@ public struct WebhookClient: WebhookPosting {
         }
     }
 }
+
+extension WebhookClient: PushPosting {
+    public func post(_ url: WebhookURL, connectingTo addresses: [IPAddress], headers: [(name: String, value: String)], body: [UInt8],
+                     timeout: Duration) -> PushResponse {
+        do {
+            let answer = try client.answer(url: url.text, connectingTo: addresses.map(\.text), headers: headers, body: body, timeout: timeout)
+            return .status(answer.status, retryAfterSeconds: answer.retryAfterSeconds)
+        } catch {
+            return .failed(error.reason)
+        }
+    }
+}

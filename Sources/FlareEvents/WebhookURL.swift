@@ -98,6 +98,11 @@ extension IPAddress {
         return true
     }
 
+    /// 127.0.0.0/8 or ::1: this machine.
+    public var isLoopback: Bool {
+        bytes.count == 4 ? bytes[0] == 127 : bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1
+    }
+
     private static func isPublicV4(_ b: [UInt8]) -> Bool {
         switch (b[0], b[1]) {
         case (0, _), (10, _), (127, _): return false

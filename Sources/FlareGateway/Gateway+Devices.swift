@@ -106,7 +106,8 @@ extension Gateway {
 
     private static func settings(_ body: DeviceRequest) -> Devices.Settings {
         Devices.Settings(name: body.name, contacts: body.contacts, durationSeconds: body.durationSeconds, message: body.message, pin: body.pin,
-                         duressPin: body.duressPin, countdownSeconds: body.countdownSeconds)
+                         duressPin: body.duressPin, countdownSeconds: body.countdownSeconds,
+                         escalateAfterSeconds: body.escalateAfterSeconds)
     }
 
     private func deviceRefusal(_ error: Devices.Refusal, _ doing: String) -> APIError {
@@ -132,7 +133,8 @@ extension Gateway {
         }
         return DeviceInfo(deviceID: device.id.rawValue, name: device.name, contacts: device.contacts.map(\.rawValue),
                           durationSeconds: device.durationSeconds.map { Int($0) }, message: device.message, hasPin: device.pin != nil,
-                          hasDuressPin: device.duressPin != nil, countdownSeconds: device.countdownSeconds, createdAt: Date(unixMillis: device.createdAt),
+                          hasDuressPin: device.duressPin != nil, countdownSeconds: device.countdownSeconds,
+                          escalateAfterSeconds: device.escalateAfterSeconds, createdAt: Date(unixMillis: device.createdAt),
                           lastHeardAt: stored.sos.lastHeardAt.map(Date.init(unixMillis:)), sos: sos, sosShareID: shareID)
     }
 
@@ -298,8 +300,12 @@ extension Gateway {
                 let audience = try shares.audience(of: snapshot)
                 let answers = (try? shares.answers(of: snapshot.row, after: 0, limit: 100)) ?? []
                 let status = Self.status(of: .live(snapshot), audience: audience)
+                // "Nobody has answered yet" while no one said they are coming or called for help.
+                let helped = answers.contains { $0.kind == .onMyWay || $0.kind == .calledEmergency }
+                let ladder = helped ? nil : try shares.devices.escalation(of: snapshot)
                 return .api(200, SOSState(status: "live", shareID: snapshot.share.id.rawValue, expiresAt: Date(unixMillis: snapshot.share.expiresAt),
-                                          stoppedAt: nil, audience: status.audience, answers: answers.map(Self.apiAnswer)))
+                                          stoppedAt: nil, audience: status.audience, answers: answers.map(Self.apiAnswer),
+                                          escalation: ladder.map { SOSEscalation(step: $0.step, nextAt: $0.nextAt.map(Date.init(unixMillis:))) }))
             }
         } catch {
             throw storeFailed(error, "reading a device's SOS")

@@ -55,6 +55,8 @@ public final class Gateway: Sendable {
     /// SOS starts and stops per client address, whatever the device: one phone presses a few times; an address
     /// cycling through stolen secrets does not get to start or stop dozens of SOS.
     let sosAddressLimiter: RateLimiter
+    /// Push subscriptions made or ended per client address: a family's few browsers, each now and then.
+    let pushLimiter = RateLimiter(rule: .init(ratePerSecond: 0.2, burst: 20))
     let answerQuota: RateLimiter
     /// /metrics on the public listener (with `FLARE_METRICS_TOKEN`), per client address: a scraper every few seconds
     /// and more; a wrong token costs more.
@@ -143,6 +145,17 @@ public final class Gateway: Sendable {
             return sosPage.file(parts.dropFirst().joined(separator: "/")) ?? notFoundPage(request)
         case ("GET", 1, "sos-sw.js"):
             return sosPage.file("sw.js") ?? notFoundPage(request)
+        case ("GET", 3, "s") where parts[2] == "manifest.webmanifest":
+            return viewerManifest(request, token: parts[1])
+        case ("GET", 1, "alerts"), ("HEAD", 1, "alerts"):
+            return assets.alertsPage(language: assets.negotiateLanguage(request)) ?? notFoundPage(request)
+        case ("GET", 2, "viewer") where parts[1] == "sw.js":
+            // Served from /viewer/, it controls a link's page (/s/<token>) or the alerts page (/alerts).
+            return assets.response(for: request).map { response in
+                var allowed = response
+                allowed.headers.append(("Service-Worker-Allowed", "/"))
+                return allowed
+            } ?? notFoundPage(request)
         case ("GET", _, "viewer"), ("GET", _, "vendor"):
             return assets.response(for: request) ?? notFoundPage(request)
         case ("GET", 1, "healthz"):
@@ -196,6 +209,8 @@ public final class Gateway: Sendable {
         case ("contacts", 1, "GET"): return listContacts(request)
         case ("contacts", 2, "GET"): return showContact(request, id: parts[1])
         case ("contacts", 2, "DELETE"): return removeContact(request, id: parts[1])
+        case ("contacts", 3, "GET") where parts[2] == "alerts-link": return alertsLink(request, id: parts[1])
+        case ("contacts", 3, _) where parts[2] == "alerts-link": return APIError.methodNotAllowed.response
         case ("contacts", 1...2, _): return APIError.methodNotAllowed.response
         case ("keys", 1, "POST"): return createKey(request)
         case ("keys", 1, "GET"): return listKeys(request)
@@ -208,6 +223,14 @@ public final class Gateway: Sendable {
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "answers": return postAnswer(request, token: parts[1])
+        case ("view", 3, "POST") where parts[2] == "push": return subscribeViewer(request, token: parts[1])
+        case ("view", 3, "DELETE") where parts[2] == "push": return unsubscribeViewer(request, token: parts[1])
+        case ("push", 2, "GET") where parts[1] == "key": return pushKey(request)
+        case ("push", 2, _) where parts[1] == "key": return APIError.methodNotAllowed.response
+        case ("alerts", 1, "GET"): return alertsCard(request)
+        case ("alerts", 2, "POST") where parts[1] == "push": return subscribeAlerts(request)
+        case ("alerts", 2, "DELETE") where parts[1] == "push": return unsubscribeAlerts(request)
+        case ("alerts", 1...2, _): return APIError.methodNotAllowed.response
         case ("shares", 3, "GET") where parts[2] == "answers": return listAnswers(request, id: parts[1])
         case ("shares", 3, "GET") where parts[2] == "links": return listLinks(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "links": return addLinks(request, id: parts[1])

@@ -43,6 +43,19 @@ public struct GatewayConfiguration: Sendable {
     /// With a token, the public listener serves /metrics to `Authorization: Bearer <token>`; without, it answers 404
     /// (the metrics have a listener of their own, `FLARE_METRICS_ADDR`).
     public var metricsToken: String?
+    /// Web Push, when it is on (`FLARE_VAPID_SUBJECT`): the VAPID public key browsers subscribe with, and whether a
+    /// push service on this machine is let through (`FLARE_PUSH_ALLOW_LOOPBACK`, tests only). Nil: off.
+    public var push: PushSettings?
+
+    public struct PushSettings: Sendable {
+        public let publicKey: [UInt8]
+        public let allowsLoopback: Bool
+
+        public init(publicKey: [UInt8], allowsLoopback: Bool) {
+            self.publicKey = publicKey
+            self.allowsLoopback = allowsLoopback
+        }
+    }
 
     public init(publicURL: String, mqttPublicURL: String, leafletDirectory: String, viewerDirectory: String?, tileURLTemplate: String,
                 tileAttribution: String, staleAfterSeconds: Int, linkRatePerAddress: RateLimiter.Rule, linkRatePerToken: RateLimiter.Rule,

@@ -24,6 +24,8 @@ public struct ViewerAssets: Sendable {
     /// req/s), and the server joins them once, into the buffer it sends from.
     private var pageParts: [String: [[UInt8]]] = [:]
     private var notFoundPages: [String: [UInt8]] = [:]
+    /// Per language, a contact's alerts page (`/alerts#c=…`), if the viewer files have one.
+    private var alertsPages: [String: [UInt8]] = [:]
     private let contentSecurityPolicy: String
     private let configuration: GatewayConfiguration
     /// Language tags that have a string table (`i18n/<tag>.json`), first is the default.
@@ -138,6 +140,11 @@ public struct ViewerAssets: Sendable {
                 .replacingOccurrences(of: "{{STALE_AFTER_S}}", with: String(configuration.staleAfterSeconds))
             pageParts[language] = filled.components(separatedBy: "{{TITLE}}").map { Array($0.utf8) }
             notFoundPages[language] = Array(notFoundTemplate.replacingOccurrences(of: "{{LANG}}", with: Self.escapeHTML(language)).utf8)
+            if let alerts = files["/viewer/alerts.html"] {
+                alertsPages[language] = Array(String(decoding: alerts.bytes, as: UTF8.self)
+                    .replacingOccurrences(of: "{{LANG}}", with: Self.escapeHTML(language))
+                    .replacingOccurrences(of: "{{LANGUAGE_OPTIONS}}", with: options).utf8)
+            }
         }
 
         // Debian ships Leaflet minified and pre-compressed too: a phone on a poor connection gets ~40 KB
@@ -177,7 +184,7 @@ public struct ViewerAssets: Sendable {
         var imageSources = "'self' data:"
         if let origin = configuration.tileOrigin { imageSources += " " + origin }
         contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src \(imageSources); "
-            + "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            + "connect-src 'self'; manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     }
 
     static func contentType(of name: String) -> String {
@@ -187,6 +194,7 @@ public struct ViewerAssets: Sendable {
         case "css": "text/css; charset=utf-8"
         case "json": "application/json"
         case "svg": "image/svg+xml"
+        case "webmanifest": "application/manifest+json"
         case "png": "image/png"
         case "ico": "image/x-icon"
         default: "application/octet-stream"
@@ -195,7 +203,7 @@ public struct ViewerAssets: Sendable {
 
     func response(for request: HTTPRequest) -> HTTPResponse? {
         let path = request.path
-        guard let asset = files[path], path != "/viewer/index.html", path != "/viewer/notfound.html" else { return nil }
+        guard let asset = files[path], path != "/viewer/index.html", path != "/viewer/notfound.html", path != "/viewer/alerts.html" else { return nil }
         var headers: [(name: String, value: String)] = [("Content-Type", asset.contentType), ("Cache-Control", "public, max-age=3600")]
         if let gzipped = gzippedFiles[path] {
             headers.append(("Vary", "Accept-Encoding"))
@@ -240,6 +248,12 @@ public struct ViewerAssets: Sendable {
             segments.append(part)
         }
         return page(200, .segments(segments), language: language)
+    }
+
+    /// A contact's alerts page; nil when the viewer files have none (a customised `FLARE_VIEWER_DIR` from before it).
+    func alertsPage(language: String) -> HTTPResponse? {
+        guard let html = alertsPages[language] ?? alertsPages[languages[0]] else { return nil }
+        return page(200, .bytes(html), language: language)
     }
 
     func notFoundPage(language: String) -> HTTPResponse {

@@ -227,6 +227,25 @@ extension PostgresShareStore {
         """
         ALTER TABLE devices ADD COLUMN countdown_s INTEGER NOT NULL DEFAULT 5;
         """,
+        // 19: Web Push (browsers' subscriptions, per link or per contact's alerts; the server's VAPID key, sealed; the
+        // hash of each contact's alerts secret) and the escalation ladder (its setting on devices and check-ins; on a
+        // share, where it started, the steps taken and when the next is due).
+        """
+        CREATE TABLE push_subscriptions (row BIGSERIAL PRIMARY KEY, share BIGINT, link TEXT, contact TEXT, endpoint TEXT NOT NULL,
+                                         p256dh BYTEA NOT NULL, auth BYTEA NOT NULL, language TEXT NOT NULL, created_at BIGINT NOT NULL);
+        CREATE UNIQUE INDEX push_of_link ON push_subscriptions(share, coalesce(link, ''), endpoint) WHERE share IS NOT NULL;
+        CREATE UNIQUE INDEX push_of_contact ON push_subscriptions(contact, endpoint) WHERE contact IS NOT NULL;
+        CREATE TABLE server_secrets (name TEXT PRIMARY KEY, value BYTEA NOT NULL);
+        ALTER TABLE contacts ADD COLUMN alerts_hash BYTEA;
+        CREATE UNIQUE INDEX contacts_by_alerts_hash ON contacts(alerts_hash) WHERE alerts_hash IS NOT NULL;
+        ALTER TABLE devices ADD COLUMN escalate_after_s INTEGER NOT NULL DEFAULT 300;
+        ALTER TABLE checkins ADD COLUMN escalate_after_s INTEGER NOT NULL DEFAULT 300;
+        ALTER TABLE shares ADD COLUMN escalate_after_s INTEGER;
+        ALTER TABLE shares ADD COLUMN escalation_from BIGINT;
+        ALTER TABLE shares ADD COLUMN escalation_step INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE shares ADD COLUMN escalation_due_at BIGINT;
+        CREATE INDEX shares_escalation_due ON shares(escalation_due_at) WHERE escalation_due_at IS NOT NULL;
+        """,
     ]
     static var schemaVersion: Int { migrations.count }
 

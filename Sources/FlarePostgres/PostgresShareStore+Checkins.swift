@@ -6,13 +6,14 @@ extension PostgresShareStore: CheckinRecords {
     public func insertCheckin(_ checkin: Checkin) throws(StoreError) {
         try changedRows("""
             INSERT INTO checkins (checkin_id, share, share_id, owner_key, due_at, grace_ms, message, contacts, arrive_lat, arrive_lon,
-                                  arrive_radius_m, notify_on_arrival, duration_s, state, state_at, created_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                                  arrive_radius_m, notify_on_arrival, duration_s, state, state_at, created_at, escalate_after_s)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
             """, [checkin.id.rawValue, String(checkin.shareRow), checkin.shareID.rawValue, checkin.ownerKeyID.map(String.init),
                   String(checkin.dueAt), String(checkin.graceMillis), checkin.message, checkin.contacts.map(\.rawValue).joined(separator: ","),
                   checkin.arrive.map { String($0.latitude) }, checkin.arrive.map { String($0.longitude) },
                   checkin.arrive.map { String($0.radiusMeters) }, checkin.notifyOnArrival ? "t" : "f", String(checkin.durationSeconds),
-                  checkin.state.rawValue, checkin.stateAt.map(String.init), String(checkin.createdAt)], operation: "insert check-in")
+                  checkin.state.rawValue, checkin.stateAt.map(String.init), String(checkin.createdAt), String(checkin.escalateAfterSeconds)],
+                  operation: "insert check-in")
     }
 
     public func checkin(id: CheckinID) throws(StoreError) -> Checkin? {
@@ -52,8 +53,12 @@ extension PostgresShareStore: CheckinRecords {
             try connection.transaction(operation: operation) { () throws(StoreError) -> Bool in
                 guard let shareRow = try Self.takeArmed(id, to: .missed, at: at, on: connection, operation: operation) else { return false }
                 // Every instance reads the share again (the change feed): their pages say it was missed.
-                try connection.execute("UPDATE shares SET checkin_missed_due = (SELECT due_at FROM checkins WHERE checkin_id = $1) WHERE id = $2",
-                                       [id.rawValue, String(shareRow)], operation: operation)
+                // The ladder starts now, as the check-in was set.
+                try connection.execute("""
+                    UPDATE shares SET checkin_missed_due = c.due_at, escalate_after_s = c.escalate_after_s, escalation_from = $3::bigint,
+                    escalation_due_at = CASE WHEN c.escalate_after_s > 0 THEN $3::bigint + 1000 * c.escalate_after_s END
+                    FROM (SELECT due_at, escalate_after_s FROM checkins WHERE checkin_id = $1) c WHERE shares.id = $2
+                    """, [id.rawValue, String(shareRow), String(at)], operation: operation)
                 // A share that ended meanwhile takes no links: the check-in is missed all the same, and told.
                 var linked = false
                 if !links.isEmpty { linked = try Self.insertLinkRows(links, events: events, on: connection, operation: operation) }
@@ -81,7 +86,7 @@ extension PostgresShareStore: CheckinRecords {
 
     private static let checkinColumns = """
         checkin_id, share, share_id, owner_key, due_at, grace_ms, message, contacts, arrive_lat, arrive_lon, arrive_radius_m,
-        notify_on_arrival, duration_s, state, state_at, created_at
+        notify_on_arrival, duration_s, state, state_at, created_at, escalate_after_s
         """
 
     private func selectCheckins(_ condition: String, _ parameters: [String?], operation: String) throws(StoreError) -> [Checkin] {
@@ -96,7 +101,8 @@ extension PostgresShareStore: CheckinRecords {
                 return Checkin(id: id, shareRow: rows.int64(index, 1), shareID: share, ownerKeyID: rows.optionalInt64(index, 3),
                                dueAt: rows.int64(index, 4), graceMillis: rows.int64(index, 5), message: rows.text(index, 6) ?? "",
                                contacts: (rows.text(index, 7) ?? "").split(separator: ",").compactMap { ContactID($0) }, arrive: arrive,
-                               notifyOnArrival: rows.bool(index, 11), durationSeconds: rows.int64(index, 12), state: state,
+                               notifyOnArrival: rows.bool(index, 11), durationSeconds: rows.int64(index, 12),
+                               escalateAfterSeconds: Int(rows.int64(index, 16)), state: state,
                                stateAt: rows.optionalInt64(index, 14), createdAt: rows.int64(index, 15))
             }
         }

@@ -47,6 +47,8 @@ extension PostgresShareStore: ContactRecords {
                 guard try connection.execute("DELETE FROM contacts WHERE id = $1 RETURNING id", [id.rawValue], operation: operation).count == 1 else {
                     return nil
                 }
+                // Its alerts end with it; the links' viewers' subscriptions end with the links (at the next fan-out).
+                try connection.execute("DELETE FROM push_subscriptions WHERE contact = $1", [id.rawValue], operation: operation)
                 let rows = try connection.execute("""
                     UPDATE share_links SET withdrawn_at = $1
                     WHERE contact_id = $2 AND withdrawn_at IS NULL AND share IN (SELECT id FROM shares WHERE ended_at IS NULL)

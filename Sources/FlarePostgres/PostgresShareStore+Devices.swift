@@ -13,11 +13,13 @@ extension PostgresShareStore: DeviceRecords {
                 let count = try connection.execute("SELECT count(*) FROM devices WHERE owner_key = $1", [String(device.ownerKeyID)], operation: operation)
                 guard count.int64(0, 0) < Int64(limit) else { return false }
                 try connection.execute("""
-                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s,
+                                         escalate_after_s)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                     """, [device.id.rawValue, String(device.ownerKeyID), device.name, PostgresText.hex(device.secretHash.bytes),
                           DeviceSOSArithmetic.contactsText(device.contacts), device.durationSeconds.map(String.init), device.message,
-                          device.pin?.text, device.duressPin?.text, String(device.createdAt), String(device.countdownSeconds)], operation: operation)
+                          device.pin?.text, device.duressPin?.text, String(device.createdAt), String(device.countdownSeconds),
+                          String(device.escalateAfterSeconds)], operation: operation)
                 return true
             }
         }
@@ -52,10 +54,10 @@ extension PostgresShareStore: DeviceRecords {
     public func updateDevice(_ device: Device) throws(StoreError) -> Bool {
         try changedRows("""
             UPDATE devices SET name = $2, secret_hash = $3, contacts = $4, duration_s = $5, message = $6, pin = $7, duress_pin = $8,
-            countdown_s = $9 WHERE id = $1
+            countdown_s = $9, escalate_after_s = $10 WHERE id = $1
             """, [device.id.rawValue, device.name, PostgresText.hex(device.secretHash.bytes), DeviceSOSArithmetic.contactsText(device.contacts),
                   device.durationSeconds.map(String.init), device.message, device.pin?.text, device.duressPin?.text,
-                  String(device.countdownSeconds)], operation: "update device") == 1
+                  String(device.countdownSeconds), String(device.escalateAfterSeconds)], operation: "update device") == 1
     }
 
     public func deleteDevice(id: DeviceID) throws(StoreError) -> Bool {
@@ -89,6 +91,12 @@ extension PostgresShareStore: DeviceRecords {
                     UPDATE devices SET sos_share = $2, sos_tokens = $3, sos_tokens_at = $4, repeat_mailed_at = $5, wrong_pins = 0,
                     wrong_pins_since = NULL, stop_locked_until = NULL WHERE id = $1
                     """, [id.rawValue, String(row), PostgresText.double(bucket.tokens), String(bucket.at), String(now)], operation: operation)
+                // The ladder starts with the SOS, as the device is set now.
+                try connection.execute("""
+                    UPDATE shares SET escalate_after_s = d.escalate_after_s, escalation_from = $2::bigint,
+                    escalation_due_at = CASE WHEN d.escalate_after_s > 0 THEN $2::bigint + 1000 * d.escalate_after_s END
+                    FROM (SELECT escalate_after_s FROM devices WHERE id = $3) d WHERE shares.id = $1
+                    """, [String(row), String(now), id.rawValue], operation: operation)
                 return .started(row: row)
             }
         }
@@ -130,7 +138,7 @@ extension PostgresShareStore: DeviceRecords {
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
         sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
-        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s, escalate_after_s
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -140,7 +148,7 @@ extension PostgresShareStore: DeviceRecords {
                             contacts: DeviceSOSArithmetic.contacts(rows.text(index, 5) ?? ""), durationSeconds: rows.optionalInt64(index, 6),
                             message: rows.text(index, 7) ?? "", pin: rows.text(index, 8).flatMap { PINHash(text: $0) },
                             duressPin: rows.text(index, 9).flatMap { PINHash(text: $0) }, countdownSeconds: Int(rows.int64(index, 18)),
-                            createdAt: rows.int64(index, 10))
+                            escalateAfterSeconds: Int(rows.int64(index, 19)), createdAt: rows.int64(index, 10))
         let sos = DeviceSOSState(shareRow: rows.optionalInt64(index, 11), repeatMailedAt: rows.optionalInt64(index, 12),
                                  wrongPins: Int(rows.int64(index, 13)), wrongPinsSince: rows.optionalInt64(index, 14),
                                  stopLockedUntil: rows.optionalInt64(index, 15), lastHeardAt: rows.optionalInt64(index, 16), duressAt: rows.optionalInt64(index, 17))

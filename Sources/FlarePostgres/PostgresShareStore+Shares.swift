@@ -78,7 +78,7 @@ extension PostgresShareStore: ShareRecords {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try pool.with(operation: "purge history", long: true) { connection throws(StoreError) in
             try connection.transaction(operation: "purge history") { () throws(StoreError) in
-                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
+                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins", "push_subscriptions"] {
                     try connection.execute("DELETE FROM \(table) WHERE share = $1", [String(row)], operation: "purge history")
                 }
                 newestStored.forget(row)

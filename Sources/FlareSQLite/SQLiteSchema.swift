@@ -25,8 +25,13 @@ import FlareStore
 /// | 14   | table `sealed_fixes`; `shares`*: e2e                         | the same                                     |
 /// | 15   | table `key_mail_budget`; index `share_links_of_contact`      | the same                                     |
 /// | 16   | `owner_keys`: work_stopped_at                                | the same                                     |
+/// | 17   | table `devices`; `shares`*: duress_at                        | the same                                     |
+/// | 18   | `devices`: countdown_s                                       | the same                                     |
+/// | 19   | tables `push_subscriptions`, `server_secrets`; `contacts`:   | the same                                     |
+/// |      | alerts_hash; escalate_after_s of `devices`, `checkins`,      |                                              |
+/// |      | `shares`*; `shares`*: escalation_from, _step, _due_at        |                                              |
 ///
-/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13 and 14; see the list below).
+/// \*: the step makes or adds columns to the `shares` table (steps 1, 4, 7, 8, 10, 13, 14, 17 and 19; see the list below).
 ///
 /// Step 2 is not the same step in the two engines. In SQLite it is the index `shares_newest`, which PostgreSQL made in
 /// step 1 already; in PostgreSQL it is the change feed (the function `flare_notify_share` and the trigger
@@ -47,7 +52,10 @@ import FlareStore
 /// - step 8: `last_answer_id` INTEGER;
 /// - step 10: `battery_low_at` INTEGER;
 /// - step 13: `checkin_missed_due` INTEGER (the deadline of the share's check-in, once missed);
-/// - step 14: `e2e` INTEGER (0 or 1: end-to-end encrypted, its fixes in `sealed_fixes`).
+/// - step 14: `e2e` INTEGER (0 or 1: end-to-end encrypted, its fixes in `sealed_fixes`);
+/// - step 17: `duress_at` INTEGER;
+/// - step 19: `escalate_after_s` INTEGER, `escalation_from` INTEGER, `escalation_step` INTEGER, `escalation_due_at`
+///   INTEGER (the ladder; read by `EscalationRecords`, not `shareColumns`).
 extension SQLiteShareStore {
     /// The schema, one numbered step at a time: step N (1-based) takes a database at `user_version` N-1 to N.
     /// A database made by an older release is brought up to date at open; steps are only ever appended.
@@ -211,6 +219,25 @@ extension SQLiteShareStore {
         // 18: the SOS page's countdown after a press (0 to 10 s).
         """
         ALTER TABLE devices ADD COLUMN countdown_s INTEGER NOT NULL DEFAULT 5;
+        """,
+        // 19: Web Push (browsers' subscriptions, per link or per contact's alerts; the server's VAPID key, sealed; the
+        // hash of each contact's alerts secret) and the escalation ladder (its setting on devices and check-ins; on a
+        // share, where it started, the steps taken and when the next is due).
+        """
+        CREATE TABLE IF NOT EXISTS push_subscriptions (row INTEGER PRIMARY KEY, share INTEGER, link TEXT, contact TEXT, endpoint TEXT NOT NULL,
+                                                       p256dh BLOB NOT NULL, auth BLOB NOT NULL, language TEXT NOT NULL, created_at INTEGER NOT NULL);
+        CREATE UNIQUE INDEX IF NOT EXISTS push_of_link ON push_subscriptions(share, coalesce(link, ''), endpoint) WHERE share IS NOT NULL;
+        CREATE UNIQUE INDEX IF NOT EXISTS push_of_contact ON push_subscriptions(contact, endpoint) WHERE contact IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS server_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+        ALTER TABLE contacts ADD COLUMN alerts_hash BLOB;
+        CREATE UNIQUE INDEX IF NOT EXISTS contacts_by_alerts_hash ON contacts(alerts_hash) WHERE alerts_hash IS NOT NULL;
+        ALTER TABLE devices ADD COLUMN escalate_after_s INTEGER NOT NULL DEFAULT 300;
+        ALTER TABLE checkins ADD COLUMN escalate_after_s INTEGER NOT NULL DEFAULT 300;
+        ALTER TABLE shares ADD COLUMN escalate_after_s INTEGER;
+        ALTER TABLE shares ADD COLUMN escalation_from INTEGER;
+        ALTER TABLE shares ADD COLUMN escalation_step INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE shares ADD COLUMN escalation_due_at INTEGER;
+        CREATE INDEX IF NOT EXISTS shares_escalation_due ON shares(escalation_due_at) WHERE escalation_due_at IS NOT NULL;
         """,
     ]
     static var schemaVersion: Int64 { Int64(migrations.count) }

@@ -6,8 +6,8 @@ extension SQLiteShareStore: CheckinRecords {
     public func insertCheckin(_ checkin: Checkin) throws(StoreError) {
         _ = try changedRows("""
             INSERT INTO checkins (checkin_id, share, share_id, owner_key, due_at, grace_ms, message, contacts, arrive_lat, arrive_lon,
-                                  arrive_radius_m, notify_on_arrival, duration_s, state, state_at, created_at)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                                  arrive_radius_m, notify_on_arrival, duration_s, state, state_at, created_at, escalate_after_s)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
             """) { statement in
             statement.bind(1, checkin.id.rawValue)
             statement.bind(2, checkin.shareRow)
@@ -25,6 +25,7 @@ extension SQLiteShareStore: CheckinRecords {
             statement.bind(14, checkin.state.rawValue)
             statement.bind(15, checkin.stateAt)
             statement.bind(16, checkin.createdAt)
+            statement.bind(17, Int64(checkin.escalateAfterSeconds))
         }
     }
 
@@ -64,10 +65,16 @@ extension SQLiteShareStore: CheckinRecords {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) -> Bool in
                 guard let shareRow = try Self.takeArmed(id, to: .missed, at: at, in: db) else { return false }
-                let mark = try db.statement("UPDATE shares SET checkin_missed_due = (SELECT due_at FROM checkins WHERE checkin_id = ?1) WHERE id = ?2")
+                // The ladder starts now, as the check-in was set.
+                let mark = try db.statement("""
+                    UPDATE shares SET checkin_missed_due = c.due_at, escalate_after_s = c.escalate_after_s, escalation_from = ?3,
+                    escalation_due_at = CASE WHEN c.escalate_after_s > 0 THEN ?3 + 1000 * c.escalate_after_s END
+                    FROM (SELECT due_at, escalate_after_s FROM checkins WHERE checkin_id = ?1) c WHERE shares.id = ?2
+                    """)
                 defer { mark.reset() }
                 mark.bind(1, id.rawValue)
                 mark.bind(2, shareRow)
+                mark.bind(3, at)
                 try mark.run()
                 if links.isEmpty {
                     for pending in events { try Self.record(pending, shareRow: shareRow, in: db) }
@@ -105,7 +112,7 @@ extension SQLiteShareStore: CheckinRecords {
 
     private static let checkinColumns = """
         checkin_id, share, share_id, owner_key, due_at, grace_ms, message, contacts, arrive_lat, arrive_lon, arrive_radius_m,
-        notify_on_arrival, duration_s, state, state_at, created_at
+        notify_on_arrival, duration_s, state, state_at, created_at, escalate_after_s
         """
 
     private func selectCheckins(_ clause: String, _ bind: (SQLiteStatement) -> Void) throws(StoreError) -> [Checkin] {
@@ -122,7 +129,8 @@ extension SQLiteShareStore: CheckinRecords {
                 found.append(Checkin(id: id, shareRow: statement.int64(1), shareID: share, ownerKeyID: statement.optionalInt64(3),
                                      dueAt: statement.int64(4), graceMillis: statement.int64(5), message: statement.string(6),
                                      contacts: statement.string(7).split(separator: ",").compactMap { ContactID($0) }, arrive: arrive,
-                                     notifyOnArrival: statement.int64(11) != 0, durationSeconds: statement.int64(12), state: state,
+                                     notifyOnArrival: statement.int64(11) != 0, durationSeconds: statement.int64(12),
+                                     escalateAfterSeconds: Int(statement.int64(16)), state: state,
                                      stateAt: statement.optionalInt64(14), createdAt: statement.int64(15)))
             }
             return found

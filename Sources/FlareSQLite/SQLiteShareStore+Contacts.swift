@@ -63,6 +63,11 @@ extension SQLiteShareStore: ContactRecords {
                 delete.bind(1, id.rawValue)
                 try delete.run()
                 guard db.changes == 1 else { return nil }
+                // Its alerts end with it; the links' viewers' subscriptions end with the links (at the next fan-out).
+                let alerts = try db.statement("DELETE FROM push_subscriptions WHERE contact = ?1")
+                defer { alerts.reset() }
+                alerts.bind(1, id.rawValue)
+                try alerts.run()
                 let withdraw = try db.statement("""
                     UPDATE share_links SET withdrawn_at = ?1
                     WHERE contact_id = ?2 AND withdrawn_at IS NULL AND share IN (SELECT id FROM shares WHERE ended_at IS NULL)

@@ -12,8 +12,9 @@ extension SQLiteShareStore: DeviceRecords {
                 _ = try count.step()
                 guard count.int64(0) < Int64(limit) else { return false }
                 let insert = try db.statement("""
-                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s)
-                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                    INSERT INTO devices (id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at, countdown_s,
+                                         escalate_after_s)
+                    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                     """)
                 defer { insert.reset() }
                 insert.bind(1, device.id.rawValue)
@@ -27,6 +28,7 @@ extension SQLiteShareStore: DeviceRecords {
                 insert.bind(9, device.duressPin?.text)
                 insert.bind(10, device.createdAt)
                 insert.bind(11, Int64(device.countdownSeconds))
+                insert.bind(12, Int64(device.escalateAfterSeconds))
                 try insert.run()
                 return true
             }
@@ -69,7 +71,7 @@ extension SQLiteShareStore: DeviceRecords {
     public func updateDevice(_ device: Device) throws(StoreError) -> Bool {
         try changedRows("""
             UPDATE devices SET name = ?2, secret_hash = ?3, contacts = ?4, duration_s = ?5, message = ?6, pin = ?7, duress_pin = ?8,
-            countdown_s = ?9 WHERE id = ?1
+            countdown_s = ?9, escalate_after_s = ?10 WHERE id = ?1
             """) { statement in
             statement.bind(1, device.id.rawValue)
             statement.bind(2, device.name)
@@ -80,6 +82,7 @@ extension SQLiteShareStore: DeviceRecords {
             statement.bind(7, device.pin?.text)
             statement.bind(8, device.duressPin?.text)
             statement.bind(9, Int64(device.countdownSeconds))
+            statement.bind(10, Int64(device.escalateAfterSeconds))
         } == 1
     }
 
@@ -119,6 +122,17 @@ extension SQLiteShareStore: DeviceRecords {
                 update.bind(4, bucket.at)
                 update.bind(5, now)
                 try update.run()
+                // The ladder starts with the SOS, as the device is set now.
+                let ladder = try db.statement("""
+                    UPDATE shares SET escalate_after_s = d.escalate_after_s, escalation_from = ?2,
+                    escalation_due_at = CASE WHEN d.escalate_after_s > 0 THEN ?2 + 1000 * d.escalate_after_s END
+                    FROM (SELECT escalate_after_s FROM devices WHERE id = ?3) d WHERE shares.id = ?1
+                    """)
+                defer { ladder.reset() }
+                ladder.bind(1, row)
+                ladder.bind(2, now)
+                ladder.bind(3, id.rawValue)
+                try ladder.run()
                 return .started(row: row)
             }
         }
@@ -175,7 +189,7 @@ extension SQLiteShareStore: DeviceRecords {
     static let deviceColumns = """
         row, id, owner_key, name, secret_hash, contacts, duration_s, message, pin, duress_pin, created_at,
         sos_share, repeat_mailed_at, wrong_pins, wrong_pins_since, stop_locked_until, last_heard_at,
-        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s
+        (SELECT duress_at FROM shares WHERE shares.id = devices.sos_share), countdown_s, escalate_after_s
         """
 
     /// A row of `deviceColumns`; nil for one this release cannot read.
@@ -185,7 +199,7 @@ extension SQLiteShareStore: DeviceRecords {
                             contacts: DeviceSOSArithmetic.contacts(statement.string(5)), durationSeconds: statement.optionalInt64(6),
                             message: statement.string(7), pin: statement.optionalString(8).flatMap { PINHash(text: $0) },
                             duressPin: statement.optionalString(9).flatMap { PINHash(text: $0) }, countdownSeconds: Int(statement.int64(18)),
-                            createdAt: statement.int64(10))
+                            escalateAfterSeconds: Int(statement.int64(19)), createdAt: statement.int64(10))
         let sos = DeviceSOSState(shareRow: statement.optionalInt64(11), repeatMailedAt: statement.optionalInt64(12),
                                  wrongPins: Int(statement.int64(13)), wrongPinsSince: statement.optionalInt64(14),
                                  stopLockedUntil: statement.optionalInt64(15), lastHeardAt: statement.optionalInt64(16), duressAt: statement.optionalInt64(17))

@@ -105,7 +105,7 @@ extension SQLiteShareStore: ShareRecords {
     public func purgeHistory(row: Int64) throws(StoreError) -> Bool {
         try database.withLock { db throws(StoreError) in
             try db.transaction { () throws(StoreError) in
-                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins"] {
+                for table in ["fixes", "sealed_fixes", "tracker_marks", "tracker_handled", "answers", "viewers", "share_links", "checkins", "push_subscriptions"] {
                     let delete = try db.statement("DELETE FROM \(table) WHERE share = ?")
                     defer { delete.reset() }
                     delete.bind(1, row)

@@ -60,6 +60,8 @@ public enum FlaredSettings {
         .init("FLARE_SOS_PER_DEVICE_PER_HOUR", .integer(1...1_000), "6", "SOS one device may start an hour, counted in the store for every instance (a bucket refilling over the hour); a press while its SOS is live starts none and does not count"),
         .init("FLARE_MAIL_PER_KEY_PER_HOUR", .integer(1...100_000), "60", "mails to contacts one owner key may cause an hour, admin keys too, counted in the store for every instance (a bucket refilling over the hour); beyond, links are still made and the answer says \"mailed\": false, \"reason\": \"mail_budget\""),
         .init("FLARE_SMTP_FROM", .text, nil, "the address contacts' mail comes from (and its Message-IDs' domain), e.g. flare@example.org; needed with FLARE_SMTP_URL"),
+        .init("FLARE_VAPID_SUBJECT", .text, nil, "turns Web Push on (viewers' \"Notify me\", contacts' alerts page, the escalation ladder's pushes): whom a push service's operator contacts about this server, mailto:you@example.org or https://example.org/contact. The VAPID key pair is made on first start and kept in the store, sealed with the token key, so every instance signs with the same"),
+        .init("FLARE_PUSH_ALLOW_LOOPBACK", .choice(["0", "1"]), "0", "tests only: 1 lets a push subscription's endpoint be http://127.0.0.1 (a test's push service); refused with a FLARE_PUBLIC_URL that is not loopback"),
         .init("FLARE_LOG_LEVEL", .choice(["debug", "info", "warning", "error"]), "info", "debug, info, warning or error"),
     ]
 

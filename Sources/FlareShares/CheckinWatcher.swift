@@ -8,7 +8,8 @@ import Glibc
 
 /// Fires check-ins whose deadline and grace have passed, and ends those whose sharer reached the zone, from the store:
 /// the server acts when the phone is flat, smashed or out of coverage. Each round also stops what revoked keys left
-/// running (`KeyRevocations`): their check-ins first of all.
+/// running (`KeyRevocations`): their check-ins first of all; and climbs the escalation ladders that are due
+/// (`Escalations`).
 ///
 /// One instance at a time does it: the holder of the store lease `leaseName` (renewed every second, taken over
 /// `leaseMillis` after its holder stops). The store moves each check-in out of `armed` once (`missCheckin`,
@@ -101,6 +102,8 @@ public final class CheckinWatcher: Sendable {
             }
             // Under the same lease: a revoked key's check-ins are among what stops.
             try shares.revocations.sweep()
+            // And the escalation ladders: one holder takes each step.
+            try shares.escalations.sweep()
         } catch {
             warn("read", "cannot read or fire check-ins (\(error)); trying again")
             return false

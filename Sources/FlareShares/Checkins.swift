@@ -84,18 +84,18 @@ final class Checkins: Sendable {
         let now = clock.now()
         let type: ShareEventType = state == .arrived ? .checkinArrived : .checkinDone
         // An arrival is told to the contacts with an address when the sharer asked for it; checking in, to nobody.
-        var destinations = outbox.destinations
+        var mails: [EventDestination] = []
         if state == .arrived && checkin.notifyOnArrival && outbox.mailsContacts {
             for id in checkin.contacts {
                 let contact: Contact?
                 do { contact = try store.contact(id: id) } catch { throw .storage(error.description) }
-                if contact?.email != nil { destinations.append(.contactMail(id)) }
+                if contact?.email != nil { mails.append(.contactMail(id)) }
             }
         }
         let settled: Bool
         do {
             settled = try store.settleCheckin(checkin.id, as: state, at: now,
-                                              event: PendingEvent(.checkin(type, checkin, at: now), destinations: destinations))
+                                              event: outbox.pending(.checkin(type, checkin, at: now), also: mails))
         } catch {
             throw .storage(error.description)
         }
@@ -168,7 +168,7 @@ final class Checkins: Sendable {
             mail = contacts.filter { planned[$0.id] == .queued }.map { .contactMail($0.id) }
         }
         let events = made.map { outbox.pending(.linkCreated(checkin.shareID, link: $0.link)) }
-            + [PendingEvent(.checkin(.checkinMissed, checkin, at: now), destinations: outbox.destinations + mail)]
+            + [outbox.pending(.checkin(.checkinMissed, checkin, at: now), also: mail)]
         guard try store.missCheckin(checkin.id, at: now, links: made.map(\.link), events: events) else { return }
         if !made.isEmpty { directory.addLinks(checkin.shareID, made.map(\.link)) }
         directory.updateTracker(checkin.shareID) { $0.missedCheckinDueAt = checkin.dueAt }

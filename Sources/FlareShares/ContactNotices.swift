@@ -9,16 +9,21 @@ public import FlareSystem
 /// deleted or an address removed since the event means no mail. The link's URL is derived here (never stored) and
 /// goes only to its contact.
 public struct ContactNotices: ContactMailComposing {
-    private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords
+    private let store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords & PushRecords
     private let tokenKey: [UInt8]
     private let publicURL: String
+    private let offersAlerts: Bool
     private let clock: any Clock
 
-    /// - Parameter publicURL: what links start with (`FLARE_PUBLIC_URL`).
-    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords, tokenKey: [UInt8], publicURL: String, clock: any Clock) {
+    /// - Parameters:
+    ///   - publicURL: what links start with (`FLARE_PUBLIC_URL`).
+    ///   - offersAlerts: push is on: the mail that tells a contact of a new link ends with their alerts page's link.
+    public init(store: any ShareRecords & LinkRecords & ContactRecords & FixRecords & CheckinRecords & DeviceRecords & PushRecords, tokenKey: [UInt8],
+                publicURL: String, offersAlerts: Bool = false, clock: any Clock) {
         self.store = store
         self.tokenKey = tokenKey
         self.publicURL = publicURL
+        self.offersAlerts = offersAlerts
         self.clock = clock
     }
 
@@ -56,8 +61,15 @@ public struct ContactNotices: ContactMailComposing {
         } else {
             (subject, body) = text.arrived(at: event.at)
         }
+        var full = body
+        if offersAlerts, event.type == .linkCreated {
+            // Where the contact can get the next alert at once, in the browser: the secret's hash recorded first.
+            let secret = ContactAlerts.secret(tokenKey: tokenKey, contact: contact.id)
+            try store.setAlertsHash(contact: contact.id, hash: SecretHash(of: secret))
+            full += "\n\n" + text.alertsOffer(url: "\(publicURL)/alerts#c=\(secret)")
+        }
         let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,
-                                  body: body, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
+                                  body: full, messageID: messageID, date: clock.now(), language: contact.language.rawValue)
         return .send(recipient: address, message: message.bytes, contact: contact.id)
     }
 }
@@ -73,6 +85,7 @@ extension ContactNotices {
         case .sosRepeated: return text.sosRepeated(url: url, at: event.at)
         case .sosDuress: return text.sosDuress(url: url, at: event.at)
         case .sosStopRefused: return text.sosStopRefused(url: url, at: event.at)
+        case .sosEscalated: return text.sosEscalated(url: url, since: stored.share.createdAt, again: event.body.containsStep2)
         default: return nil
         }
     }
@@ -213,6 +226,50 @@ struct ContactNoticeText {
         }
     }
 
+    /// The end of a link's first mail, with push on: their alerts page.
+    func alertsOffer(url: String) -> String {
+        switch language {
+        case .en:
+            return """
+                To be alerted at once in your browser next time (no app needed), open this page once and allow notifications:
+                \(url)
+                """
+        case .zhCN:
+            return """
+                如需下次在浏览器中立即收到警报（无需安装应用），请打开此页面一次并允许通知：
+                \(url)
+                """
+        }
+    }
+
+    /// The ladder: nobody answered "on my way" or "called emergency services" yet (`again`: the second step).
+    func sosEscalated(url: String, since: UnixMillis, again: Bool) -> (subject: String, body: String) {
+        switch language {
+        case .en:
+            return (again ? "Still nobody has answered \(sharer)'s SOS" : "Nobody has answered \(sharer)'s SOS yet",
+                    """
+                    Hello \(contact),
+
+                    Nobody has answered \(sharer)'s alert yet (it started at \(Self.utc(since))). Open your personal link to see where
+                    \(sharer) is, and answer "on my way" or "called emergency services" so that everyone knows help is coming:
+                    \(url)
+
+                    If you think \(sharer) is in danger, call the emergency services.
+                    """)
+        case .zhCN:
+            return (again ? "仍然没有人回应 \(sharer) 的紧急求助" : "还没有人回应 \(sharer) 的紧急求助",
+                    """
+                    \(contact)，你好：
+
+                    还没有人回应 \(sharer) 的求助（开始于 \(Self.utc(since))）。请打开你的专属链接查看 \(sharer) 的位置，
+                    并回复“我在路上”或“已报警”，让大家知道有人在帮忙：
+                    \(url)
+
+                    如果你认为其有危险，请拨打急救电话。
+                    """)
+        }
+    }
+
     /// Wrong PINs locked stopping the SOS.
     func sosStopRefused(url: String, at: UnixMillis) -> (subject: String, body: String) {
         let when = Self.utc(at)
@@ -317,4 +374,9 @@ struct ContactNoticeText {
         let date = text.prefix(10), time = text.dropFirst(11).prefix(5)
         return "\(date) \(time) UTC"
     }
+}
+
+extension [UInt8] {
+    /// Whether an `sos.escalated` event's body is its second step (`"step":2`, as `ShareEvent.escalated` writes it).
+    var containsStep2: Bool { contains(subsequence: Array(#""step":2"#.utf8)) }
 }

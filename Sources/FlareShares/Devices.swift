@@ -30,9 +30,11 @@ public final class Devices: Sendable {
         public var duressPin: String?
         /// The SOS page's countdown after a press, 0 to 10 s.
         public var countdownSeconds: Double?
+        /// The escalation ladder (`EscalationRules`).
+        public var escalateAfterSeconds: Double?
 
         public init(name: String? = nil, contacts: [String]? = nil, durationSeconds: Double? = nil, message: String? = nil, pin: String? = nil,
-                    duressPin: String? = nil, countdownSeconds: Double? = nil) {
+                    duressPin: String? = nil, countdownSeconds: Double? = nil, escalateAfterSeconds: Double? = nil) {
             self.name = name
             self.contacts = contacts
             self.durationSeconds = durationSeconds
@@ -40,6 +42,7 @@ public final class Devices: Sendable {
             self.pin = pin
             self.duressPin = duressPin
             self.countdownSeconds = countdownSeconds
+            self.escalateAfterSeconds = escalateAfterSeconds
         }
     }
 
@@ -77,7 +80,7 @@ public final class Devices: Sendable {
         case stopped(share: Share, at: UnixMillis)
     }
 
-    private let store: any DeviceRecords & ContactRecords & ShareRecords & EventRecords & KeyRecords
+    private let store: any DeviceRecords & ContactRecords & ShareRecords & EventRecords & KeyRecords & EscalationRecords
     private let lifecycle: ShareLifecycle
     private let links: PersonalLinks
     private let contacts: ContactService
@@ -91,7 +94,7 @@ public final class Devices: Sendable {
     private let metrics: Metrics
     private let logger: Logger
 
-    init(store: any DeviceRecords & ContactRecords & ShareRecords & EventRecords & KeyRecords, lifecycle: ShareLifecycle, links: PersonalLinks,
+    init(store: any DeviceRecords & ContactRecords & ShareRecords & EventRecords & KeyRecords & EscalationRecords, lifecycle: ShareLifecycle, links: PersonalLinks,
          contacts: ContactService, directory: ShareDirectory, mailPlanner: MailPlanner, outbox: EventOutbox, policy: SharePolicy, tokenKey: [UInt8],
          sosPerHour: Int, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.store = store
@@ -122,7 +125,8 @@ public final class Devices: Sendable {
         var device = Device(id: .generate(), ownerKeyID: owner.id, name: "", secretHash: secret.hash, contacts: [], durationSeconds: nil, message: "",
                             pin: nil, duressPin: nil, createdAt: clock.now())
         try apply(Settings(name: name, contacts: contactIDs, durationSeconds: settings.durationSeconds, message: settings.message ?? "",
-                           pin: settings.pin, duressPin: settings.duressPin, countdownSeconds: settings.countdownSeconds), to: &device, owner: owner)
+                           pin: settings.pin, duressPin: settings.duressPin, countdownSeconds: settings.countdownSeconds,
+                           escalateAfterSeconds: settings.escalateAfterSeconds), to: &device, owner: owner)
         do {
             guard try store.insertDevice(device, limit: DeviceRules.maximumPerKey) else { throw Refusal.full }
             guard let stored = try store.device(id: device.id) else { throw Refusal.storage("the device was not found after it was stored") }
@@ -206,6 +210,10 @@ public final class Devices: Sendable {
                 throw DeviceRules.Refusal(code: "duress_pin_is_pin", message: "the PIN must differ from the duress PIN")
             }
         } catch { throw .invalid(code: error.code, message: error.message) }
+        if let seconds = settings.escalateAfterSeconds {
+            guard let valid = EscalationRules.valid(seconds) else { throw .invalid(code: "invalid_escalation", message: EscalationRules.invalidMessage) }
+            device.escalateAfterSeconds = valid
+        }
         if let countdown = settings.countdownSeconds {
             guard countdown.rounded() == countdown, DeviceRules.countdownSeconds.contains(Int(exactly: countdown) ?? -1) else {
                 throw .invalid(code: "invalid_countdown", message: "countdown_s must be a whole number of seconds from 0 to 10")
@@ -298,6 +306,12 @@ public final class Devices: Sendable {
         return .live(snapshot)
     }
 
+    /// Where the SOS's escalation ladder stands; nil once the ladder is off or over (someone answered "on my way" or
+    /// "called emergency services", which the caller sees in the answers).
+    public func escalation(of snapshot: ShareSnapshot) throws(StoreError) -> EscalationState? {
+        try store.escalation(shareRow: snapshot.row)
+    }
+
     /// The share's own view token for an SOS share: derived from the token key, so that every instance, and every
     /// repeated press, answers with the same link while the store keeps only its hash.
     public func viewToken(of share: ShareID) -> String {
@@ -329,10 +343,11 @@ public final class Devices: Sendable {
         var outcome: SOSStart?
         let created: ShareService.Created?
         do throws(ShareError) {
-            created = try lifecycle.record(share, viewToken: Secret(text: token), linkContacts: linkContacts, owner: owner) { started throws(ShareError) -> Int64? in
+            // `sos.started` goes with the links: its push is for the contacts those links are for.
+            created = try lifecycle.record(share, viewToken: Secret(text: token), linkContacts: linkContacts, owner: owner,
+                                           withLinks: [.sos(.sosStarted, shareID, device: device.id, at: now)]) { started throws(ShareError) -> Int64? in
                 do throws(StoreError) {
-                    outcome = try store.startSOS(device: device.id, share: share, perHour: sosPerHour, now: now,
-                                                 events: [started, outbox.pending(.sos(.sosStarted, shareID, device: device.id, at: now))])
+                    outcome = try store.startSOS(device: device.id, share: share, perHour: sosPerHour, now: now, events: [started])
                 } catch { throw .storage(error.description) }
                 if case .started(let row) = outcome { return row }
                 return nil
@@ -369,24 +384,11 @@ public final class Devices: Sendable {
         let event = ShareEvent.sos(.sosRepeated, snapshot.share.id, device: device.id, at: now)
         var mail = false
         if outbox.mailsContacts { mail = try store.takeRepeatMail(device: device.id, now: now, interval: DeviceRules.repeatMailIntervalMillis) }
-        try store.recordEvent(PendingEvent(event, destinations: mail ? try alertDestinations(snapshot, owner: owner) : outbox.destinations),
-                              shareRow: snapshot.row)
+        try store.recordEvent(outbox.pending(event, also: mail ? try links.alertMails(snapshot, owner: owner.id) : []), shareRow: snapshot.row)
         outbox.recorded()
         logger.info("device \(device.id): SOS pressed again, share \(snapshot.share.id)\(mail ? "; contacts told" : "")")
         return SOS(share: snapshot.share, viewToken: viewToken(of: snapshot.share.id), deviceToken: lifecycle.deviceToken(for: snapshot.share),
                    links: links.links(of: snapshot), mailing: [:], repeated: true)
-    }
-
-    /// Every destination of an alert to the contacts of a live SOS: the usual ones, and a mail to each personal link's
-    /// contact with an address, within the key's mail budget.
-    private func alertDestinations(_ snapshot: ShareSnapshot, owner: OwnerKeyRecord) throws(StoreError) -> [EventDestination] {
-        guard outbox.mailsContacts else { return outbox.destinations }
-        var recipients: [(id: LinkID, email: String?)] = []
-        for link in directory.links(snapshot.share.id) where !link.isWithdrawn {
-            if let contact = link.contactID { recipients.append((link.id, try store.contact(id: contact)?.email)) }
-        }
-        let plan = try mailPlanner.plan(recipients, owner: owner.id, now: clock.now())
-        return outbox.destinations + recipients.compactMap { plan[$0.id] == .queued ? .mail($0.id) : nil }
     }
 
     /// Stops the device's SOS. With a PIN set, only the right PIN stops it; five wrong ones within 15 minutes lock
@@ -419,7 +421,7 @@ public final class Devices: Sendable {
                 let lockEvent = try snapshot.flatMap { live throws(StoreError) -> (shareRow: Int64, event: PendingEvent)? in
                     guard live.share.isActive else { return nil }
                     let event = ShareEvent.sos(.sosStopRefused, live.share.id, device: device.id, at: now)
-                    return (live.row, PendingEvent(event, destinations: try alertDestinations(live, owner: owner)))
+                    return (live.row, outbox.pending(event, also: try links.alertMails(live, owner: owner.id)))
                 }
                 let after = try store.noteWrongPIN(device: device.id, now: now, window: DeviceRules.wrongPinWindowMillis, limit: DeviceRules.wrongPinsBeforeLock,
                                                    lock: DeviceRules.stopLockMillis, lockEvent: lockEvent)
@@ -475,7 +477,7 @@ public final class Devices: Sendable {
         guard !snapshot.share.underDuress else { return }
         do {
             let event = ShareEvent.sos(.sosDuress, snapshot.share.id, device: device.id, at: now)
-            if try store.markDuress(row: snapshot.row, at: now, event: PendingEvent(event, destinations: try alertDestinations(snapshot, owner: owner))) {
+            if try store.markDuress(row: snapshot.row, at: now, event: outbox.pending(event, also: try links.alertMails(snapshot, owner: owner.id))) {
                 outbox.recorded()
                 logger.warning("device \(device.id): duress PIN entered; share \(snapshot.share.id) goes on for its viewers, contacts told")
             }

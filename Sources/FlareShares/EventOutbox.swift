@@ -8,14 +8,21 @@ struct EventOutbox: Sendable {
     let destinations: [EventDestination]
     /// Whether a personal link's contact with an address is mailed (`EventDeliverer.mailsContacts`).
     let mailsContacts: Bool
+    /// Whether events with a `PushRule` are pushed to browsers (`EventDeliverer.pushes`).
+    let pushes: Bool
     /// Told after an event is committed (the deliverer wakes).
     let recorded: @Sendable () -> Void
 
-    /// The event as the store records it with its change.
-    func pending(_ event: ShareEvent) -> PendingEvent { PendingEvent(event, destinations: destinations) }
+    /// The event as the store records it with its change: to every destination, `also` (its mails), and to the
+    /// browsers subscribed to it if it is pushed.
+    func pending(_ event: ShareEvent, also: [EventDestination] = []) -> PendingEvent {
+        var all = destinations + also
+        if pushes, event.type.pushRule != nil { all.append(.pushFanOut) }
+        return PendingEvent(event, destinations: all)
+    }
 
     /// `link.created`, and the link's mail if `mailed` (`MailPlanner`).
     func linkCreated(_ share: ShareID, _ link: ShareLink, mailed: Bool) -> PendingEvent {
-        PendingEvent(.linkCreated(share, link: link), destinations: mailed ? destinations + [.mail(link.id)] : destinations)
+        pending(.linkCreated(share, link: link), also: mailed ? [.mail(link.id)] : [])
     }
 }

@@ -45,6 +45,18 @@ final class PersonalLinks: Sendable {
         ShareLink.viewToken(tokenKey: tokenKey, share: share, link: link)
     }
 
+    /// The mails of an alert to the contacts of a live share (an SOS pressed again, the duress PIN, the ladder): one to
+    /// each personal link's contact with an address, within the key's mail budget (`MailPlanner`).
+    func alertMails(_ snapshot: ShareSnapshot, owner: Int64?) throws(StoreError) -> [EventDestination] {
+        guard outbox.mailsContacts else { return [] }
+        var recipients: [(id: LinkID, email: String?)] = []
+        for link in directory.links(snapshot.share.id) where !link.isWithdrawn {
+            if let contact = link.contactID { recipients.append((link.id, try store.contact(id: contact)?.email)) }
+        }
+        let plan = try mailPlanner.plan(recipients, owner: owner, now: clock.now())
+        return recipients.compactMap { plan[$0.id] == .queued ? .mail($0.id) : nil }
+    }
+
     /// The contacts asked for, checked: well-formed, `owner`'s (or, without an owner, anyone's), no repeats, within
     /// the per-share bound beside `existing` links.
     func contactsForLinks(_ ids: [ContactID], owner: OwnerKeyRecord?, existing: Int) throws(ShareError) -> [Contact] {

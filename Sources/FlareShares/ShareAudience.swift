@@ -86,7 +86,7 @@ final class ShareAudience: Sendable {
         // The first viewer of all (on any instance) is `share.opened`: the store records it in the same transaction.
         let opened = snapshot.share.isActive ? ShareEvent.opened(snapshot.share.id, at: at) : nil
         let isNew: Bool
-        do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, link: link?.id, at: at, firstViewEvent: opened.map(outbox.pending)) } catch {
+        do { isNew = try store.noteViewer(row: snapshot.row, viewer: hash, link: link?.id, at: at, firstViewEvent: opened.map { outbox.pending($0) }) } catch {
             // The page is answered all the same (it asked for the position, not to be counted); the viewer is noted
             // at its next request instead.
             state.withLock { _ = $0.seen.removeValue(forKey: hash) }

@@ -137,8 +137,10 @@ final class ShareLifecycle: Sendable {
 
     /// The part of a creation after its checks, the same for every way a share is made (`create`, a device's SOS):
     /// `insert` stores the share with its `share.started` event and returns its row (nil: it did not store it, for
-    /// a reason the caller knows); then its personal links are stored and mailed, and memory and the broker told.
-    func record(_ share: Share, viewToken: Secret, linkContacts: [Contact], owner: OwnerKeyRecord?,
+    /// a reason the caller knows); then its personal links are stored and mailed, with `withLinks` (events that need
+    /// the links to exist when they are delivered: a device's `sos.started`, whose push goes to the contacts of the
+    /// links), and memory and the broker told.
+    func record(_ share: Share, viewToken: Secret, linkContacts: [Contact], owner: OwnerKeyRecord?, withLinks: [ShareEvent] = [],
                 insert: (PendingEvent) throws(ShareError) -> Int64?) throws(ShareError) -> ShareService.Created? {
         guard let row = try insert(outbox.pending(ShareEvent.started(share))) else { return nil }
         outbox.recorded()
@@ -150,7 +152,8 @@ final class ShareLifecycle: Sendable {
                 do throws(ShareError) { mailing = try links.planMail(made, share: share.id, owner: owner?.id, now: now) } catch {
                     throw StoreError(operation: "takeMailBudget", code: 0, message: error.description, engine: "flare")
                 }
-                guard try store.insertLinks(made.map(\.link), events: made.map { outbox.linkCreated(share.id, $0.link, mailed: mailing[$0.link.id] == .queued) }) else {
+                let events = made.map { outbox.linkCreated(share.id, $0.link, mailed: mailing[$0.link.id] == .queued) } + withLinks.map { outbox.pending($0) }
+                guard try store.insertLinks(made.map(\.link), events: events) else {
                     throw StoreError(operation: "insertLinks", code: 0, message: "the share ended at once", engine: "flare")
                 }
             } catch {
@@ -162,7 +165,12 @@ final class ShareLifecycle: Sendable {
                 throw .storage(error.description)
             }
         }
-        if !made.isEmpty { outbox.recorded() }
+        if made.isEmpty && !withLinks.isEmpty {
+            do throws(StoreError) { for event in withLinks { try store.recordEvent(outbox.pending(event), shareRow: row) } } catch {
+                directory.warnStore("share \(share.id): an event of its start could not be recorded (\(error))")
+            }
+        }
+        if !made.isEmpty || !withLinks.isEmpty { outbox.recorded() }
         directory.insert(StoredShare(row: row, share: share), storedFixes: 0)
         if !made.isEmpty { directory.addLinks(share.id, made.map(\.link)) }
         directory.scheduleNext(for: share)

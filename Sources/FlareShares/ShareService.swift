@@ -75,18 +75,23 @@ public final class ShareService: Sendable {
     let confirmations: ConfirmingTrackers
     let audience: ShareAudience
     let answers: FamilyAnswers
+    /// Browsers subscribed to Web Push: links' viewers, and contacts' alerts.
+    public let push: PushAlerts
+    /// The escalation ladder of SOS shares and missed check-ins (run by `CheckinWatcher` under its lease).
+    public let escalations: Escalations
 
     /// - Parameters:
     ///   - trailLength: recent positions kept in memory per share for the viewer's trail.
     ///   - eventDestinations: where every event goes besides the owning key's webhook (`EventDeliverer.destinations`).
     ///   - mailsContacts: whether a personal link's contact with an address is mailed (`EventDeliverer.mailsContacts`).
+    ///   - pushes: whether events are pushed to subscribed browsers (`EventDeliverer.pushes`).
     ///   - eventRecorded: told after an event is committed to the outbox (the deliverer wakes).
     ///   - sweepRetained: clears what tokens left retained below an ended share's location topic (`RetainedSweeper`).
     ///   - hostResolver: where setting a limited key's webhook looks its host name up (a test's resolver in tests).
     ///   - sosPerDevicePerHour: how many SOS a device may start in an hour (`FLARE_SOS_PER_DEVICE_PER_HOUR`).
     public init(store: any ShareStore, trailLength: Int, publisher: any BrokerPublisher, tokenKey: [UInt8],
                 policy: SharePolicy, trackerRules: TrackerRules, clock: any Clock, metrics: Metrics, logger: Logger,
-                eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, mailPerKeyPerHour: Int = 60,
+                eventDestinations: [EventDestination] = [.mqtt], mailsContacts: Bool = false, pushes: Bool = false, mailPerKeyPerHour: Int = 60,
                 eventRecorded: @escaping @Sendable () -> Void = {},
                 sweepRetained: @escaping @Sendable (ShareID) -> Void = { _ in }, hostResolver: any HostResolving = SystemHostResolver(),
                 sosPerDevicePerHour: Int = 6) {
@@ -94,7 +99,7 @@ public final class ShareService: Sendable {
                                    metrics: metrics, logger: logger)
         let contacts = ContactService(store: store, clock: clock, logger: logger.with(label: "contacts"))
         let deadlines = Deadlines(clock: clock)
-        let outbox = EventOutbox(destinations: eventDestinations, mailsContacts: mailsContacts, recorded: eventRecorded)
+        let outbox = EventOutbox(destinations: eventDestinations, mailsContacts: mailsContacts, pushes: pushes, recorded: eventRecorded)
         let mailPlanner = MailPlanner(store: store, perKeyPerHour: mailPerKeyPerHour, metrics: metrics)
         let directory = ShareDirectory(store: store, trailLength: trailLength, trackerRules: trackerRules, deadlines: deadlines, policy: policy,
                                        clock: clock, logger: logger, ownerKeyChanged: { [keys] id in keys.forget(id) })
@@ -124,6 +129,8 @@ public final class ShareService: Sendable {
                                              metrics: metrics, logger: logger)
         self.confirmations = confirmations
         self.audience = audience
+        self.push = PushAlerts(store: store, tokenKey: tokenKey, clock: clock, logger: logger.with(label: "push"))
+        self.escalations = Escalations(store: store, directory: directory, links: links, outbox: outbox, clock: clock, logger: logger)
         self.answers = FamilyAnswers(store: store, directory: directory, announcer: announcer, outbox: outbox, clock: clock, metrics: metrics, logger: logger)
         metrics.register(FlareMetrics.sharesCreated, FlareMetrics.quotaRefusals, FlareMetrics.answers, FlareMetrics.sharesEnded, FlareMetrics.trackerChanges, FlareMetrics.locateRequests, FlareMetrics.httpFixesUnpublished, FlareMetrics.httpFixesDropped, FlareMetrics.clearPositionsCleared)
         // Weak: the directory holds the metrics (through the owner keys); a strong capture kept both, and the store,

@@ -97,7 +97,7 @@ final class Trackers: Sendable {
         guard let change = directory.batteryChange(id) else { return }
         let event = change.low ? ShareEvent.batteryLow(id, at: now, level: change.level) : nil
         do {
-            guard try store.recordBatteryLow(row: change.row, lowSince: change.low ? now : nil, event: event.map(outbox.pending)) else {
+            guard try store.recordBatteryLow(row: change.row, lowSince: change.low ? now : nil, event: event.map { outbox.pending($0) }) else {
                 directory.follow(try store.share(id: id))
                 return
             }
@@ -117,7 +117,7 @@ final class Trackers: Sendable {
         let recorded: Bool
         let event = ShareEvent.tracker(id, record: record, before: directory.snapshot(id)?.share.tracker?.state)
         do {
-            recorded = try store.recordTracker(row: row, record, condition: condition, event: event.map(outbox.pending))
+            recorded = try store.recordTracker(row: row, record, condition: condition, event: event.map { outbox.pending($0) })
         } catch {
             // Tried again by the next fix or sweep.
             logger.warning("share \(id): cannot record its tracker state (\(error))")

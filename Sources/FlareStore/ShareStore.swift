@@ -16,5 +16,5 @@
 /// (`AudienceRecords`), owner keys and their webhooks (`KeyRecords`), contacts (`ContactRecords`), devices (`DeviceRecords`), personal links (`LinkRecords`), check-ins (`CheckinRecords`), the events outbox (`EventRecords`), several
 /// instances (`InstanceRecords`, `LeaseRecords`, `ChangeFeed`) and the store's own state (`StoreHealth`). Each engine
 /// conforms to each in a file of the same name (`SQLiteShareStore+Fixes.swift`, `PostgresShareStore+Fixes.swift`).
-public protocol ShareStore: ShareRecords, TrackerRecords, FixRecords, AnswerRecords, AudienceRecords, KeyRecords, ContactRecords, DeviceRecords,
+public protocol ShareStore: ShareRecords, TrackerRecords, FixRecords, AnswerRecords, AudienceRecords, KeyRecords, ContactRecords, DeviceRecords, PushRecords, EscalationRecords,
                             LinkRecords, CheckinRecords, EventRecords, InstanceRecords, LeaseRecords, ChangeFeed, StoreHealth {}

@@ -3,6 +3,7 @@ import FlareBridge
 import FlareEvents
 import FlareShares
 import FlareCore
+import FlareCrypto
 import FlareGateway
 import FlareHTTP
 import FlareMQTT
@@ -51,16 +52,28 @@ final class Daemon: Sendable {
 
         let mailing = settings.mailServer.map { server in
             ContactMailing(server: server, sender: SMTPMailer(server: server),
-                           composer: ContactNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL, clock: clock))
+                           composer: ContactNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL,
+                                                     offersAlerts: settings.push != nil, clock: clock))
         }
+        var gatewayConfiguration = settings.gateway
+        let pushing = try settings.push.map { push in
+            let vapid: (key: VAPIDKey, created: Bool)
+            do { vapid = try WebPushing.key(in: store, tokenKey: tokenKey) } catch { throw StartupFailure("read the VAPID key (FLARE_VAPID_SUBJECT)", error) }
+            logger.info(vapid.created ? "made the Web Push (VAPID) key; it is kept in the store" : "Web Push is on")
+            gatewayConfiguration.push = .init(publicKey: vapid.key.publicKey, allowsLoopback: push.allowsLoopback)
+            return WebPushing(key: vapid.key, subject: push.subject,
+                              composer: PushNotices(store: store, tokenKey: tokenKey, publicURL: settings.gateway.publicURL),
+                              allowsLoopback: push.allowsLoopback)
+        }
+        if pushing == nil { logger.info("Web Push is off: set FLARE_VAPID_SUBJECT=mailto:you@example.org to alert family members in their browsers") }
         let deliverer = EventDeliverer(store: store, publisher: wiring.publisher, poster: WebhookClient(), serverWebhook: settings.serverWebhook,
-                                       mailing: mailing, sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID, clock: clock, metrics: metrics,
-                                       logger: logger.with(label: "events"))
+                                       mailing: mailing, pushing: pushing, sealer: WebhookSecretSealer(tokenKey: tokenKey), holder: clientID,
+                                       clock: clock, metrics: metrics, logger: logger.with(label: "events"))
         let sweeper = RetainedSweeper(bridgeOptions: mqttOptions, logger: logger.with(label: "sweeper"))
         let shares = ShareService(store: store, trailLength: settings.trailLength, publisher: wiring.publisher,
                                   tokenKey: tokenKey, policy: settings.policy, trackerRules: settings.trackerRules, clock: clock, metrics: metrics,
                                   logger: logger.with(label: "shares"), eventDestinations: deliverer.destinations,
-                                  mailsContacts: deliverer.mailsContacts, mailPerKeyPerHour: settings.mailPerKeyPerHour,
+                                  mailsContacts: deliverer.mailsContacts, pushes: deliverer.pushes, mailPerKeyPerHour: settings.mailPerKeyPerHour,
                                   eventRecorded: { deliverer.wake() }, sweepRetained: { sweeper.sweep($0) },
                                   sosPerDevicePerHour: settings.sosPerDevicePerHour)
         let checkins = CheckinWatcher(shares: shares, store: store, holder: clientID, clock: clock, logger: logger.with(label: "checkins"))
@@ -84,7 +97,7 @@ final class Daemon: Sendable {
         } else {
             space = nil
         }
-        let gateway = try Gateway(configuration: settings.gateway, shares: shares, ingestor: ingestor,
+        let gateway = try Gateway(configuration: gatewayConfiguration, shares: shares, ingestor: ingestor,
                                   metrics: metrics, logger: logger.with(label: "gateway"), clock: clock, parser: settings.parser) {
             HealthReport(mqttConnected: client.isConnected, storeHealthy: ingestor.isStoreHealthy, storeSpaceLow: space?.read().isLow ?? false)
         }

@@ -160,4 +160,34 @@ final class FaultyStore: ShareStore {
     func stopWatching() { base.stopWatching() }
     func writeProblem() -> String? { base.writeProblem() }
     func recoverAfterFailedWrite() { base.recoverAfterFailedWrite() }
+
+    // PushRecords
+    func addPushSubscription(_ subscriber: PushSubscriber, endpoint: String, p256dh: [UInt8], auth: [UInt8], language: ContactLanguage,
+                             at: UnixMillis, limit: Int) throws(StoreError) -> PushSubscribing {
+        try fault("addPushSubscription")
+        return try base.addPushSubscription(subscriber, endpoint: endpoint, p256dh: p256dh, auth: auth, language: language, at: at, limit: limit)
+    }
+    func removePushSubscription(_ subscriber: PushSubscriber, endpoint: String) throws(StoreError) -> Bool {
+        try fault("removePushSubscription")
+        return try base.removePushSubscription(subscriber, endpoint: endpoint)
+    }
+    func pushSubscription(row: Int64) throws(StoreError) -> PushSubscription? { try fault("pushSubscription"); return try base.pushSubscription(row: row) }
+    func deletePushSubscription(row: Int64) throws(StoreError) { try fault("deletePushSubscription"); try base.deletePushSubscription(row: row) }
+    func fanOutPush(eventRow: Int64, alerts: Bool) throws(StoreError) -> Int { try fault("fanOutPush"); return try base.fanOutPush(eventRow: eventRow, alerts: alerts) }
+    func pushSubscriptionCount() throws(StoreError) -> Int { try fault("pushSubscriptionCount"); return try base.pushSubscriptionCount() }
+    func serverSecret(_ name: String, storingIfAbsent candidate: [UInt8]) throws(StoreError) -> [UInt8] {
+        try fault("serverSecret")
+        return try base.serverSecret(name, storingIfAbsent: candidate)
+    }
+    func setAlertsHash(contact: ContactID, hash: SecretHash) throws(StoreError) { try fault("setAlertsHash"); try base.setAlertsHash(contact: contact, hash: hash) }
+    func contact(alertsHash: SecretHash) throws(StoreError) -> Contact? { try fault("contact(alertsHash:)"); return try base.contact(alertsHash: alertsHash) }
+
+    // EscalationRecords
+    func dueEscalations(now: UnixMillis, limit: Int) throws(StoreError) -> [EscalationDue] { try fault("dueEscalations"); return try base.dueEscalations(now: now, limit: limit) }
+    func escalate(shareRow: Int64, step: Int, event: PendingEvent) throws(StoreError) -> Bool {
+        try fault("escalate")
+        return try base.escalate(shareRow: shareRow, step: step, event: event)
+    }
+    func endEscalation(shareRow: Int64) throws(StoreError) { try fault("endEscalation"); try base.endEscalation(shareRow: shareRow) }
+    func escalation(shareRow: Int64) throws(StoreError) -> EscalationState? { try fault("escalation"); return try base.escalation(shareRow: shareRow) }
 }
