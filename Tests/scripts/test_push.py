@@ -25,12 +25,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_sos import Flare, links_in, run_logs, send, subject
 
 from scripts.flarestack import HOST, MailCatcher, free_span
 from scripts.flarestack.push import PushReceiver
 
 from runsh import Instance
-from test_sos import Flare, links_in, run_logs, send, subject
 
 
 @pytest.fixture
