@@ -15,6 +15,9 @@ import Testing
 
     init() throws { fixture = try GatewayFixture() }
 
+    /// Its helpers over another suite's fixture.
+    init(fixture: GatewayFixture) { self.fixture = fixture }
+
     func contact(_ name: String, key: String? = nil) throws -> String {
         let reply = fixture.send("POST", "/api/v1/contacts", bearer: key ?? fixture.ownerKey, json: #"{"name":"\#(name)","email":"\#(name.lowercased())@example.org"}"#)
         try #require(reply.status == 201, "\(reply.status): \(reply.text)")

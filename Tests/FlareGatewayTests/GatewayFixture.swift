@@ -57,8 +57,10 @@ final class GatewayFixture {
     ///   - other: use that fixture's database, token key and owner key, with a memory of its own that knows nothing
     ///     yet: what another instance, or this one after a restart, would be.
     ///   - hostResolver: where setting a limited key's webhook looks its host name up.
+    ///   - pushes: events are pushed to subscribed browsers (`EventDeliverer.pushes`); the gateway's push settings are
+    ///     `adjust`'s to set.
     init(settings: [String: String] = [:], faulty: Bool = false, sharingDatabaseOf other: GatewayFixture? = nil,
-         hostResolver: any HostResolving = SystemHostResolver(), adjust: (inout GatewayConfiguration) -> Void = { _ in }) throws {
+         hostResolver: any HostResolving = SystemHostResolver(), pushes: Bool = false, adjust: (inout GatewayConfiguration) -> Void = { _ in }) throws {
         directory = try other?.directory ?? TempDirectory.make(prefix: "flare-gateway")
         store = try SQLiteShareStore(path: directory.appendingPathComponent("flare.db").path)
         faults = faulty ? FaultyStore(store) : nil
@@ -78,7 +80,7 @@ final class GatewayFixture {
         ownerKey = other?.ownerKey ?? OwnerKey.generate()
         service = ShareService(store: faults ?? store, trailLength: Int(try config.integer("FLARE_TRAIL_LENGTH")), publisher: brokerPublisher,
                                tokenKey: tokenKey, policy: try SharePolicy(config), trackerRules: try TrackerRules(config), clock: clock, metrics: metrics, logger: logger,
-                               hostResolver: hostResolver, sosPerDevicePerHour: Int(try config.integer("FLARE_SOS_PER_DEVICE_PER_HOUR")))
+                               pushes: pushes, hostResolver: hostResolver, sosPerDevicePerHour: Int(try config.integer("FLARE_SOS_PER_DEVICE_PER_HOUR")))
         let parser = try LocationPayloadParser(config)
         ingestor = FixIngestor(store: faults ?? store, shares: service, metrics: metrics, logger: logger, clock: clock, parser: parser)
         ingestor.start()
