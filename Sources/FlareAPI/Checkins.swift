@@ -32,14 +32,17 @@ public struct CheckinRequest: RequestBody, Equatable {
     public var notifyOnArrival: Bool?
     public var durationSeconds: Int?
     public var name: String?
+    /// The escalation ladder once missed: 0 (off) or 5 to 3,600 s (default 300).
+    public var escalateAfterSeconds: Double?
 
     enum CodingKeys: String, CodingKey {
         case dueAt = "due_at", inSeconds = "in_s", graceSeconds = "grace_s", contacts, message, arrive, notifyOnArrival = "notify_on_arrival",
-             durationSeconds = "duration_s", name
+             durationSeconds = "duration_s", name, escalateAfterSeconds = "escalate_after_s"
     }
 
     public init(dueAt: Date? = nil, inSeconds: Double? = nil, graceSeconds: Int? = nil, contacts: [String], message: String? = nil,
-                arrive: CheckinZone? = nil, notifyOnArrival: Bool? = nil, durationSeconds: Int? = nil, name: String? = nil) {
+                arrive: CheckinZone? = nil, notifyOnArrival: Bool? = nil, durationSeconds: Int? = nil, name: String? = nil,
+                escalateAfterSeconds: Double? = nil) {
         self.dueAt = dueAt
         self.inSeconds = inSeconds
         self.graceSeconds = graceSeconds
@@ -49,9 +52,11 @@ public struct CheckinRequest: RequestBody, Equatable {
         self.notifyOnArrival = notifyOnArrival
         self.durationSeconds = durationSeconds
         self.name = name
+        self.escalateAfterSeconds = escalateAfterSeconds
     }
 
     public static let memberRefusals = CheckinExtension.memberRefusals.merging([
+        "escalate_after_s": BodyRefusal("invalid_escalation", "escalate_after_s must be a number of seconds: 0 (off) or 5 to 3600"),
         "grace_s": BodyRefusal("invalid_grace", "grace_s must be a whole number of seconds"),
         "contacts": BodyRefusal("invalid_contacts", "contacts must be a list of contact ids (flare contacts list)"),
         "message": BodyRefusal("invalid_message", "message must be a string"),
@@ -82,6 +87,8 @@ public struct CheckinInfo: Codable, Sendable, Equatable {
     public let arrive: CheckinZone?
     public let notifyOnArrival: Bool
     public let durationSeconds: Int
+    /// The escalation ladder once missed: 0 (off) or 5 to 3,600 s.
+    public let escalateAfterSeconds: Int?
     @OptionalRFC3339Time public var stateAt: Date?
     public var deviceToken: String?
     public var mqttURL: String?
@@ -92,13 +99,14 @@ public struct CheckinInfo: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case checkinID = "checkin_id", state, shareID = "share_id", dueAt = "due_at", graceSeconds = "grace_s", firesAt = "fires_at", message, contacts,
-             arrive, notifyOnArrival = "notify_on_arrival", durationSeconds = "duration_s", stateAt = "state_at", deviceToken = "device_token",
+             arrive, notifyOnArrival = "notify_on_arrival", durationSeconds = "duration_s", escalateAfterSeconds = "escalate_after_s",
+             stateAt = "state_at", deviceToken = "device_token",
              mqttURL = "mqtt_url", mqttUsername = "mqtt_username", mqttTopic = "mqtt_topic", ingestURL = "ingest_url",
              ownTracksConfigURL = "owntracks_config_url"
     }
 
     public init(checkinID: String, state: String, shareID: String, dueAt: Date, graceSeconds: Int, firesAt: Date, message: String, contacts: [String],
-                arrive: CheckinZone?, notifyOnArrival: Bool, durationSeconds: Int, stateAt: Date?) {
+                arrive: CheckinZone?, notifyOnArrival: Bool, durationSeconds: Int, escalateAfterSeconds: Int? = nil, stateAt: Date?) {
         self.checkinID = checkinID
         self.state = state
         self.shareID = shareID
@@ -110,6 +118,7 @@ public struct CheckinInfo: Codable, Sendable, Equatable {
         self.arrive = arrive
         self.notifyOnArrival = notifyOnArrival
         self.durationSeconds = durationSeconds
+        self.escalateAfterSeconds = escalateAfterSeconds
         self.stateAt = stateAt
     }
 }

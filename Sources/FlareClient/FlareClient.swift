@@ -251,6 +251,14 @@ public final class FlareClient: Sendable {
         return try Self.decode(ContactInfo.self, from: data, status: 200)
     }
 
+    /// The contact's alerts page (`GET /api/v1/contacts/{id}/alerts-link`): where they allow push alerts once.
+    public func alertsLink(_ contactID: String) async throws(FlareClientError) -> AlertsLink {
+        guard let ownerKey else { throw .missingCredential("an alerts link needs an owner key") }
+        let data = try await send("GET", "api/v1/contacts/\(try Self.pathComponent(contactID))/alerts-link", query: [], bearer: ownerKey, body: nil,
+                                  expecting: 200, retry: retry)
+        return try Self.decode(AlertsLink.self, from: data, status: 200)
+    }
+
     public func removeContact(_ contactID: String) async throws(FlareClientError) {
         guard let ownerKey else { throw .missingCredential("removing a contact needs an owner key") }
         _ = try await send("DELETE", "api/v1/contacts/\(try Self.pathComponent(contactID))", query: [], bearer: ownerKey, body: nil,

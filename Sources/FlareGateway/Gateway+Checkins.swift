@@ -117,10 +117,16 @@ extension Gateway {
             guard value.magnitude < 1_000_000_000_000 else { throw .badRequest(code, "\(key) must be a whole number of seconds") }
             return Int64(value)
         }
+        var escalation: Int?
+        if let seconds = asked.escalateAfterSeconds {
+            guard let valid = EscalationRules.valid(seconds) else { throw .badRequest("invalid_escalation", EscalationRules.invalidMessage) }
+            escalation = valid
+        }
         return ShareService.CheckinRequest(dueAt: asked.dueAt.map(Self.unixMillis), inSeconds: asked.inSeconds,
                                            graceSeconds: try seconds(asked.graceSeconds, "grace_s", "invalid_grace"), contacts: ids,
                                            message: asked.message, arrive: zone, notifyOnArrival: notify,
-                                           durationSeconds: try seconds(asked.durationSeconds, "duration_s", "invalid_duration"), name: asked.name)
+                                           durationSeconds: try seconds(asked.durationSeconds, "duration_s", "invalid_duration"), name: asked.name,
+                                           escalateAfterSeconds: escalation)
     }
 
     func checkinInfo(_ checkin: Checkin) -> CheckinInfo {
@@ -128,7 +134,8 @@ extension Gateway {
                     dueAt: Date(unixMillis: checkin.dueAt), graceSeconds: Int(checkin.graceMillis / 1000), firesAt: Date(unixMillis: checkin.firesAt),
                     message: checkin.message, contacts: checkin.contacts.map(\.rawValue),
                     arrive: checkin.arrive.map { CheckinZone(lat: $0.latitude, lon: $0.longitude, radiusM: $0.radiusMeters) },
-                    notifyOnArrival: checkin.notifyOnArrival, durationSeconds: Int(checkin.durationSeconds), stateAt: checkin.stateAt.map(Date.init(unixMillis:)))
+                    notifyOnArrival: checkin.notifyOnArrival, durationSeconds: Int(checkin.durationSeconds),
+                    escalateAfterSeconds: checkin.escalateAfterSeconds, stateAt: checkin.stateAt.map(Date.init(unixMillis:)))
     }
 
     /// The share's device credentials, as a share's creation answers them (OwnTracks provisioning works the same).

@@ -52,11 +52,32 @@ public struct ViewerAssets: Sendable {
             let bytes: [UInt8]
             if relative.hasSuffix(".css") { bytes = compactStyles(Array(data)) }
             else if relative.hasSuffix(".js") { bytes = compact(Array(data), dropLineComments: true) }
-            else if relative.hasSuffix(".json") || relative.hasSuffix(".html") { bytes = compact(Array(data), dropLineComments: false) }
+            else if relative.hasSuffix(".html") { bytes = compact(dropHTMLComments(Array(data)), dropLineComments: false) }
+            else if relative.hasSuffix(".json") { bytes = compact(Array(data), dropLineComments: false) }
             else { bytes = Array(data) }
             found.append((relative, bytes))
         }
         return found
+    }
+
+    /// A page as served: without its `<!-- … -->` comments (notes for the page's readers and the tests' hooks; the pages
+    /// have no inline script or style in which the sequence could mean something else).
+    static func dropHTMLComments(_ bytes: [UInt8]) -> [UInt8] {
+        let open = Array("<!--".utf8), close = Array("-->".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == open[0], bytes[index...].starts(with: open) {
+                var end = index + open.count
+                while end < bytes.count && !bytes[end...].starts(with: close) { end += 1 }
+                index = min(bytes.count, end + close.count)
+                continue
+            }
+            out.append(bytes[index])
+            index += 1
+        }
+        return out
     }
 
     /// A style sheet as served: `compact`, and without its `/* … */` comments (outside quoted strings).

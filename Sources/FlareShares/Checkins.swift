@@ -49,7 +49,8 @@ final class Checkins: Sendable {
         guard duration >= 60 else { throw .refusedInput(code: "invalid_duration", message: "duration_s must be at least 60 seconds") }
         let draft = Checkin(id: .generate(), shareRow: 0, shareID: ShareID.generate(), ownerKeyID: owner?.id, dueAt: due, graceMillis: grace * 1000,
                             message: message, contacts: contacts.map(\.id), arrive: request.arrive, notifyOnArrival: request.notifyOnArrival,
-                            durationSeconds: duration, createdAt: now)
+                            durationSeconds: duration, escalateAfterSeconds: request.escalateAfterSeconds ?? EscalationRules.defaultSeconds,
+                            createdAt: now)
         let total = (draft.shareEndsAt - now + 999) / 1000
         let longest = min(policy.maximumDurationSeconds, owner?.limits.maxDurationSeconds ?? .max)
         guard total <= longest else {
@@ -59,7 +60,7 @@ final class Checkins: Sendable {
         guard let row = directory.snapshot(created.share.id)?.row else { throw .storage("the check-in's share is not in memory") }
         let checkin = Checkin(id: draft.id, shareRow: row, shareID: created.share.id, ownerKeyID: owner?.id, dueAt: due, graceMillis: draft.graceMillis,
                               message: message, contacts: draft.contacts, arrive: request.arrive, notifyOnArrival: request.notifyOnArrival,
-                              durationSeconds: duration, createdAt: now)
+                              durationSeconds: duration, escalateAfterSeconds: draft.escalateAfterSeconds, createdAt: now)
         do { try store.insertCheckin(checkin) } catch {
             // No share left recording positions for a check-in that does not exist. The caller hears the store's
             // failure (503) either way; a share that cannot be stopped now ends at its expiry.

@@ -77,9 +77,12 @@ extension ShareService {
         public var notifyOnArrival: Bool
         public var durationSeconds: Int64?
         public var name: String?
+        /// The escalation ladder once missed (`EscalationRules`; nil: the default).
+        public var escalateAfterSeconds: Int?
 
         public init(dueAt: UnixMillis? = nil, inSeconds: Double? = nil, graceSeconds: Int64? = nil, contacts: [ContactID], message: String? = nil,
-                    arrive: ArrivalZone? = nil, notifyOnArrival: Bool = false, durationSeconds: Int64? = nil, name: String? = nil) {
+                    arrive: ArrivalZone? = nil, notifyOnArrival: Bool = false, durationSeconds: Int64? = nil, name: String? = nil,
+                    escalateAfterSeconds: Int? = nil) {
             self.dueAt = dueAt
             self.inSeconds = inSeconds
             self.graceSeconds = graceSeconds
@@ -88,6 +91,7 @@ extension ShareService {
             self.arrive = arrive
             self.notifyOnArrival = notifyOnArrival
             self.durationSeconds = durationSeconds
+            self.escalateAfterSeconds = escalateAfterSeconds
             self.name = name
         }
     }

@@ -14,6 +14,11 @@ enum ContactsCommands {
                     options: [email, phone, language, SharedOptions.json] + SharedOptions.reachFlare, run: add),
         CommandSpec("contacts list", summary: "the key's contacts, newest first, a page at a time",
                     options: [SharedOptions.limit, SharedOptions.cursor, SharedOptions.json] + SharedOptions.reachFlare, run: list),
+        CommandSpec("contacts alerts-link", summary: "the link a contact opens once to get push alerts in their browser (Web Push on the server)",
+                    details: "Send it to them yourself, or let Flare's first mail carry it. It holds a secret in its fragment: anyone with it "
+                        + "gets this contact's alerts. Removing the contact ends it.",
+                    arguments: [ArgumentSpec(name: "ID", help: "the contact's id (flare contacts list)")],
+                    options: [SharedOptions.json] + SharedOptions.reachFlare, run: alertsLink),
         CommandSpec("contacts remove", summary: "forget a contact", arguments: [ArgumentSpec(name: "ID", help: "the contact's id (flare contacts list)")],
                     options: SharedOptions.reachFlare, run: remove),
     ]
@@ -36,6 +41,13 @@ enum ContactsCommands {
             print("\(contact.id)  \(contact.language.padding(toLength: 5, withPad: " ", startingAt: 0))  \(contact.name)\(reach.isEmpty ? "" : "  <\(reach)>")")
         }
         if let next = page.nextCursor { print("more: flare contacts list --cursor \(next)") }
+        return 0
+    }
+
+    static func alertsLink(_ invocation: Invocation) async throws -> Int32 {
+        let client = try invocation.ownerClient(), id = invocation.arguments[0]
+        let link = try await call("cannot make contact \(id)'s alerts link") { try await client.alertsLink(id) }
+        if invocation.isSet(SharedOptions.json) { try printJSON(link) } else { print(link.url) }
         return 0
     }
 

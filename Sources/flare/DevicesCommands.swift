@@ -19,6 +19,8 @@ enum DevicesCommands {
     static let qrApp = OptionSpec.value("--qr-app", "APP", "the setup --qr draws: sos_page (default: the camera opens the SOS page, nothing to install) "
                                             + "or traccar_client (its server URL with the secret)")
     static let countdown = OptionSpec.value("--countdown", "SECONDS", "the SOS page's countdown after a press, with a Cancel, 0 to 10 (default 5)")
+    static let escalateAfter = OptionSpec.value("--escalate-after", "SECONDS", "alert every contact again when nobody answers \"on my way\" or "
+                                                    + "\"called emergency services\" this long after the SOS starts, and again at 3 times it: 0 (off) or 5 to 3600 (default 300)")
     static let secret = OptionSpec.value("--secret", "SECRET", "the device's secret, as add or secret printed it (env FLARE_DEVICE_SECRET): "
                                              + "filled into the setup here, never sent")
 
@@ -29,7 +31,8 @@ enum DevicesCommands {
                         + "not the owner key, and flare devices secret ID replaces it. PINs are never taken on the command line "
                         + "(a shell's history would keep them): --pin and --duress-pin ask for them.",
                     arguments: [ArgumentSpec(name: "NAME", help: "the person, as the contacts know them (\"Anna pressed SOS\")")],
-                    options: [contact, duration, message, pin, duressPin, countdown, qr, qrApp, SharedOptions.json] + SharedOptions.reachFlare, run: add),
+                    options: [contact, duration, message, pin, duressPin, countdown, escalateAfter, qr, qrApp, SharedOptions.json] + SharedOptions.reachFlare,
+                    run: add),
         CommandSpec("devices list", summary: "the key's devices, newest first: their SOS and when Flare last heard from each",
                     options: [SharedOptions.limit, SharedOptions.cursor, SharedOptions.json] + SharedOptions.reachFlare, run: list),
         CommandSpec("devices show", summary: "a device's contacts, PINs (whether it has them), SOS and when Flare last heard from it", arguments: [id],
@@ -59,8 +62,15 @@ enum DevicesCommands {
             guard let value = Int(text), DeviceRules.countdownSeconds.contains(value) else { throw CLIError("--countdown must be 0 to 10 (seconds)") }
             countdownSeconds = Double(value)
         }
+        var escalation: Double?
+        if let text = invocation.value(escalateAfter) {
+            guard let value = Double(text), let valid = EscalationRules.valid(value) else {
+                throw CLIError("--escalate-after must be 0 (off) or a whole number of seconds from 5 to 3600")
+            }
+            escalation = Double(valid)
+        }
         let request = DeviceRequest(name: invocation.arguments[0], contacts: contacts, durationSeconds: durationSeconds, message: invocation.value(message),
-                                    pin: pinText, duressPin: duressText, countdownSeconds: countdownSeconds)
+                                    pin: pinText, duressPin: duressText, countdownSeconds: countdownSeconds, escalateAfterSeconds: escalation)
         let created = try await call("cannot add the device") { try await client.createDevice(request) }
         try printIssued(created, invocation, headline: "device \(created.deviceID) added: \(created.name); its SOS tells \(created.contacts.count) "
                             + (created.contacts.count == 1 ? "contact" : "contacts"))
@@ -113,6 +123,7 @@ enum DevicesCommands {
         print("  contacts   \(device.contacts.joined(separator: ", "))")
         print("  SOS lasts  \(device.durationSeconds.map { "\($0) s" } ?? "flared's default (FLARE_DEFAULT_DURATION_S)")")
         if !device.message.isEmpty { print("  message    \(device.message)") }
+        print("  ladder     \(device.escalateAfterSeconds == 0 ? "off" : "everyone alerted again after \(device.escalateAfterSeconds) s and \(3 * device.escalateAfterSeconds) s without an answer")")
         print("  PIN        \(device.hasPin ? (device.hasDuressPin ? "yes, and a duress PIN" : "yes") : "none: the device stops its SOS without one")")
         print("  created    \(RFC3339.format(device.createdAt))")
         print("  last heard \(device.lastHeardAt.map { RFC3339.format($0) } ?? "never")")

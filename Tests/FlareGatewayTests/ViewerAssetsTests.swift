@@ -24,4 +24,9 @@ import Testing
         let json = Array("{\n  \"a\": \"x  y\",\n  \"b\": 2\n}\n".utf8)
         #expect(String(decoding: ViewerAssets.compact(json, dropLineComments: false), as: UTF8.self) == "{\n\"a\": \"x  y\",\n\"b\": 2\n}\n")
     }
+
+    @Test func pagesLoseTheirCommentsOverLinesAndWithin() {
+        let html = Array("<p>a</p>\n<!-- hooks:\n  body[data-state] -->\n<select><!-- filled --><option>x</option></select>\n<!-- unclosed".utf8)
+        #expect(String(decoding: ViewerAssets.dropHTMLComments(html), as: UTF8.self) == "<p>a</p>\n\n<select><option>x</option></select>\n")
+    }
 }

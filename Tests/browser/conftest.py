@@ -18,7 +18,7 @@ stopped at the end) and sets the variables below for it. Otherwise, the environm
 
 With --flare-bin the run also has a real SMTP server (scripts/flarestack MailCatcher) that flared mails contacts
 through: the `mail` fixture (tests that need it skip without it). Its flared keeps a long trail in memory and lets one
-address start and stop many SOS (every browser here is 127.0.0.1).
+address start and stop many SOS (every browser here is 127.0.0.1); push is on (FLARE_VAPID_SUBJECT).
 """
 import json
 import os
@@ -65,7 +65,8 @@ def pytest_configure(config):
     try:
         _stack = Stack(tempfile.mkdtemp(prefix='flare-browser-'), bin_dir=os.path.abspath(bin_dir),
                        env=dict(_mail.env(), FLARE_MQTT_CLIENT_ID='flared-browser-test', FLARE_MQTT_TLS_PORT='', FLARE_MQTT_WS_PORT='',
-                                FLARE_TRAIL_LENGTH='1000', FLARE_SOS_RATE_PER_ADDRESS='5/200'))
+                                FLARE_TRAIL_LENGTH='1000', FLARE_SOS_RATE_PER_ADDRESS='5/200',
+                                FLARE_VAPID_SUBJECT='mailto:ops@example.org'))
     except BaseException:
         _mail.stop()
         raise

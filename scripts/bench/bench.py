@@ -23,6 +23,7 @@ import time
 import urllib.parse
 
 from scripts.bench import natsbench
+from scripts.bench import push as pushbench
 from scripts.flarestack import HOST, RELEASE_BIN, ROOT, MailCatcher, Stack, WaitTimeout, cpu_seconds, free_port, port_open, rss_mb, wait_until
 
 RELEASE = RELEASE_BIN  # bursts.py --release-dir and memory.py --heaptrack change it
@@ -988,7 +989,7 @@ def main():
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
     parser.add_argument("--only", default="ingest,latency,view,sos,osmand,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
                         help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, "
-                             "sos (SOS press to the contact's mail), osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
+                             "sos (SOS press to the contact's mail), push (notifications delivered a second, SOS press to push), osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
                              "tail (the latency row with many retained shares, across the broker's saves), "
                              "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone), "
                              "nats (ingest through a three-node NATS cluster, and its nodes' memory per retained position)")
@@ -1002,13 +1003,13 @@ def main():
     if args.long:
         cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15,
                    levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000,
-                   sos=(200, 10), osmand=(1_500, 30, 16))
+                   sos=(200, 10), osmand=(1_500, 30, 16), push=(1_000, 200, 10))
     else:
         cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5,
                    levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000,
-                   sos=(50, 10), osmand=(800, 30, 16))
+                   sos=(50, 10), osmand=(800, 30, 16), push=(400, 50, 10))
     if args.smoke:
-        cfg.update(sos=(10, 10), osmand=(20, 20, 4))
+        cfg.update(sos=(10, 10), osmand=(20, 20, 4), push=(20, 5, 5))
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")
@@ -1020,7 +1021,10 @@ def main():
     # The SOS row's contacts are mailed through a real SMTP server here, which notes when each mail arrived.
     mail = MailCatcher() if "sos" in only else None
     try:
-        stack = bench_stack(work, env=dict(mail.env(), FLARE_MAIL_PER_KEY_PER_HOUR="100000") if mail else {})
+        env = dict(mail.env(), FLARE_MAIL_PER_KEY_PER_HOUR="100000") if mail else {}
+        if "push" in only:
+            env.update(pushbench.ENV, FLARE_LINK_RATE_PER_ADDRESS="100000/100000")
+        stack = bench_stack(work, env=env)
         total, share_count = cfg["ingest"]
         shares, took = create_shares(stack, share_count)
         for qos in (1, 0):
@@ -1036,6 +1040,11 @@ def main():
                 print_row(row)
         if "sos" in only:
             rows.append(bench_sos(stack, mail, *cfg["sos"]))
+            print_row(rows[-1])
+        if "push" in only:
+            rows.append(pushbench.bench_push_throughput(stack, cfg["push"][0]))
+            print_row(rows[-1])
+            rows.append(pushbench.bench_push_latency(stack, *cfg["push"][1:]))
             print_row(rows[-1])
         if "osmand" in only:
             rows.append(bench_osmand(stack, *cfg["osmand"], 1 if args.smoke else cfg["rounds"]))
@@ -1096,6 +1105,10 @@ def print_table(rows):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("view"):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
+        elif name.startswith("push"):
+            cells = (f"{r['flare_per_s']:,}/s", f"{r['reference_per_s']:,}/s", f"{r['ratio']} ({r['notifications']:,} sent)")
+        elif name.startswith("SOS press -> push"):
+            cells = (f"p99 {r['p99_ms']} ms", f"{r['pushed']}/{r['presses']} pushed", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("SOS"):
             cells = (f"p99 {r['p99_ms']} ms", f"{r['mailed']}/{r['presses']} mailed", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("create on A"):

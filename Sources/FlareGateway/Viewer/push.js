@@ -63,6 +63,16 @@
     }, function () { return null; });
   }
 
+  // A push service that does not answer (none reachable: a headless browser, a network that blocks it) would leave the
+  // button waiting for ever: after this long the page says it could not.
+  var SUBSCRIBE_WAIT_MS = 15000;
+  function within(promise, ms) {
+    return new Promise(function (resolve, reject) {
+      var timer = setTimeout(function () { reject('failed'); }, ms);
+      promise.then(function (v) { clearTimeout(timer); resolve(v); }, function (e) { clearTimeout(timer); reject(e); });
+    });
+  }
+
   // Subscribes `reg` (asking for permission first) and hands the subscription to `api` with `headers`. Resolves
   // 'on', or rejects with 'denied', 'full' or 'failed'.
   function subscribe(reg, key, api, headers) {
@@ -70,7 +80,7 @@
       if (permission !== 'granted') throw 'denied';
       return reg.pushManager.getSubscription();
     }).then(function (existing) {
-      return existing || reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(key) });
+      return existing || within(reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(key) }), SUBSCRIBE_WAIT_MS);
     }).then(function (sub) {
       var body = sub.toJSON();
       body.lang = lang();
@@ -125,7 +135,9 @@
   if (anchor && anchor.parentNode) anchor.parentNode.insertBefore(box, anchor);
 
   var reg = null, key = null, on = false;
-  function name() { return (document.title && document.title !== 'Flare') ? document.title : null; }
+  // The page's first title is the share's name (the server's); the viewer soon makes it "<name> — live location".
+  var shareName = document.title && document.title !== 'Flare' ? document.title : null;
+  function name() { return shareName; }
   function render(message) {
     button.textContent = on ? t('off_button') : name() ? t('notify', { name: name() }) : t('notify_anyone');
     note.textContent = message || (on ? t('on') : '');
@@ -133,17 +145,8 @@
   }
   function ended() { return document.body.getAttribute('data-state') === 'ended'; }
 
-  // The link as opened (an end-to-end share's key is in its fragment): what a notification's tap opens.
-  function remember() {
-    if (!window.caches) return;
-    caches.open('flare-link').then(function (cache) {
-      return cache.put(new URL(scope, location.href).href, new Response(location.href));
-    }).catch(function () {});
-  }
-
   navigator.serviceWorker.register('/viewer/sw.js', { scope: scope }).then(function (registration) {
     reg = registration;
-    remember();
     if (!supported()) {
       if (isIOS() && !standalone()) { box.hidden = false; button.hidden = true; render(t('ios')); }
       return;
@@ -164,7 +167,7 @@
     button.disabled = true;
     render(t('working'));
     var done = on ? unsubscribe(reg, api).then(function () { on = false; render(); })
-      : subscribe(reg, key, api).then(function () { on = true; remember(); render(); });
+      : subscribe(reg, key, api).then(function () { on = true; render(); });
     done.catch(function (why) { render(t(why === 'denied' || why === 'full' ? why : 'failed')); })
       .then(function () { button.disabled = false; });
   });

@@ -8,28 +8,20 @@ self.addEventListener('activate', function (event) { event.waitUntil(self.client
 // Present so that the page can be added to the home screen; every request goes to the network as the page made it.
 self.addEventListener('fetch', function () {});
 
-// The link the page was opened at, fragment and all (an end-to-end share's key is in it), as the page left it here.
-function pageLink() {
-  var scope = self.registration.scope;
-  return caches.open('flare-link').then(function (cache) { return cache.match(scope); })
-    .then(function (res) { return res ? res.text() : scope; }, function () { return scope; });
-}
-
 self.addEventListener('push', function (event) {
   var data = {};
   try { data = event.data ? event.data.json() : {}; } catch (e) { data = {}; }
-  event.waitUntil(Promise.resolve(data.url || pageLink()).then(function (url) {
-    return self.registration.showNotification(data.title || 'Flare', {
-      body: data.body || '',
-      tag: data.tag || 'flare',
-      // A newer state of the same share replaces the older one, and still rings.
-      renotify: true,
-      // An alarm stays until it is seen.
-      requireInteraction: !!data.urgent,
-      icon: '/viewer/icon.svg',
-      timestamp: data.at ? Date.parse(data.at) : Date.now(),
-      data: { url: url, type: data.type || '' }
-    });
+  var url = data.url || self.registration.scope;
+  event.waitUntil(self.registration.showNotification(data.title || 'Flare', {
+    body: data.body || '',
+    tag: data.tag || 'flare',
+    // A newer state of the same share replaces the older one, and still rings.
+    renotify: true,
+    // An alarm stays until it is seen.
+    requireInteraction: !!data.urgent,
+    icon: '/viewer/icon.svg',
+    timestamp: data.at ? Date.parse(data.at) : Date.now(),
+    data: { url: url, type: data.type || '' }
   }));
 });
 
