@@ -9,12 +9,11 @@ is read back (`getNotifications()`). A notification's click cannot be made eithe
 only for a click the browser delivers): the link it opens is the notification's `data.url`, checked here.
 """
 import json
-import time
 
 from selenium.webdriver.common.by import By
+from test_viewer import axe_violations, shot, text, wait_for
 
 from conftest import BASE_URL, http_json
-from test_viewer import axe_violations, shot, text, wait_for
 
 ACTIVE = ("var done = arguments[arguments.length - 1];"
           "navigator.serviceWorker.getRegistration(arguments[0]).then(function (r) { done(!!(r && r.active) && r.scope); }, function () { done(false); });")

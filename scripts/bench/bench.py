@@ -989,7 +989,8 @@ def main():
     parser.add_argument("--long", action="store_true", help="bigger counts and longer runs")
     parser.add_argument("--only", default="ingest,latency,view,sos,osmand,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
                         help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, "
-                             "sos (SOS press to the contact's mail), push (notifications delivered a second, SOS press to push), osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
+                             "sos (SOS press to the contact's mail), push (notifications delivered a second, SOS press to push), "
+                             "osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
                              "tail (the latency row with many retained shares, across the broker's saves), "
                              "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone), "
                              "nats (ingest through a three-node NATS cluster, and its nodes' memory per retained position)")
