@@ -1,4 +1,5 @@
 internal import CCurl
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,10 +14,15 @@ import Glibc
 /// while TLS still verifies the certificate against the URL's host name, and the `Host` header names it. Never a
 /// redirect, never a proxy (not even one from `http_proxy` in the environment), only http and https.
 ///
-/// Each request has a libcurl handle of its own, made and freed in `post`, so any number of threads may post at once.
+/// Each request has a libcurl handle to itself while it runs, so any number of threads may post at once. Handles are
+/// kept for the next request (`HandlePool`), with their connections: a receiver posted to often (a push service
+/// above all, where a TLS handshake per notification would cost a round trip or two each) is posted to over the
+/// connection the last request opened. A kept connection was made to an address checked when it was made; the next
+/// request's `CONNECT_TO` must name the same address for libcurl to reuse it.
 public struct HTTPPostClient: Sendable {
     /// How long one address may take to accept the connection (and finish the TLS handshake).
     public let connectTimeout: Duration
+    private let handles = HandlePool()
 
     public init(connectTimeout: Duration = .seconds(5)) {
         self.connectTimeout = connectTimeout
@@ -69,11 +75,22 @@ public struct HTTPPostClient: Sendable {
 
     /// One request with every connection pinned to `address`.
     private func attempt(url: String, address: String, headerLines: [String], body: [UInt8], timeout: Duration) throws(HTTPPostError) -> Answer {
-        // Freed after the handle (defers run last first): libcurl reads the lists until curl_easy_cleanup.
+        // Freed after the handle is reset or cleaned up (defers run last first): libcurl reads the lists until then.
         var lists: [UnsafeMutablePointer<curl_slist>] = []
         defer { for list in lists { curl_slist_free_all(list) } }
-        guard let handle = curl_easy_init() else { throw HTTPPostError(.notReady) }
-        defer { curl_easy_cleanup(handle) }
+        guard let handle = handles.take() ?? curl_easy_init() else { throw HTTPPostError(.notReady) }
+        // Kept for the next request, with its connection, only after an answer: after a failure the connection is in
+        // doubt, and the handle goes.
+        var answered = false
+        defer {
+            if answered {
+                // Options (the lists among them) forgotten; the connection cache kept.
+                curl_easy_reset(handle)
+                handles.give(handle)
+            } else {
+                curl_easy_cleanup(handle)
+            }
+        }
 
         func list(_ lines: [String]) throws(HTTPPostError) -> UnsafeMutablePointer<curl_slist> {
             var head: UnsafeMutablePointer<curl_slist>?
@@ -130,6 +147,7 @@ public struct HTTPPostClient: Sendable {
         try set(flare_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status))
         var retryAfter: curl_off_t = 0
         let retry = flare_curl_getinfo_off_t(handle, CURLINFO_RETRY_AFTER, &retryAfter) == CURLE_OK && retryAfter > 0 ? Int(retryAfter) : nil
+        answered = true
         return Answer(status: status, retryAfterSeconds: retry)
     }
 
@@ -178,4 +196,33 @@ public struct HTTPPostError: Error, Sendable, Equatable, CustomStringConvertible
 
     /// No connection was made to that address (refused, unreachable): another address may do better.
     var isConnectFailure: Bool { code == Int(CURLE_COULDNT_CONNECT.rawValue) }
+}
+
+/// libcurl handles kept between requests (each with its connection cache), at most `limit`: one per thread that posts
+/// at once is enough. A handle is used by one request at a time (taken, then given back).
+private final class HandlePool: Sendable {
+    /// A handle between requests: it belongs to no thread while it is here.
+    private struct Idle: @unchecked Sendable {
+        let handle: UnsafeMutableRawPointer
+    }
+
+    private let idle = Mutex<[Idle]>([])
+    private let limit = 16
+
+    func take() -> UnsafeMutableRawPointer? {
+        idle.withLock { $0.popLast()?.handle }
+    }
+
+    func give(_ handle: UnsafeMutableRawPointer) {
+        let kept = idle.withLock { idle -> Bool in
+            guard idle.count < limit else { return false }
+            idle.append(Idle(handle: handle))
+            return true
+        }
+        if !kept { curl_easy_cleanup(handle) }
+    }
+
+    deinit {
+        for kept in idle.withLock({ $0 }) { curl_easy_cleanup(kept.handle) }
+    }
 }

@@ -70,6 +70,15 @@ import Testing
             result = try runCommand(flared, [], environment: environment.merging(settings) { $1 })
             #expect(result.status == 1 && result.stderr.contains(says) && !result.stderr.contains("pa55word"), "\(settings): \(result.stderr)")
         }
+        // Web Push: a subject that is no contact, the loopback switch without push or with a public URL.
+        for (settings, says) in [(["FLARE_VAPID_SUBJECT": "ops@example.org"], "FLARE_VAPID_SUBJECT must be mailto:"),
+                                 (["FLARE_VAPID_SUBJECT": "http://example.org"], "FLARE_VAPID_SUBJECT must be mailto:"),
+                                 (["FLARE_PUSH_ALLOW_LOOPBACK": "1"], "FLARE_PUSH_ALLOW_LOOPBACK is set but FLARE_VAPID_SUBJECT is not"),
+                                 (["FLARE_VAPID_SUBJECT": "mailto:ops@example.org", "FLARE_PUSH_ALLOW_LOOPBACK": "1",
+                                   "FLARE_PUBLIC_URL": "https://sos.example.org"], "FLARE_PUSH_ALLOW_LOOPBACK=1 is for tests")] {
+            result = try runCommand(flared, [], environment: environment.merging(settings) { $1 })
+            #expect(result.status == 1 && result.stderr.contains(says), "\(settings): \(result.stderr)")
+        }
         // A database that is not there: one line naming the setting, never the password; nothing left running.
         let (refusing, closed) = try FreePort.refusing()
         defer { close(refusing) }

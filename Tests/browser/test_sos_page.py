@@ -220,7 +220,10 @@ def test_sos_page_setup_press_countdown_mails_and_a_contact_follows(flare, famil
     for i in (1, 2, 3):
         move(d, step(i))
         wait_coords(mum, {'lat': step(i)[0], 'lon': step(i)[1]})
-    # Mum answers; the phone hears it.
+    # Until someone answers, the phone says so, and when everyone is alerted again (the ladder, 300 s by default).
+    wait_for(d, lambda drv: text(drv, '#answers').startswith('Nobody has answered yet. Everyone is alerted again at '), 'nobody answered yet')
+    shot(d, 'sos-nobody-yet.png')
+    # Mum answers; the phone hears it, and the ladder ends.
     mum.find_element(By.CSS_SELECTOR, '.answer-buttons [data-kind="on_my_way"]').click()
     wait_for(d, lambda drv: re.match(r'^Mum: on my way · ', text(drv, '#answers')), 'the answer on the phone', TIMEOUT_S + 5)
     shot(d, 'sos-sharing.png')

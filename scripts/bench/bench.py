@@ -1004,13 +1004,13 @@ def main():
     if args.long:
         cfg = dict(nats=(50_000, 100_000), ingest=(1_000_000, 1_000), rounds=3, latency=(1000, 60), tail_shares=100_000, view_s=15,
                    levels=(1_000, 10_000, 100_000), viewers=10_000, viewer_s=20, persist_s=60, persist_topics=100_000,
-                   sos=(200, 10), osmand=(1_500, 30, 16), push=(1_000, 200, 10))
+                   sos=(200, 10), osmand=(1_500, 30, 16), push=(50, 200, 10))
     else:
         cfg = dict(nats=(20_000, 10_000), ingest=(200_000, 1_000), rounds=3, latency=(1000, 15), tail_shares=20_000, view_s=5,
                    levels=(1_000, 10_000), viewers=2_000, viewer_s=5, persist_s=10, persist_topics=10_000,
-                   sos=(50, 10), osmand=(800, 30, 16), push=(400, 50, 10))
+                   sos=(50, 10), osmand=(800, 30, 16), push=(20, 50, 10))
     if args.smoke:
-        cfg.update(sos=(10, 10), osmand=(20, 20, 4), push=(20, 5, 5))
+        cfg.update(sos=(10, 10), osmand=(20, 20, 4), push=(2, 5, 5))
     for tool in ("wrk", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"bench: {tool} is missing (scripts/deps.sh --bench installs it)")

@@ -193,6 +193,8 @@
       if (j.expires_at) S.expiresAt = Date.parse(j.expires_at) || S.expiresAt;
       if (j.audience && Array.isArray(j.audience.links)) S.links = j.audience.links;
       if (Array.isArray(j.answers)) j.answers.forEach(addAnswer);
+      // Present while nobody said they are coming or called for help: the ladder alerts everyone again.
+      S.ladder = j.escalation || null;
       if (!S.live) becameLive();
     } else if (S.live) {
       stopped(j.stopped_at);
@@ -253,7 +255,7 @@
     S.canSend = false;
     S.fallbackWhy = null;
     // What an earlier SOS of this visit showed is not this one's.
-    S.links = null; S.answers = []; S.answersSeen = false; S.note = null; S.expiresAt = null;
+    S.links = null; S.answers = []; S.ladder = null; S.answersSeen = false; S.note = null; S.expiresAt = null;
     Q.dropped = 0;
     backoff = 0;
     save(KEY_PENDING, load(KEY_PENDING) || String(Date.now()));
@@ -691,7 +693,11 @@
       return { text: l.first_opened_at ? t(l.watching_now ? 'link_watching' : 'link_opened', { name: l.name, time: timeText(Date.parse(l.first_opened_at)) })
         : t('link_not_opened', { name: l.name }) };
     }), t('links_none'));
-    renderList('answers', S.answers.map(function (a) { return { text: answerText(a), cls: 'answer' }; }), t('answers_none'));
+    var rows = S.answers.map(function (a) { return { text: answerText(a), cls: 'answer' }; });
+    if (S.ladder) {
+      rows.push({ text: S.ladder.next_at ? t('nobody_yet_next', { time: timeText(Date.parse(S.ladder.next_at)) }) : t('nobody_yet'), cls: 'ladder' });
+    }
+    renderList('answers', rows, t('answers_none'));
     S.answersSeen = true;
     $('sh-status').hidden = !S.note;
     setText('sh-status', S.note || '');
