@@ -234,4 +234,25 @@ import Testing
             #expect(reply.status == 400 && reply.errorCode == "invalid_escalation", "\(bad): \(reply.text)")
         }
     }
+
+    @Test func aMissedCheckinStartsItsLadderWhenItIsMissed() throws {
+        let mum = try contact("Mum")
+        let armed = fixture.send("POST", "/api/v1/checkins", bearer: fixture.ownerKey,
+                                 json: #"{"in_s":60,"grace_s":0,"contacts":["\#(mum)"],"escalate_after_s":10}"#)
+        try #require(armed.status == 201, "\(armed.text)")
+        #expect(try armed.decode(CheckinInfo.self).escalateAfterSeconds == 10)
+        let refused = fixture.send("POST", "/api/v1/checkins", bearer: fixture.ownerKey, json: #"{"in_s":60,"contacts":["\#(mum)"],"escalate_after_s":2}"#)
+        #expect(refused.errorCode == "invalid_escalation")
+        let lease = watcher(fixture)
+        fixture.clock.advance(seconds: 50)
+        lease.step()
+        fixture.clock.advance(seconds: 20)
+        lease.step()
+        #expect(try escalations(fixture).isEmpty, "no ladder before the check-in is missed")
+        fixture.clock.advance(seconds: 10)
+        lease.step()
+        #expect(try escalations(fixture).count == 1, "10 s after the miss")
+        let types = try fixture.store.dueEvents(now: .max, limit: 500).filter { $0.destination == .pushFanOut }.map(\.event.type)
+        #expect(types.contains(.checkinMissed) && types.contains(.sosEscalated))
+    }
 }

@@ -5,6 +5,7 @@
 - `started`: the run.sh instances a test started (Tests/scripts/runsh.py), every one killed after the test, whatever
   happened;
 - `built`: fails at once when the binaries the tests run are not built;
+- `mail`: a real SMTP server on loopback (aiosmtpd, scripts/flarestack/mail.py) that a test's flared mails through;
 - a bound on every test's time (`@pytest.mark.bounded(seconds)`, 120 s unless marked): a hang fails the test, and
   its instances are still killed. SIGTERM to pytest stops the tests the same way as Ctrl-C.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from scripts.flarestack import ROOT
+from scripts.flarestack import ROOT, MailCatcher
 
 from runsh import RUN, Instance
 
@@ -79,3 +80,12 @@ def started(built: None, work: str) -> Iterator[list[Instance]]:
     finally:
         while instances:
             instances.pop().kill()
+
+
+@pytest.fixture
+def mail() -> Iterator[MailCatcher]:
+    catcher = MailCatcher()
+    try:
+        yield catcher
+    finally:
+        catcher.stop()

@@ -34,15 +34,6 @@ from runsh import Instance
 
 
 @pytest.fixture
-def mail() -> Iterator[MailCatcher]:
-    catcher = MailCatcher()
-    try:
-        yield catcher
-    finally:
-        catcher.stop()
-
-
-@pytest.fixture
 def receiver() -> Iterator[PushReceiver]:
     with PushReceiver() as push:
         yield push

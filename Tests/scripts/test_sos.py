@@ -30,7 +30,6 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -140,15 +139,6 @@ def started_flare(work: str, started: list[Instance], mail: MailCatcher, log_lev
     with open(os.path.join(instance.data_dir, "owner.key")) as f:
         owner_key = f.read().strip()
     return instance, Flare(f"http://{HOST}:{instance.http_port}", owner_key, run_logs(instance))
-
-
-@pytest.fixture
-def mail() -> Iterator[MailCatcher]:
-    catcher = MailCatcher()
-    try:
-        yield catcher
-    finally:
-        catcher.stop()
 
 
 def apps(created: dict[str, Any]) -> dict[str, dict[str, str]]:
