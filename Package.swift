@@ -106,7 +106,7 @@ let package = Package(
         .testTarget(name: "FlareBridgeTests", dependencies: ["FlareAPI", "FlareBridge", "FlareCore", "FlareShares", "FlareStore", "FlareServiceTestSupport", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareSodiumTests", dependencies: ["FlareSodium", "FlareCore", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareCurlTests", dependencies: ["FlareCurl", "FlareTestSupport"], swiftSettings: swiftSettings),
-        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareDaemonSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec", "FlareSettings"], swiftSettings: swiftSettings),
+        .testTarget(name: "FlareGatewayTests", dependencies: ["FlareAPI", "FlareGateway", "FlareDaemonSettings", "FlareBridge", "FlareEvents", "FlareShares", "FlareServiceTestSupport", "FlareCore", "FlareStore", "FlareSQLite", "FlareHTTP", "FlareTestSupport", "FlareSystem", "FlareIngest", "FlareCodec", "FlareCrypto", "FlareSettings"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareQRTests", dependencies: ["FlareQR", "FlareTestSupport"], swiftSettings: swiftSettings),
         .testTarget(name: "FlareClientTests", dependencies: ["FlareAPI", "FlareClient", "FlareTestSupport", "FlareSodium", "FlareCore"], swiftSettings: swiftSettings),
         // The command table of `flare`: every command refuses what it does not declare, and its help lists what it takes.
