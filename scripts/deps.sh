@@ -65,3 +65,12 @@ if ! "$venv/bin/python" -c 'import http_ece' 2>/dev/null; then
   echo "flare: installing http_ece $http_ece_version into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "http_ece==$http_ece_version"
 fi
+
+# Libraries that are not Flare's, which the track tests read its exports with (Tests/scripts/test_track.py): gpxpy
+# (GPX 1.1), geojson (RFC 7946 with its own validation) and fastkml (KML 2.2), pinned, in the same venv.
+track_readers="gpxpy==1.6.2 geojson==3.3.0 fastkml==1.4.0"
+if ! "$venv/bin/python" -c 'import gpxpy, geojson, fastkml' 2>/dev/null; then
+  echo "flare: installing $track_readers into $venv" >&2
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $track_readers
+fi

@@ -251,6 +251,13 @@ public final class FlareClient: Sendable {
         return try Self.decode(ContactInfo.self, from: data, status: 200)
     }
 
+    /// The share's whole recorded track as a file (`format`: `gpx`, `geojson` or `kml`), as the server wrote it.
+    public func track(_ shareID: String, format: String) async throws(FlareClientError) -> Data {
+        guard let ownerKey else { throw .missingCredential("a track needs an owner key") }
+        return try await send("GET", "api/v1/shares/\(try Self.pathComponent(shareID))/track.\(try Self.pathComponent(format))", query: [],
+                              bearer: ownerKey, body: nil, expecting: 200, retry: retry)
+    }
+
     /// The contact's alerts page (`GET /api/v1/contacts/{id}/alerts-link`): where they allow push alerts once.
     public func alertsLink(_ contactID: String) async throws(FlareClientError) -> AlertsLink {
         guard let ownerKey else { throw .missingCredential("an alerts link needs an owner key") }

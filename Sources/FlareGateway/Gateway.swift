@@ -43,6 +43,8 @@ public final class Gateway: Sendable {
     let fixLimiter: RateLimiter
     /// Extensions with a device token, per share: a phone prolongs its share now and then, not in a loop.
     let deviceExtendLimiter = RateLimiter(rule: .init(ratePerSecond: 1.0 / 60, burst: 10))
+    /// Track exports sending now (`Gateway+Track.swift`).
+    let trackExports = Mutex(0)
     /// Answers per address and share: their pace, and how many in all (`GatewayConfiguration.answersPerAddress`).
     let answerLimiter: RateLimiter
     /// Contacts a key adds: a family's in a minute, a script's far fewer than the per-key cap takes to fill.
@@ -145,6 +147,8 @@ public final class Gateway: Sendable {
             return sosPage.file(parts.dropFirst().joined(separator: "/")) ?? notFoundPage(request)
         case ("GET", 1, "sos-sw.js"):
             return sosPage.file("sw.js") ?? notFoundPage(request)
+        case ("GET", 3, "s") where parts[2] == "feed.kml":
+            return liveFeed(request, token: parts[1])
         case ("GET", 3, "s") where parts[2] == "manifest.webmanifest":
             return viewerManifest(request, token: parts[1])
         case ("GET", 1, "alerts"), ("HEAD", 1, "alerts"):
@@ -223,6 +227,7 @@ public final class Gateway: Sendable {
         case ("view", 3, "GET") where parts[2] == "events": return viewEvents(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "locate": return locate(request, token: parts[1])
         case ("view", 3, "POST") where parts[2] == "answers": return postAnswer(request, token: parts[1])
+        case ("view", 3, "GET") where parts[2].hasPrefix("track."): return linkTrack(request, token: parts[1], file: parts[2])
         case ("view", 3, "POST") where parts[2] == "push": return subscribeViewer(request, token: parts[1])
         case ("view", 3, "DELETE") where parts[2] == "push": return unsubscribeViewer(request, token: parts[1])
         case ("push", 2, "GET") where parts[1] == "key": return pushKey(request)
@@ -232,6 +237,7 @@ public final class Gateway: Sendable {
         case ("alerts", 2, "DELETE") where parts[1] == "push": return unsubscribeAlerts(request)
         case ("alerts", 1...2, _): return APIError.methodNotAllowed.response
         case ("shares", 3, "GET") where parts[2] == "answers": return listAnswers(request, id: parts[1])
+        case ("shares", 3, "GET") where parts[2].hasPrefix("track."): return ownerTrack(request, id: parts[1], file: parts[2])
         case ("shares", 3, "GET") where parts[2] == "links": return listLinks(request, id: parts[1])
         case ("shares", 3, "POST") where parts[2] == "links": return addLinks(request, id: parts[1])
         case ("shares", 4, "DELETE") where parts[2] == "links": return withdrawLink(request, id: parts[1], link: parts[3])

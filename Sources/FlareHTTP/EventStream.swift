@@ -33,6 +33,24 @@ public final class EventStream: @unchecked Sendable {
         return accepted
     }
 
+    /// Queues `bytes` once the client has taken enough of what was queued before: a producer of a long body (a track of
+    /// a day's positions) waits for a slow client instead of holding the whole body in memory. False when the stream
+    /// closed, or the client took nothing for `timeout`.
+    public func sendWhenRoom(_ bytes: [UInt8], timeout: Duration) -> Bool {
+        let clock = ContinuousClock(), deadline = clock.now + timeout
+        while true {
+            let ready: Bool? = withState { state in
+                guard state.phase == .open else { return false }
+                return state.queuedCount == 0 || state.queuedCount + bytes.count <= maxBufferedBytes ? true : nil
+            }
+            if ready == false { return false }
+            if ready == true { return send(bytes) }
+            guard clock.now < deadline else { return false }
+            // Woken by the connection's read (`read(into:)`); the short wait also notices a close, which does not signal.
+            lock.withLock { lock.wait(0, timeout: .milliseconds(50)) }
+        }
+    }
+
     /// Sends what is queued, then ends the response. The stream counts as closed from now on.
     public func finish() {
         let callbacks = withState { state in
@@ -88,6 +106,7 @@ public final class EventStream: @unchecked Sendable {
                 }
                 state.readIndex += count
                 state.compact()
+                lock.broadcast(0)
                 return .bytes(count)
             }
             if state.phase == .finishing { return .end }

@@ -233,6 +233,25 @@ extension PostgresShareStore: FixRecords {
         }
     }
 
+    public func fixes(row: Int64, after position: FixPosition?, limit: Int) throws(StoreError) -> [Fix] {
+        try pool.with(operation: "read track") { connection throws(StoreError) in
+            // The primary key's order (share, tst, lat, lon): each page a range of it.
+            let rows = try connection.execute("""
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes
+                WHERE share = $1 AND ($2::bigint IS NULL OR (tst, lat, lon) > ($2::bigint, $3::double precision, $4::double precision))
+                ORDER BY tst, lat, lon LIMIT $5
+                """, [String(row), position.map { String($0.timestamp) }, position.flatMap { PostgresText.double($0.latitude) },
+                      position.flatMap { PostgresText.double($0.longitude) }, String(max(0, limit))], operation: "read track")
+            return (0..<rows.count).map { index in
+                Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
+                    accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
+                    velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
+                    battery: rows.optionalInt64(index, 7).map { Int($0) }, batteryStatus: rows.optionalInt64(index, 9).map { Int($0) },
+                    connection: rows.text(index, 10), trackerID: rows.text(index, 8))
+            }
+        }
+    }
+
     public func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
         try pool.with(operation: "read fixes") { connection throws(StoreError) in
             let rows = try connection.execute("SELECT received_at, data FROM sealed_fixes WHERE share = $1 ORDER BY received_at DESC LIMIT $2",

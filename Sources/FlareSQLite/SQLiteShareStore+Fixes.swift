@@ -73,6 +73,32 @@ extension SQLiteShareStore: FixRecords {
         }
     }
 
+    public func fixes(row: Int64, after position: FixPosition?, limit: Int) throws(StoreError) -> [Fix] {
+        try database.withLock { db throws(StoreError) in
+            // The primary key's order (share, tst, lat, lon): each page a range of it.
+            let statement = try db.statement("""
+                SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes
+                WHERE share = ?1 AND (?2 IS NULL OR (tst, lat, lon) > (?2, ?3, ?4)) ORDER BY tst, lat, lon LIMIT ?5
+                """)
+            defer { statement.reset() }
+            statement.bind(1, row)
+            statement.bind(2, position?.timestamp)
+            statement.bind(3, position?.latitude)
+            statement.bind(4, position?.longitude)
+            statement.bind(5, Int64(max(0, limit)))
+            var fixes: [Fix] = []
+            while try statement.step() {
+                fixes.append(Fix(
+                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
+                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
+                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
+                    battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
+                    connection: statement.optionalString(10), trackerID: statement.optionalString(8)))
+            }
+            return fixes
+        }
+    }
+
     public func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix] {
         try database.withLock { db throws(StoreError) in
             let statement = try db.statement("SELECT received_at, data FROM sealed_fixes WHERE share = ? ORDER BY received_at DESC LIMIT ?")

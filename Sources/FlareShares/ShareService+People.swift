@@ -121,3 +121,13 @@ extension ShareService {
 
     func fireCheckin(_ checkin: Checkin) throws(StoreError) { try checkins.fireCheckin(checkin) }
 }
+
+extension ShareService {
+    // MARK: The recorded track
+
+    /// A page of the share's recorded track, in time order, after `position` (nil: from its start): what the exports
+    /// (GPX, GeoJSON, KML) read a page at a time.
+    public func track(of snapshot: ShareSnapshot, after position: FixPosition?, limit: Int) throws(StoreError) -> [Fix] {
+        try lifecycle.store.fixes(row: snapshot.row, after: position, limit: limit)
+    }
+}

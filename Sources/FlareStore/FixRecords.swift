@@ -12,6 +12,22 @@ public protocol FixRecords: Sendable {
     func recentSealedFixes(row: Int64, limit: Int) throws(StoreError) -> [Fix]
     /// Both kinds.
     func fixCount(row: Int64) throws(StoreError) -> Int
+    /// A share's fixes in clear in time order (then by place: the fixes' key), at most `limit`, after `position` (nil:
+    /// from the first): a whole track read a page at a time, however long it is.
+    func fixes(row: Int64, after position: FixPosition?, limit: Int) throws(StoreError) -> [Fix]
+}
+
+/// Where a page of a track ends: the key of its last fix.
+public struct FixPosition: Sendable, Equatable {
+    public let timestamp: Int64
+    public let latitude: Double
+    public let longitude: Double
+
+    public init(of fix: Fix) {
+        timestamp = fix.timestamp
+        latitude = fix.latitude
+        longitude = fix.longitude
+    }
 }
 
 extension FixRecords {

@@ -19,6 +19,10 @@ enum ShareCommands {
     static let http = OptionSpec.switch("--http", "the app's HTTP mode, for where MQTT is blocked")
     static let ownTracksEndToEnd = OptionSpec.switch("--e2e", "an end-to-end encrypted share: its key is added here (the server never has it)")
 
+    static let gpx = OptionSpec.value("--gpx", "FILE", "write the track as GPX 1.1 (Garmin BaseCamp, CalTopo, most GPS tools)")
+    static let geojson = OptionSpec.value("--geojson", "FILE", "write the track as GeoJSON (QGIS, web maps)")
+    static let kml = OptionSpec.value("--kml", "FILE", "write the track as KML 2.2 (Google Earth, CalTopo/SARTopo)")
+
     static let id = ArgumentSpec(name: "ID", help: "the share's id (flare share list)")
     static let all: [CommandSpec] = [
         CommandSpec("share create", summary: "start a share: prints the link for family, the device's credentials, and a personal link per --contact",
@@ -35,6 +39,10 @@ enum ShareCommands {
         CommandSpec("share withdraw", summary: "withdraw one personal link; the share's other links go on",
                     arguments: [id, ArgumentSpec(name: "LINK_ID", help: "the link's id (flare share links ID)")],
                     options: SharedOptions.reachFlare, run: withdraw),
+        CommandSpec("share export", summary: "the share's whole recorded track, for rescuers' tools: GPX, GeoJSON or KML files",
+                    details: "Name one or more files. An ended share's track is there until its history is purged "
+                        + "(FLARE_HISTORY_RETENTION_S); an end-to-end encrypted share's only on its page, which decrypts it.",
+                    arguments: [id], options: [gpx, geojson, kml] + SharedOptions.reachFlare, run: export),
         CommandSpec("share owntracks", summary: "provision the OwnTracks app: a QR code to scan, a configuration file, or (neither) the link itself",
                     details: "Each of them holds the share's device token. On the phone, first allow it in OwnTracks: Settings, "
                         + "\"Allow configuration by URI and config file\".",
@@ -160,6 +168,18 @@ enum ShareCommands {
             print("  seen by    \(audience.opened)\(first); watching now \(audience.watching)")
         } else {
             print("  viewers    \(share.viewers)")
+        }
+        return 0
+    }
+
+    static func export(_ invocation: Invocation) async throws -> Int32 {
+        let client = try invocation.ownerClient(), id = invocation.arguments[0]
+        let wanted = [("gpx", gpx), ("geojson", geojson), ("kml", kml)].compactMap { format, option in invocation.value(option).map { (format, $0) } }
+        guard !wanted.isEmpty else { throw CLIError("name a file: --gpx FILE, --geojson FILE or --kml FILE") }
+        for (format, path) in wanted {
+            let data = try await call("cannot export \(id)'s track") { try await client.track(id, format: format) }
+            do { try data.write(to: URL(fileURLWithPath: path)) } catch { throw CLIError("cannot write \(path): \(error.localizedDescription)") }
+            print("wrote \(path) (\(format), \(data.count) bytes)")
         }
         return 0
     }

@@ -190,4 +190,9 @@ final class FaultyStore: ShareStore {
     }
     func endEscalation(shareRow: Int64) throws(StoreError) { try fault("endEscalation"); try base.endEscalation(shareRow: shareRow) }
     func escalation(shareRow: Int64) throws(StoreError) -> EscalationState? { try fault("escalation"); return try base.escalation(shareRow: shareRow) }
+
+    func fixes(row: Int64, after position: FixPosition?, limit: Int) throws(StoreError) -> [Fix] {
+        try fault("fixes(row:after:limit:)")
+        return try base.fixes(row: row, after: position, limit: limit)
+    }
 }

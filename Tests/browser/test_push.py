@@ -57,6 +57,7 @@ def test_a_links_page_is_an_installable_app_whose_worker_shows_an_alert_that_ope
     assert manifest['url'] == scope + '/manifest.webmanifest' and not manifest.get('errors'), manifest
     assert d.execute_script('return window.__csp') == []
     assert axe_violations(d) == []
+    d.execute_script("document.getElementById('push').scrollIntoView({block: 'center'})")
     shot(d, 'push-viewer-notify.png')
 
     push(d, scope, {'type': 'sos.repeated', 'title': 'Anna pressed SOS again', 'body': 'Tap to see where Anna is.',
@@ -106,6 +107,7 @@ def test_on_an_iphone_the_page_says_to_add_it_to_the_home_screen(flare, viewer):
     wait_for(d, lambda drv: drv.find_element(By.ID, 'push').is_displayed(), 'the push section')
     assert text(d, '#notify-status').startswith('On iPhone and iPad, notifications need this page on your home screen')
     assert not d.find_element(By.ID, 'notify').is_displayed()
+    d.execute_script("document.getElementById('push').scrollIntoView({block: 'center'})")
     shot(d, 'push-viewer-iphone.png')
 
 

@@ -24,6 +24,7 @@ import urllib.parse
 
 from scripts.bench import natsbench
 from scripts.bench import push as pushbench
+from scripts.bench import track as trackbench
 from scripts.flarestack import HOST, RELEASE_BIN, ROOT, MailCatcher, Stack, WaitTimeout, cpu_seconds, free_port, port_open, rss_mb, wait_until
 
 RELEASE = RELEASE_BIN  # bursts.py --release-dir and memory.py --heaptrack change it
@@ -990,6 +991,7 @@ def main():
     parser.add_argument("--only", default="ingest,latency,view,sos,osmand,scale,restore,tail,pg-ingest,pg-scale,cluster,persistence,nats",
                         help="comma-separated subset of ingest (or ingest-qos1, ingest-qos0), latency, view, "
                              "sos (SOS press to the contact's mail), push (notifications delivered a second, SOS press to push), "
+                             "track (100,000 positions as GPX, flared's memory meanwhile), "
                              "osmand (OsmAnd ingest against HTTP ingest), scale, restore, "
                              "tail (the latency row with many retained shares, across the broker's saves), "
                              "pg-ingest, pg-scale, cluster (these three on PostgreSQL), persistence (the broker alone), "
@@ -1046,6 +1048,9 @@ def main():
             rows.append(pushbench.bench_push_throughput(stack, cfg["push"][0]))
             print_row(rows[-1])
             rows.append(pushbench.bench_push_latency(stack, *cfg["push"][1:]))
+            print_row(rows[-1])
+        if "track" in only:
+            rows.append(trackbench.bench_track(stack, 100_000))
             print_row(rows[-1])
         if "osmand" in only:
             rows.append(bench_osmand(stack, *cfg["osmand"], 1 if args.smoke else cfg["rounds"]))
@@ -1106,6 +1111,8 @@ def print_table(rows):
             cells = (f"p99 {r['p99_ms']} ms", "-", f"p50 {r['p50_ms']} / max {r['max_ms']} ms")
         elif name.startswith("view"):
             cells = (f"{r['flare_rps']:,} req/s", f"{r['nginx_rps']:,} req/s", f"{r['ratio']} (median of {r['ratios']})")
+        elif name.startswith("track"):
+            cells = (f"+{r['growth_mb']} MB", f"{r['points']:,} points", f"{r['points_per_s']:,}/s, {r['bytes']:,} B")
         elif name.startswith("push"):
             cells = (f"{r['flare_per_s']:,}/s", f"{r['reference_per_s']:,}/s", f"{r['ratio']} ({r['notifications']:,} sent)")
         elif name.startswith("SOS press -> push"):

@@ -124,6 +124,8 @@ window.flareE2E = function (page) {
         // when the message arrived.
         if (f.t === 'r' && typeof item.tst === 'number') page.replied(item.tst * 1000);
         newest = page.addFix(f) || newest;
+        // For the page's "Download track": the server cannot write this share's GPX, the page can from what it opened.
+        doc.dispatchEvent(new CustomEvent('flare-e2e-fix', { detail: f }));
       });
       page.render(newest);
     });
