@@ -144,8 +144,8 @@ import Testing
         for command in FlareCommandLine.commands { #expect(overview.stdout.contains("  \(command.nameAndArguments)  "), "\(command.name)") }
         #expect(try runCommand(flare, ["--help"], environment: [:]).stdout == overview.stdout)
         #expect(try runCommand(flare, [], environment: [:]).status == 2)
-        let misplaced = try runCommand(flare, ["keys", "list", "--gpx", "x"], environment: [:])
-        #expect(misplaced.status == 64 && misplaced.stderr.contains("unknown option --gpx (an option of flare track)"), "\(misplaced.stderr)")
+        let misplaced = try runCommand(flare, ["keys", "list", "--interval", "x"], environment: [:])
+        #expect(misplaced.status == 64 && misplaced.stderr.contains("unknown option --interval (an option of flare track)"), "\(misplaced.stderr)")
         let unknown = try runCommand(flare, ["share", "bogus"], environment: [:])
         #expect(unknown.status == 64 && unknown.stderr.contains("share create"), "\(unknown.stderr)")
     }
