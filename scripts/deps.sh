@@ -23,6 +23,9 @@ packages+=(libnats-dev haproxy python3-pip)
 packages+=(python3-cryptography python3-jwt)
 # make chaos: a read-only store on a loop-mounted ext4 image. The cluster tests: an instance whose clock runs fast.
 packages+=(e2fsprogs util-linux faketime)
+# The MQTT contract (docs/asyncapi.yaml): its test checks it against the AsyncAPI JSON Schema and records what flared
+# publishes over MQTT 5.
+packages+=(python3-jsonschema python3-yaml python3-paho-mqtt)
 # The Python tests run under Debian's pytest; the venv below (Debian's Python, its packages visible) holds the PyPI tools.
 packages+=(python3-pytest python3-venv)
 if [ "${1:-}" = "--browser" ]; then
