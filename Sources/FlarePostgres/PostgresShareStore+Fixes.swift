@@ -224,11 +224,7 @@ extension PostgresShareStore: FixRecords {
                 SELECT tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn FROM fixes WHERE share = $1 ORDER BY tst DESC LIMIT $2
                 """, [String(row), String(limit)], operation: "read fixes")
             return (0..<rows.count).reversed().map { index in
-                Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
-                    accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
-                    velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
-                    battery: rows.optionalInt64(index, 7).map { Int($0) }, batteryStatus: rows.optionalInt64(index, 9).map { Int($0) },
-                    connection: rows.text(index, 10), trackerID: rows.text(index, 8))
+                Self.fix(rows, index)
             }
         }
     }
@@ -243,11 +239,7 @@ extension PostgresShareStore: FixRecords {
                 """, [String(row), position.map { String($0.timestamp) }, position.flatMap { PostgresText.double($0.latitude) },
                       position.flatMap { PostgresText.double($0.longitude) }, String(max(0, limit))], operation: "read track")
             return (0..<rows.count).map { index in
-                Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
-                    accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
-                    velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
-                    battery: rows.optionalInt64(index, 7).map { Int($0) }, batteryStatus: rows.optionalInt64(index, 9).map { Int($0) },
-                    connection: rows.text(index, 10), trackerID: rows.text(index, 8))
+                Self.fix(rows, index)
             }
         }
     }
@@ -265,5 +257,14 @@ extension PostgresShareStore: FixRecords {
             Int(try connection.execute("SELECT (SELECT count(*) FROM fixes WHERE share = $1) + (SELECT count(*) FROM sealed_fixes WHERE share = $1)",
                                        [String(row)], operation: "count fixes").int64(0, 0))
         }
+    }
+
+    /// A row of `tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn` (the columns both reads select).
+    private static func fix(_ rows: PostgresRows, _ index: Int) -> Fix {
+        Fix(latitude: rows.double(index, 1), longitude: rows.double(index, 2), timestamp: rows.int64(index, 0),
+            accuracy: rows.optionalDouble(index, 3), altitude: rows.optionalDouble(index, 4),
+            velocity: rows.optionalDouble(index, 5), course: rows.optionalDouble(index, 6),
+            battery: rows.optionalInt64(index, 7).map { Int($0) }, batteryStatus: rows.optionalInt64(index, 9).map { Int($0) },
+            connection: rows.text(index, 10), trackerID: rows.text(index, 8))
     }
 }

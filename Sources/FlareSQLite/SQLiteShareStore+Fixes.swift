@@ -62,12 +62,7 @@ extension SQLiteShareStore: FixRecords {
             statement.bind(2, Int64(limit))
             var fixes: [Fix] = []
             while try statement.step() {
-                fixes.append(Fix(
-                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
-                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
-                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
-                    battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
-                    connection: statement.optionalString(10), trackerID: statement.optionalString(8)))
+                fixes.append(Self.fix(statement))
             }
             return fixes.reversed()
         }
@@ -88,12 +83,7 @@ extension SQLiteShareStore: FixRecords {
             statement.bind(5, Int64(max(0, limit)))
             var fixes: [Fix] = []
             while try statement.step() {
-                fixes.append(Fix(
-                    latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
-                    accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
-                    velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
-                    battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
-                    connection: statement.optionalString(10), trackerID: statement.optionalString(8)))
+                fixes.append(Self.fix(statement))
             }
             return fixes
         }
@@ -119,5 +109,14 @@ extension SQLiteShareStore: FixRecords {
             _ = try statement.step()
             return Int(statement.int64(0))
         }
+    }
+
+    /// A row of `tst, lat, lon, acc, alt, vel, cog, batt, tid, bs, conn` (the columns both reads select).
+    private static func fix(_ statement: SQLiteStatement) -> Fix {
+        Fix(latitude: statement.double(1), longitude: statement.double(2), timestamp: statement.int64(0),
+            accuracy: statement.optionalDouble(3), altitude: statement.optionalDouble(4),
+            velocity: statement.optionalDouble(5), course: statement.optionalDouble(6),
+            battery: statement.optionalInt64(7).map { Int($0) }, batteryStatus: statement.optionalInt64(9).map { Int($0) },
+            connection: statement.optionalString(10), trackerID: statement.optionalString(8))
     }
 }
