@@ -126,7 +126,7 @@
   button.className = 'btn';
   button.id = 'notify';
   var note = document.createElement('p');
-  note.className = 'tracker';
+  note.className = 'locate-status';
   note.id = 'notify-status';
   note.setAttribute('aria-live', 'polite');
   box.appendChild(button);

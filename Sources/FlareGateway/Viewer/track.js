@@ -55,15 +55,15 @@
   download.className = 'btn';
   download.id = 'track-download';
   var downloadNote = box.appendChild(document.createElement('p'));
-  downloadNote.className = 'tracker';
+  downloadNote.className = 'locate-status';
   var feed = box.appendChild(document.createElement('button'));
   feed.type = 'button';
   feed.className = 'btn';
   feed.id = 'track-feed';
   var feedNote = box.appendChild(document.createElement('p'));
-  feedNote.className = 'tracker';
+  feedNote.className = 'locate-status';
   var status = box.appendChild(document.createElement('p'));
-  status.className = 'tracker';
+  status.className = 'locate-status';
   status.id = 'track-status';
   status.setAttribute('aria-live', 'polite');
   status.hidden = true;
