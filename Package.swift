@@ -77,7 +77,7 @@ let package = Package(
         .target(
             name: "FlareGateway",
             dependencies: ["FlareAPI", "FlareCore", "FlareEvents", "FlareIngest", "FlareShares", "FlareHTTP", "FlareQR", "FlareStore", "FlareSystem", "FlareWire", "FlareCodec"],
-            resources: [.copy("Viewer"), .copy("SOS")],
+            resources: [.copy("Viewer"), .copy("SOS"), .copy("OpenAPI")],
             swiftSettings: swiftSettings
         ),
 

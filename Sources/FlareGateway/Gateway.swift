@@ -35,6 +35,7 @@ public final class Gateway: Sendable {
     let health: @Sendable () -> HealthReport
     let assets: ViewerAssets
     let sosPage: SOSPageAssets
+    let apiDocument: OpenAPIDocument
     let addressLimiter: RateLimiter
     let tokenLimiter: RateLimiter
     /// Fixes over HTTP, per share (`FLARE_FIX_RATE_PER_SHARE`, the bound the broker applies over MQTT): one budget for
@@ -82,6 +83,7 @@ public final class Gateway: Sendable {
         self.health = health
         self.assets = try ViewerAssets(configuration: configuration, logger: logger)
         self.sosPage = SOSPageAssets(languages: assets.languages, languageOptions: assets.languageOptions, logger: logger)
+        self.apiDocument = try OpenAPIDocument()
         self.addressLimiter = RateLimiter(rule: configuration.linkRatePerAddress)
         self.tokenLimiter = RateLimiter(rule: configuration.linkRatePerToken)
         self.fixLimiter = RateLimiter(rule: configuration.fixRatePerShare)
@@ -243,10 +245,51 @@ public final class Gateway: Sendable {
         case ("shares", 4, "DELETE") where parts[2] == "links": return withdrawLink(request, id: parts[1], link: parts[3])
         case ("shares", 4, _) where parts[2] == "links": return APIError.methodNotAllowed.response
         case ("shares", 1...3, _), ("view", 2...3, _): return APIError.methodNotAllowed.response
-        case ("shares", 4, _) where parts[2] == "owntracks" && parts[3] == "http": return APIError.methodNotAllowed.response
+        case ("shares", 4, _) where parts[2] == "owntracks" && Self.ownTracksResources.contains(parts[3]):
+            return APIError.methodNotAllowed.response
+        case ("openapi.json", 1, "GET"): return apiDocument.response
+        case ("openapi.json", 1, _): return APIError.methodNotAllowed.response
         default: return APIError.notFound("no such endpoint").response
         }
     }
+
+    /// What `GET /api/v1/shares/{id}/owntracks/<name>` serves (`ownTracksResource`); the apps' HTTP mode only posts.
+    static let ownTracksResources: Set<String> = ["link", "qr.png", "qr.svg", "http"]
+
+    /// Every route the two switches above answer, as the OpenAPI document (`OpenAPIDocument`) names them. The switches
+    /// route; this list is what `OpenAPIRouteTests` holds against them both ways (each entry is routed, and another
+    /// method on its path is refused) and against the document (each entry is documented, each documented one listed).
+    static let routes: [(method: String, path: String)] = [
+        ("POST", "/api/v1/shares"), ("GET", "/api/v1/shares"), ("GET", "/api/v1/shares/{id}"),
+        ("POST", "/api/v1/shares/{id}/stop"), ("POST", "/api/v1/shares/{id}/extend"), ("POST", "/api/v1/shares/{id}/locations"),
+        ("GET", "/api/v1/shares/{id}/owntracks"), ("GET", "/api/v1/shares/{id}/owntracks.otrc"),
+        ("GET", "/api/v1/shares/{id}/owntracks/link"), ("GET", "/api/v1/shares/{id}/owntracks/qr.png"),
+        ("GET", "/api/v1/shares/{id}/owntracks/qr.svg"), ("POST", "/api/v1/shares/{id}/owntracks/http"),
+        ("POST", "/api/v1/shares/{id}/watch-tokens"), ("GET", "/api/v1/shares/{id}/answers"),
+        ("GET", "/api/v1/shares/{id}/links"), ("POST", "/api/v1/shares/{id}/links"), ("DELETE", "/api/v1/shares/{id}/links/{link_id}"),
+        ("POST", "/api/v1/checkins"), ("GET", "/api/v1/checkins/{id}"), ("POST", "/api/v1/checkins/{id}/done"),
+        ("POST", "/api/v1/checkins/{id}/extend"),
+        ("POST", "/api/v1/devices/sos"), ("GET", "/api/v1/devices/sos"), ("GET", "/api/v1/devices/me"),
+        ("POST", "/api/v1/devices/sos/extend"), ("POST", "/api/v1/devices/sos/stop"), ("POST", "/api/v1/devices/locations"),
+        ("POST", "/api/v1/devices"), ("GET", "/api/v1/devices"), ("GET", "/api/v1/devices/{id}"), ("PATCH", "/api/v1/devices/{id}"),
+        ("DELETE", "/api/v1/devices/{id}"), ("POST", "/api/v1/devices/{id}/secret"), ("GET", "/api/v1/devices/{id}/setup"),
+        ("GET", "/api/v1/osmand"), ("POST", "/api/v1/osmand"), ("GET", "/api/v1/osmand/{secret}"), ("POST", "/api/v1/osmand/{secret}"),
+        ("POST", "/api/v1/contacts"), ("GET", "/api/v1/contacts"), ("GET", "/api/v1/contacts/{id}"), ("DELETE", "/api/v1/contacts/{id}"),
+        ("GET", "/api/v1/contacts/{id}/alerts-link"),
+        ("POST", "/api/v1/keys"), ("GET", "/api/v1/keys"), ("DELETE", "/api/v1/keys/{id}"), ("PUT", "/api/v1/keys/{id}/webhook"),
+        ("DELETE", "/api/v1/keys/{id}/webhook"),
+        ("GET", "/api/v1/view/{view_token}"), ("GET", "/api/v1/view/{view_token}/events"), ("POST", "/api/v1/view/{view_token}/locate"),
+        ("POST", "/api/v1/view/{view_token}/answers"), ("POST", "/api/v1/view/{view_token}/push"),
+        ("DELETE", "/api/v1/view/{view_token}/push"),
+        ("GET", "/api/v1/push/key"), ("GET", "/api/v1/alerts"), ("POST", "/api/v1/alerts/push"), ("DELETE", "/api/v1/alerts/push"),
+        ("GET", "/api/v1/openapi.json"),
+        ("GET", "/s/{view_token}"), ("HEAD", "/s/{view_token}"), ("GET", "/s/{view_token}/manifest.webmanifest"),
+        ("GET", "/sos"), ("HEAD", "/sos"), ("GET", "/sos/{file}"), ("GET", "/sos/i18n/{file}"), ("GET", "/sos-sw.js"),
+        ("GET", "/alerts"), ("HEAD", "/alerts"),
+        ("GET", "/viewer/sw.js"), ("GET", "/viewer/{file}"), ("GET", "/viewer/i18n/{file}"), ("GET", "/viewer/e2e/{file}"),
+        ("GET", "/vendor/leaflet/{file}"), ("GET", "/vendor/leaflet/images/{file}"), ("GET", "/vendor/tweetnacl/{file}"),
+        ("GET", "/healthz"), ("GET", "/metrics"),
+    ]
 
     private func healthz() -> HTTPResponse {
         let report = health()
