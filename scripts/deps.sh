@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Flare needs, if any are missing, and ruff and http_ece (pinned, from PyPI) into
-# .build/venv. Used by `make run` and `make test`.
+# Installs the Debian packages Flare needs, if any are missing, and ruff, http_ece, openapi-spec-validator and
+# Schemathesis (pinned, from PyPI) into .build/venv. Used by `make run` and `make test`.
 set -euo pipefail
 
 packages=(mosquitto mosquitto-clients mosquitto-dev gcc libc6-dev libmosquitto-dev libsqlite3-dev libmicrohttpd-dev libssl-dev libjs-leaflet pkg-config curl)
@@ -76,4 +76,18 @@ if ! "$venv/bin/python" -c 'import gpxpy, geojson, fastkml' 2>/dev/null; then
   echo "flare: installing $track_readers into $venv" >&2
   # shellcheck disable=SC2086
   "$venv/bin/pip" install --quiet --disable-pip-version-check $track_readers
+fi
+
+# The OpenAPI document's checks (Tests/scripts/test_openapi.py): openapi-spec-validator, and Schemathesis against a live
+# flared, run as the venv's own programs. Schemathesis reads a live event stream with urllib3 2 (`read1`), which the
+# venv then holds over Debian's 1.26.
+openapi_spec_validator_version=0.9.0
+schemathesis_version=4.32.5
+urllib3_version=2.8.0
+if [ "$("$venv/bin/python" -m pip show openapi-spec-validator 2>/dev/null | sed -n 's/^Version: //p')" != "$openapi_spec_validator_version" ] ||
+   [ "$("$venv/bin/schemathesis" --version 2>/dev/null | grep -o '[0-9][0-9.]*$')" != "$schemathesis_version" ] ||
+   [ "$("$venv/bin/python" -c 'import urllib3; print(urllib3.__version__)' 2>/dev/null)" != "$urllib3_version" ]; then
+  echo "flare: installing openapi-spec-validator $openapi_spec_validator_version, schemathesis $schemathesis_version and urllib3 $urllib3_version into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "openapi-spec-validator==$openapi_spec_validator_version" \
+    "schemathesis==$schemathesis_version" "urllib3==$urllib3_version"
 fi
