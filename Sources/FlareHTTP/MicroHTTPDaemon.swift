@@ -101,6 +101,14 @@ final class MicroHTTPDaemon: @unchecked Sendable {
         requestState: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     ) -> MHD_Result {
         guard let state = requestState.pointee else {
+            // libmicrohttpd decodes `chunked` and nothing else: with another transfer coding it reads the body until the
+            // client closes, so the request (a GET with `Transfer-Encoding: gzip`, say) would hang until the connection
+            // times out. RFC 9112 §6.1: a coding the server does not understand is answered 501 (MHD then closes).
+            if let coding = MHD_lookup_connection_value(connection, .HEADER_KIND, "Transfer-Encoding"),
+               String(cString: coding).lowercased().split(whereSeparator: { $0 == " " || $0 == "\t" }) != ["chunked"] {
+                return queue(.error(status: 501, code: "unsupported_transfer_encoding",
+                                    message: "the only transfer coding this server reads is chunked"), on: connection)
+            }
             if let declared = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length"),
                Self.exceeds(contentLength: declared, limit: maxBodyBytes) {
                 // A client that waits for `100 Continue` has sent nothing yet, and one that announces more than we

@@ -204,6 +204,29 @@ func startServer(
         #expect(calls.value == 0)
     }
 
+    /// A transfer coding other than chunked is answered 501 at once, never waited on (Schemathesis sent a GET with
+    /// `Transfer-Encoding: 3k`: the server read a body of unknown length until its connection timed out).
+    @Test func aTransferCodingOtherThanChunkedIsAnswered501AtOnce() throws {
+        let calls = Locked(0)
+        let server = try startServer { _ in
+            calls.update { $0 += 1 }
+            return HTTPResponse(status: 200)
+        }
+        defer { server.stop() }
+        for coding in ["3k", "gzip", "gzip, chunked", "identity"] {
+            let client = try RawHTTPClient(port: server.port)
+            try client.send("GET /api/v1/devices HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: \(coding)\r\n\r\n")
+            let response = try client.readResponse(timeout: .seconds(3))
+            #expect(response.status == 501, "\(coding)")
+            #expect(response.text.contains(#""error":"unsupported_transfer_encoding""#), "\(coding): \(response.text)")
+        }
+        // Chunked is read as before.
+        let client = try RawHTTPClient(port: server.port)
+        try client.send("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+        #expect(try client.readResponse().status == 200)
+        #expect(calls.value == 1)
+    }
+
     @Test func anAbortedUploadNeverReachesTheHandler() throws {
         let calls = Locked(0)
         let server = try startServer { _ in
