@@ -14,7 +14,9 @@ extension Gateway {
         var response: HTTPResponse
         switch (request.method, request.path) {
         case ("GET", "/metrics"): response = metricsText()
-        case (_, "/metrics"): response = APIError.methodNotAllowed.response
+        case (_, "/metrics"):
+            response = APIError.methodNotAllowed.response
+            response.headers.append(("Allow", "GET"))
         default: response = APIError.notFound("this listener serves /metrics only").response
         }
         response.headers.append(("X-Content-Type-Options", "nosniff"))

@@ -124,6 +124,7 @@ public final class Gateway: Sendable {
     /// The server's entry point: route, answer, count.
     @Sendable public func handle(_ request: HTTPRequest) -> HTTPResponse {
         var response = route(request)
+        if response.status == 405 { response.headers.append(("Allow", Self.allowedMethods(path: request.path))) }
         response.headers.append(("X-Content-Type-Options", "nosniff"))
         response.headers.append(("Referrer-Policy", "no-referrer"))
         if let counter = requestCounters[response.status] {
@@ -290,6 +291,32 @@ public final class Gateway: Sendable {
         ("GET", "/vendor/leaflet/{file}"), ("GET", "/vendor/leaflet/images/{file}"), ("GET", "/vendor/tweetnacl/{file}"),
         ("GET", "/healthz"), ("GET", "/metrics"),
     ]
+
+    /// `routes`' templates split at `/`, with their methods, for `allowedMethods`.
+    private static let routeTemplates: [(segments: [Substring], methods: [String])] = Dictionary(grouping: routes, by: \.path)
+        .map { path, routes in (path.split(separator: "/", omittingEmptySubsequences: false), routes.map(\.method)) }
+
+    /// The `Allow` of a 405 (RFC 9110 §15.5.6: required): the methods of the route whose template matches `path` most
+    /// literally (`/api/v1/devices/sos` is not `/api/v1/devices/{id}`); empty where no route does.
+    static func allowedMethods(path: String) -> String {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        var best = -1
+        var methods: [String] = []
+        for template in routeTemplates where template.segments.count == parts.count {
+            var literal = 0
+            let matches = zip(template.segments, parts).allSatisfy { expected, part in
+                if expected.first == "{" { return !part.isEmpty }
+                literal += 1
+                return expected == part
+            }
+            guard matches, literal >= best else { continue }
+            if literal > best { (best, methods) = (literal, []) }
+            methods += template.methods
+        }
+        return Self.methodOrder.filter(methods.contains).joined(separator: ", ")
+    }
+
+    private static let methodOrder = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
     private func healthz() -> HTTPResponse {
         let report = health()

@@ -11,6 +11,8 @@ import Testing
     /// With a metrics token, /metrics on the public listener is routed (without one it answers the router's 404).
     static let settings = ["FLARE_METRICS_TOKEN": "metrics-token-0123456789-abcdef", "FLARE_TRUSTED_PROXIES": "127.0.0.1"]
     static let methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    /// What the router may be asked beyond the documented methods.
+    static let otherMethods = ["OPTIONS", "TRACE"]
 
     /// The document as `GET /api/v1/openapi.json` serves it.
     static func document(_ fixture: GatewayFixture) throws -> [String: Any] {
@@ -100,8 +102,8 @@ import Testing
         }
     }
 
-    /// A method the document does not give a path is refused there: 405 on the API, the links and the operator's
-    /// endpoints; 404 (the not-found page) on the pages' files, which answer only what they serve.
+    /// A method the document does not give a path is refused there: 405 with `Allow` (the documented methods) on the
+    /// API, the links and the operator's endpoints; 404 on the pages' files, which answer only what they serve.
     @Test func anotherMethodOnADocumentedPathIsRefused() throws {
         let fixture = try GatewayFixture(settings: Self.settings)
         let document = try Self.document(fixture)
@@ -111,15 +113,20 @@ import Testing
         for (template, documented) in byPath.sorted(by: { $0.key < $1.key }) {
             let path = try Self.concrete(template, documented[0].operation, document)
             let refusesWith405 = template.hasPrefix("/api/") || template.hasPrefix("/s/") || template == "/healthz" || template == "/metrics"
-            for method in Self.methods where !documented.contains(where: { $0.method == method }) {
+            for method in Self.methods + Self.otherMethods where !documented.contains(where: { $0.method == method }) {
                 index += 1
                 let reply = try fixture.request(.memory, method, path, from: "203.0.113.\(index % 250 + 1)")
                 if refusesWith405 {
                     #expect(reply.status == 405 && reply.errorCode == "method_not_allowed", "\(method) \(template): \(reply.status) \(reply.text.prefix(120))")
+                    // RFC 9110: a 405 says which methods the path takes, the document's.
+                    let allowed = Set((reply.header("Allow") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+                    #expect(allowed == Set(documented.map(\.method)), "\(method) \(template): Allow \(reply.header("Allow") ?? "none")")
                 } else {
                     #expect(reply.status == 404, "\(method) \(template): \(reply.status) \(reply.text.prefix(120))")
                 }
             }
         }
+        let metrics = try fixture.request(.memory, "POST", "/metrics", listener: .metrics)
+        #expect(metrics.status == 405 && metrics.header("Allow") == "GET")
     }
 }
