@@ -47,9 +47,9 @@ public struct KeyInfo: Codable, Sendable, Equatable {
     public let maxLive: Int?
     public let maxDurationSeconds: Int?
     public let createRatePerHour: Int?
-    public let createdAt: Date
-    public let lastUsedAt: Date?
-    public let revokedAt: Date?
+    @RFC3339Time public var createdAt: Date
+    @OptionalRFC3339Time public var lastUsedAt: Date?
+    @OptionalRFC3339Time public var revokedAt: Date?
     public let liveShares: Int
     /// Where its shares' events are sent, if it set a webhook (`PUT /api/v1/keys/{id}/webhook`); never the secret.
     public let webhookURL: String?

@@ -119,6 +119,21 @@ import Testing
         #expect(fixture.send("DELETE", "/api/v1/keys/999999", bearer: fixture.ownerKey).status == 404)
     }
 
+    /// A key's times are RFC 3339, as every time of the API (they were seconds since 2001, Foundation's reference date,
+    /// which the OpenAPI document would have had to call a number).
+    @Test func aKeysTimesAreRFC3339() throws {
+        let phone = try makeKey(#"{"label":"phone"}"#)
+        #expect(create(phone.key).status == 201)
+        let revoked = fixture.send("DELETE", "/api/v1/keys/\(phone.info.id)", bearer: fixture.ownerKey)
+        let listed = try #require(fixture.send("GET", "/api/v1/keys", bearer: fixture.ownerKey).jsonObject?["keys"] as? [[String: Any]])
+        for key in [try #require(revoked.jsonObject), try #require(listed.first { $0["id"] as? String == phone.info.id })] {
+            for field in ["created_at", "last_used_at", "revoked_at"] {
+                let text = try #require(key[field] as? String, "\(field): \(String(describing: key[field]))")
+                #expect(RFC3339.parse(text) != nil, "\(field): \(text)")
+            }
+        }
+    }
+
     /// The daemon remembers a key it found (a lookup per request cost as much as a share's insert), so the test is
     /// that a revocation from the command line, another connection to the file, still ends it at the next request.
     @Test func aKeyRevokedFromTheCommandLineStopsAtTheNextRequest() throws {
