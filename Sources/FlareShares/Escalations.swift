@@ -25,7 +25,8 @@ public struct Escalations: Sendable {
     /// Takes every step due now. Throws when the store cannot be read (the next round tries again).
     public func sweep() throws(StoreError) {
         for due in try store.dueEscalations(now: clock.now(), limit: Self.batch) {
-            guard !due.over, case .live(let snapshot)? = try? directory.share(due.shareID), snapshot.share.isActive else {
+            // A store that cannot say where the share stands ends the round (thrown), never the ladder.
+            guard !due.over, case .live(let snapshot)? = try directory.share(due.shareID), snapshot.share.isActive else {
                 try store.endEscalation(shareRow: due.shareRow)
                 continue
             }
