@@ -68,14 +68,14 @@ extension EventDeliverer {
         let outcome = send(delivery.event, rule: rule, to: subscription, with: pushing)
         // The share's end is the last a link's viewer hears of it: their subscription ends once it is told (or given up).
         if delivery.event.type == .ended, case .link = subscription.subscriber, outcome.isFinal {
-            try? store.deletePushSubscription(row: row)
+            endSubscription(row, "its share ended")
         }
         return outcome
     }
 
     private func send(_ event: ShareEvent, rule: PushRule, to subscription: PushSubscription, with pushing: WebPushing) -> Outcome {
         guard let url = pushing.acceptsEndpoint(subscription.endpoint) else {
-            try? store.deletePushSubscription(row: subscription.row)
+            endSubscription(subscription.row, "its endpoint is not one flared posts to")
             count(failure: "not_allowed")
             return .dropped("the subscription's endpoint is not one flared posts to")
         }
@@ -88,7 +88,7 @@ extension EventDeliverer {
             return .dropped("nothing to send")
         }
         guard let body = WebPushEncryption.encrypt(payload, userAgentPublicKey: subscription.p256dh, authSecret: subscription.auth) else {
-            try? store.deletePushSubscription(row: subscription.row)
+            endSubscription(subscription.row, "its keys are not usable")
             count(failure: "cannot_encrypt")
             return .dropped("the subscription's keys are not usable")
         }
@@ -114,7 +114,7 @@ extension EventDeliverer {
             return .delivered
         case .status(let status, _) where status == 404 || status == 410:
             // RFC 8030 §7.3: the subscription expired or was withdrawn; it is never valid again.
-            try? store.deletePushSubscription(row: subscription.row)
+            endSubscription(subscription.row, "the push service answered \(status)")
             count(failure: String(status))
             logger.info("share \(event.shareID): a push subscription ended (the push service answered \(status))")
             return .dropped("the push service says the subscription is gone (\(status))")
@@ -133,6 +133,15 @@ extension EventDeliverer {
         case .failed(let why):
             count(failure: "no_answer")
             return .unreachable(why)
+        }
+    }
+
+    /// Deletes a subscription that will never take a notification again. A store that cannot delete it now loses
+    /// nothing: the delivery is over either way, and the next event sent to the subscription ends it again (the same
+    /// answer, the same deletion); the share's purge deletes what is left. So the failure is said, and not retried.
+    private func endSubscription(_ row: Int64, _ why: String) {
+        do { try store.deletePushSubscription(row: row) } catch {
+            warn("push-end", "cannot delete a push subscription (\(why)): \(error); the next delivery to it ends it again")
         }
     }
 
@@ -155,7 +164,8 @@ extension EventDeliverer {
         metrics.increment(FlareMetrics.pushFailed, labels: [("status", status)])
     }
 
-    /// The subscription gauge, read with the backlog gauges.
+    /// The subscription gauge, read with the backlog gauges. When the store cannot count, the gauge keeps its last value
+    /// until the next reading, 5 s later (the backlog gauges do the same).
     func updatePushGauge() {
         guard pushing != nil, let count = try? store.pushSubscriptionCount() else { return }
         metrics.setSeries(FlareMetrics.pushSubscriptions, [([], Double(count))])
