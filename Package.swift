@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "FlareSystem", dependencies: [], swiftSettings: swiftSettings),
 
         // One Swift module per C boundary.
-        .target(name: "FlareCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        .target(name: "FlareCrypto", dependencies: ["COpenSSL", "FlareCodec"], swiftSettings: swiftSettings),
         .target(name: "FlareMQTT", dependencies: ["CMosquitto", "FlareSystem"], swiftSettings: swiftSettings),
         // libnats: the NATS cluster as the broker (its auth callout, the MQTT layer's stream).
         .target(name: "FlareNATS", dependencies: ["CNats", "FlareSystem"], swiftSettings: swiftSettings),

@@ -61,40 +61,54 @@ public enum Crypto {
     /// encrypted (what the sealed bytes belong to, so they cannot be moved to another row). Nil only if OpenSSL fails.
     public static func seal(_ plaintext: [UInt8], key: [UInt8], context: [UInt8]) -> [UInt8]? {
         precondition(key.count == 32, "AES-256 takes a 32-byte key")
+        let nonce = randomBytes(12)
+        return gcmSeal(EVP_aes_256_gcm(), key: key, nonce: nonce, authenticated: context, plaintext: plaintext).map { nonce + $0 }
+    }
+
+    /// Opens what `seal` made with the same key and context; nil if anything was changed (or the key differs).
+    public static func open(_ sealed: [UInt8], key: [UInt8], context: [UInt8]) -> [UInt8]? {
+        guard key.count == 32, sealed.count >= 28 else { return nil }
+        return gcmOpen(EVP_aes_256_gcm(), key: key, nonce: Array(sealed.prefix(12)), authenticated: context, sealed: Array(sealed.dropFirst(12)))
+    }
+
+    /// GCM encryption under `cipher` (AES-128 or AES-256 GCM), the caller's key and 12-byte nonce, `authenticated`
+    /// covered by the tag but not encrypted: ciphertext ‖ 16-byte tag. Nil if OpenSSL fails.
+    static func gcmSeal(_ cipherKind: OpaquePointer?, key: [UInt8], nonce: [UInt8], authenticated: [UInt8], plaintext: [UInt8]) -> [UInt8]? {
         guard let cipher = EVP_CIPHER_CTX_new() else { return nil }
         defer { EVP_CIPHER_CTX_free(cipher) }
-        let nonce = randomBytes(12)
         var output = [UInt8](repeating: 0, count: plaintext.count + 16)
         var length: Int32 = 0, total = 0
-        guard EVP_EncryptInit_ex(cipher, EVP_aes_256_gcm(), nil, key, nonce) == 1 else { return nil }
-        if !context.isEmpty {
-            guard EVP_EncryptUpdate(cipher, nil, &length, context, Int32(context.count)) == 1 else { return nil }
+        guard EVP_EncryptInit_ex(cipher, cipherKind, nil, key, nonce) == 1 else { return nil }
+        if !authenticated.isEmpty {
+            guard EVP_EncryptUpdate(cipher, nil, &length, authenticated, Int32(authenticated.count)) == 1 else { return nil }
         }
-        let updated = output.withUnsafeMutableBufferPointer { out in
-            plaintext.isEmpty ? 1 : EVP_EncryptUpdate(cipher, out.baseAddress, &length, plaintext, Int32(plaintext.count))
+        if !plaintext.isEmpty {
+            let updated = output.withUnsafeMutableBufferPointer { out in
+                EVP_EncryptUpdate(cipher, out.baseAddress, &length, plaintext, Int32(plaintext.count))
+            }
+            guard updated == 1 else { return nil }
+            total = Int(length)
         }
-        guard updated == 1 else { return nil }
-        total = plaintext.isEmpty ? 0 : Int(length)
         let finished = output.withUnsafeMutableBufferPointer { out in EVP_EncryptFinal_ex(cipher, out.baseAddress! + total, &length) }
         guard finished == 1 else { return nil }
         total += Int(length)
         var tag = [UInt8](repeating: 0, count: 16)
         guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { return nil }
-        return nonce + output.prefix(total) + tag
+        return output.prefix(total) + tag
     }
 
-    /// Opens what `seal` made with the same key and context; nil if anything was changed (or the key differs).
-    public static func open(_ sealed: [UInt8], key: [UInt8], context: [UInt8]) -> [UInt8]? {
-        guard key.count == 32, sealed.count >= 28, let cipher = EVP_CIPHER_CTX_new() else { return nil }
+    /// Opens what `gcmSeal` made (ciphertext ‖ tag) under the same cipher, key, nonce and authenticated bytes; nil if
+    /// any of them differs, a byte was changed, or `sealed` is shorter than a tag.
+    static func gcmOpen(_ cipherKind: OpaquePointer?, key: [UInt8], nonce: [UInt8], authenticated: [UInt8], sealed: [UInt8]) -> [UInt8]? {
+        guard sealed.count >= 16, let cipher = EVP_CIPHER_CTX_new() else { return nil }
         defer { EVP_CIPHER_CTX_free(cipher) }
-        let nonce = Array(sealed.prefix(12))
-        let body = Array(sealed[12..<(sealed.count - 16)])
+        let body = Array(sealed.dropLast(16))
         var tag = Array(sealed.suffix(16))
         var output = [UInt8](repeating: 0, count: body.count + 16)
         var length: Int32 = 0, total = 0
-        guard EVP_DecryptInit_ex(cipher, EVP_aes_256_gcm(), nil, key, nonce) == 1 else { return nil }
-        if !context.isEmpty {
-            guard EVP_DecryptUpdate(cipher, nil, &length, context, Int32(context.count)) == 1 else { return nil }
+        guard EVP_DecryptInit_ex(cipher, cipherKind, nil, key, nonce) == 1 else { return nil }
+        if !authenticated.isEmpty {
+            guard EVP_DecryptUpdate(cipher, nil, &length, authenticated, Int32(authenticated.count)) == 1 else { return nil }
         }
         if !body.isEmpty {
             let updated = output.withUnsafeMutableBufferPointer { out in EVP_DecryptUpdate(cipher, out.baseAddress, &length, body, Int32(body.count)) }

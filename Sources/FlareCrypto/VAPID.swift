@@ -1,3 +1,5 @@
+import FlareCodec
+
 /// An application server's identity for Web Push (VAPID, RFC 8292): a P-256 key pair whose public half the browser is
 /// given when it subscribes (`applicationServerKey`), and whose private half signs a short-lived JWT on each push
 /// request, so the push service accepts messages for that subscription from this server only.
@@ -22,54 +24,27 @@ public struct VAPIDKey: Sendable, CustomStringConvertible {
     /// path), `subject` a `mailto:` or `https:` address where its operator can reach the sender, `expiresAt` Unix
     /// seconds no more than 24 hours ahead (push services refuse a token that lives longer). Nil only if OpenSSL fails.
     public func token(audience: String, subject: String, expiresAt unixSeconds: Int64) -> String? {
-        let header = #"{"typ":"JWT","alg":"ES256"}"#
-        let claims = #"{"aud":\#(Self.jsonString(audience)),"exp":\#(unixSeconds),"sub":\#(Self.jsonString(subject))}"#
-        let signingInput = Self.base64URL(Array(header.utf8)) + "." + Self.base64URL(Array(claims.utf8))
+        var header = JSONWriter(capacity: 32)
+        header.beginObject()
+        header.field("typ", "JWT")
+        header.field("alg", "ES256")
+        header.endObject()
+        var claims = JSONWriter(capacity: 128)
+        claims.beginObject()
+        claims.field("aud", audience)
+        claims.field("exp", unixSeconds)
+        claims.field("sub", subject)
+        claims.endObject()
+        let signingInput = Base64URL.encode(header.bytes) + "." + Base64URL.encode(claims.bytes)
         guard let signature = P256.signES256(Array(signingInput.utf8), privateKey: privateKey) else { return nil }
-        return signingInput + "." + Self.base64URL(signature)
+        return signingInput + "." + Base64URL.encode(signature)
     }
 
     /// The `Authorization` header value of a push request (RFC 8292 §3): `vapid t=<token>, k=<public key>`.
     public func authorization(audience: String, subject: String, expiresAt unixSeconds: Int64) -> String? {
-        token(audience: audience, subject: subject, expiresAt: unixSeconds).map { "vapid t=\($0), k=\(Self.base64URL(publicKey))" }
+        token(audience: audience, subject: subject, expiresAt: unixSeconds).map { "vapid t=\($0), k=\(Base64URL.encode(publicKey))" }
     }
 
     /// The public key only: a key printed into a log must not give the private half away.
-    public var description: String { "VAPIDKey(\(Self.base64URL(publicKey)))" }
-
-    /// A JSON string literal: the quote, the backslash and the control characters escaped (RFC 8259 §7), the rest as is.
-    static func jsonString(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16, uppercase: true)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
-
-    /// Unpadded base64url (RFC 4648 §5), as JWTs and the `k=` parameter are written. FlareCodec has the full codec;
-    /// FlareCrypto stays a leaf (its one dependency is OpenSSL) for the few lines an encoder takes.
-    static func base64URL(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var index = 0
-        while index < bytes.count {
-            let count = min(3, bytes.count - index)
-            var chunk: UInt32 = 0
-            for offset in 0..<3 { chunk = chunk << 8 | UInt32(offset < count ? bytes[index + offset] : 0) }
-            for position in 0...count { out.append(alphabet[Int(chunk >> UInt32(18 - 6 * position) & 63)]) }
-            index += 3
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    public var description: String { "VAPIDKey(\(Base64URL.encode(publicKey)))" }
 }

@@ -246,14 +246,6 @@ import Testing
         #expect(!key.description.contains(Base64URL.encode(key.privateKey)))
     }
 
-    /// FlareCrypto's own encoder (it has no FlareCodec) writes what FlareCodec's does, at every length mod 3.
-    @Test func vapidBase64URLIsFlareCodecs() {
-        for count in 0..<70 {
-            let bytes = Crypto.randomBytes(count)
-            #expect(VAPIDKey.base64URL(bytes) == Base64URL.encode(bytes))
-        }
-    }
-
     // MARK: HKDF and AES-128-GCM
 
     /// RFC 5869 §A.1 (test case 1) and §A.3 (no salt, no info).
