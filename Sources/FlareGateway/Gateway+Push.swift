@@ -201,13 +201,11 @@ extension Gateway {
 
     private func pushRefusal(_ refusal: PushAlerts.Refusal) -> APIError {
         switch refusal {
-        case .full: Self.pushFull
-        case .ended: .shareEnded
+        case .full: return Self.pushFull
+        case .ended: return .shareEnded
         case .storage(let failure):
-            { () -> APIError in
-                noteStoreFailure("push subscription: \(failure)")
-                return .storeUnavailable
-            }()
+            noteStoreFailure("push subscription: \(failure)")
+            return .storeUnavailable
         }
     }
 }

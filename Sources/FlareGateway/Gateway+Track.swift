@@ -20,6 +20,8 @@ extension Gateway {
     /// How long a client may take nothing of a track before its export ends.
     static let trackStall: Duration = .seconds(30)
 
+    static let historyPurged = APIError(status: 410, code: "history_purged",
+                                        message: "the share ended and its positions were deleted (FLARE_HISTORY_RETENTION_S)")
     static let noTrackForE2E = APIError(status: 409, code: "e2e_no_track",
                                         message: "this share is end-to-end encrypted: the server cannot read its positions; its page can download the track it decrypted")
 
@@ -42,7 +44,7 @@ extension Gateway {
 
     private func track(_ lookup: ShareLookup, format: TrackFormat) throws(APIError) -> HTTPResponse {
         guard case .live(let snapshot) = lookup else {
-            throw APIError(status: 410, code: "history_purged", message: "the share ended and its positions were deleted (FLARE_HISTORY_RETENTION_S)")
+            throw Self.historyPurged
         }
         guard !snapshot.share.endToEnd else { throw Self.noTrackForE2E }
         // The first page read here: a store that cannot answer is answered as one (503), not as an empty track.
@@ -114,7 +116,7 @@ extension Gateway {
         case .answered(let response): return response
         case .found(_, let link?) where link.isWithdrawn: return Self.linkWithdrawn.response
         case .found(.historyDeleted, _):
-            return APIError(status: 410, code: "history_purged", message: "the share ended and its positions were deleted").response
+            return Self.historyPurged.response
         case .found(.live(let snapshot), _):
             guard !snapshot.share.endToEnd else { return Self.noTrackForE2E.response }
             return HTTPResponse(status: 200, headers: [("Content-Type", TrackFormat.kml.contentType), ("Cache-Control", "no-store")],

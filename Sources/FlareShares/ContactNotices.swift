@@ -64,8 +64,7 @@ public struct ContactNotices: ContactMailComposing {
         var full = body
         if offersAlerts, event.type == .linkCreated {
             // Where the contact can get the next alert at once, in the browser: the secret's hash recorded first.
-            let secret = ContactAlerts.secret(tokenKey: tokenKey, contact: contact.id)
-            try store.setAlertsHash(contact: contact.id, hash: SecretHash(of: secret))
+            let secret = try PushAlerts.issueAlertsSecret(of: contact.id, tokenKey: tokenKey, store: store)
             full += "\n\n" + text.alertsOffer(url: "\(publicURL)/alerts#c=\(secret)")
         }
         let message = MailMessage(fromName: "Flare", fromAddress: server.from, toName: contact.name, toAddress: address, subject: subject,

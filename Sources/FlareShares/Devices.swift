@@ -85,7 +85,6 @@ public final class Devices: Sendable {
     private let links: PersonalLinks
     private let contacts: ContactService
     private let directory: ShareDirectory
-    private let mailPlanner: MailPlanner
     private let outbox: EventOutbox
     private let policy: SharePolicy
     private let tokenKey: [UInt8]
@@ -95,14 +94,13 @@ public final class Devices: Sendable {
     private let logger: Logger
 
     init(store: any DeviceRecords & ContactRecords & ShareRecords & EventRecords & KeyRecords & EscalationRecords, lifecycle: ShareLifecycle, links: PersonalLinks,
-         contacts: ContactService, directory: ShareDirectory, mailPlanner: MailPlanner, outbox: EventOutbox, policy: SharePolicy, tokenKey: [UInt8],
+         contacts: ContactService, directory: ShareDirectory, outbox: EventOutbox, policy: SharePolicy, tokenKey: [UInt8],
          sosPerHour: Int, clock: any Clock, metrics: Metrics, logger: Logger) {
         self.store = store
         self.lifecycle = lifecycle
         self.links = links
         self.contacts = contacts
         self.directory = directory
-        self.mailPlanner = mailPlanner
         self.outbox = outbox
         self.policy = policy
         self.tokenKey = tokenKey

@@ -84,12 +84,15 @@ public final class PushAlerts: Sendable {
 
     // MARK: The contacts' alerts secret
 
-    /// The contact's alerts secret (`ContactAlerts.secret`).
-    public func alertsSecret(of contact: ContactID) -> String { ContactAlerts.secret(tokenKey: tokenKey, contact: contact) }
-
-    /// The alerts secret of `contact`, its hash recorded so that the page's requests find the contact.
+    /// The alerts secret of `contact` (`ContactAlerts.secret`), its hash recorded so that the page's requests find the
+    /// contact.
     public func issueAlertsSecret(of contact: ContactID) throws(StoreError) -> String {
-        let secret = alertsSecret(of: contact)
+        try Self.issueAlertsSecret(of: contact, tokenKey: tokenKey, store: store)
+    }
+
+    /// The same for a caller with the token key and the store (the mail that carries the link).
+    static func issueAlertsSecret(of contact: ContactID, tokenKey: [UInt8], store: any PushRecords) throws(StoreError) -> String {
+        let secret = ContactAlerts.secret(tokenKey: tokenKey, contact: contact)
         try store.setAlertsHash(contact: contact, hash: SecretHash(of: secret))
         return secret
     }

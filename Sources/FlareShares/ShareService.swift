@@ -122,8 +122,8 @@ public final class ShareService: Sendable {
         self.checkins = Checkins(store: store, lifecycle: lifecycle, links: links, keys: keys, directory: directory, mailPlanner: mailPlanner,
                                  outbox: outbox, policy: policy, clock: clock, logger: logger)
         self.trackers = trackers
-        self.devices = Devices(store: store, lifecycle: lifecycle, links: links, contacts: contacts, directory: directory, mailPlanner: mailPlanner,
-                               outbox: outbox, policy: policy, tokenKey: tokenKey, sosPerHour: sosPerDevicePerHour, clock: clock, metrics: metrics,
+        self.devices = Devices(store: store, lifecycle: lifecycle, links: links, contacts: contacts, directory: directory, outbox: outbox,
+                               policy: policy, tokenKey: tokenKey, sosPerHour: sosPerDevicePerHour, clock: clock, metrics: metrics,
                                logger: logger.with(label: "devices"))
         self.positions = PositionPublication(directory: directory, trackers: trackers, announcer: announcer, deadlines: deadlines, clock: clock,
                                              metrics: metrics, logger: logger)

@@ -50,21 +50,18 @@
   var box = document.createElement('section');
   box.className = 'push';
   box.id = 'track';
-  var download = box.appendChild(document.createElement('button'));
-  download.type = 'button';
-  download.className = 'btn';
-  download.id = 'track-download';
-  var downloadNote = box.appendChild(document.createElement('p'));
-  downloadNote.className = 'locate-status';
-  var feed = box.appendChild(document.createElement('button'));
-  feed.type = 'button';
-  feed.className = 'btn';
-  feed.id = 'track-feed';
-  var feedNote = box.appendChild(document.createElement('p'));
-  feedNote.className = 'locate-status';
-  var status = box.appendChild(document.createElement('p'));
-  status.className = 'locate-status';
-  status.id = 'track-status';
+  function add(tag, className, id) {
+    var element = box.appendChild(document.createElement(tag));
+    element.className = className;
+    if (id) element.id = id;
+    if (tag === 'button') element.type = 'button';
+    return element;
+  }
+  var download = add('button', 'btn', 'track-download');
+  var downloadNote = add('p', 'locate-status');
+  var feed = add('button', 'btn', 'track-feed');
+  var feedNote = add('p', 'locate-status');
+  var status = add('p', 'locate-status', 'track-status');
   status.setAttribute('aria-live', 'polite');
   status.hidden = true;
   var anchor = document.getElementById('answers-box');
