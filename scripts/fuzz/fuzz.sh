@@ -9,8 +9,8 @@ out=$here/.build/fuzz
 swiftc=${SWIFTC:-$(command -v swiftc || echo /opt/swift/usr/bin/swiftc)}
 mkdir -p "$out/corpus"
 flags=(-sanitize=fuzzer,address -parse-as-library -O -g -wmo -I "$out" -I "$here/Sources/COpenSSL")
-# The modules the parsers live in (FlareCore and what it imports), then the fuzz target linked against them and libcrypto.
-modules=(FlareSystem FlareAPI FlareCrypto FlareCodec FlareCore)
+# The modules the parsers live in (FlareCore and what it imports), each after those it imports, then the fuzz target linked against them and libcrypto.
+modules=(FlareSystem FlareAPI FlareCodec FlareCrypto FlareCore)
 for module in "${modules[@]}"; do
   "$swiftc" "${flags[@]}" -module-name "$module" -emit-module -emit-module-path "$out/$module.swiftmodule" \
     -emit-object -o "$out/$module.o" "$here"/Sources/"$module"/*.swift 2> >(grep -v "ld.gold: warning" >&2)
